@@ -1,0 +1,114 @@
+"""Facts: the immutable records that flow from sources through the rule engine.
+
+A fact has a ``kind`` (see ``KINDS``), flat JSON-serialisable ``attrs``, a time ``at`` in
+seconds (from the clock that produced it: wall time live, the log's own timestamps in replay)
+and an ``origin`` saying where it came from (``path:line``, ``kmsg:node``,
+``nvml:node:gpu0:ecc_dbe_volatile``, ``slurm:squeue``...). Origin is what makes
+``recover explain`` possible.
+
+Usage::
+
+    f = Fact.make("xid", {"code": 79, "node": "n3"}, at=1700000000.0, origin="kern.log:12")
+    line = f.to_json()
+    assert Fact.from_json(line) == f
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+__all__ = ["Fact", "FactError", "KINDS", "SOURCE_KINDS", "DERIVED_KINDS"]
+
+#: kinds that sources produce
+SOURCE_KINDS = frozenset(
+    {"log", "xid", "gpu_counter", "gpu_state", "job", "node", "progress", "stall", "slow_node"}
+)
+#: kinds that rules derive
+DERIVED_KINDS = frozenset({"symptom", "fault", "decision", "action"})
+KINDS = SOURCE_KINDS | DERIVED_KINDS
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+class FactError(ValueError):
+    """A fact that is not well formed (bad kind, nested or non-JSON attrs, bad JSON line)."""
+
+
+def _check_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in attrs.items():
+        if not isinstance(key, str):
+            raise FactError(f"attribute names must be strings, got {key!r}")
+        if isinstance(value, (list, tuple)):
+            if not all(isinstance(v, _SCALARS) for v in value):
+                raise FactError(f"attribute {key!r}: lists may hold scalars only")
+            value = tuple(value)
+        elif not isinstance(value, _SCALARS):
+            raise FactError(f"attribute {key!r}: {type(value).__name__} is not a flat JSON value")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise FactError(f"attribute {key!r}: {value} is not a finite number")
+        out[key] = value
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    kind: str
+    attrs: Mapping[str, Any]
+    at: float
+    origin: str
+    id: str = field(default="")
+
+    @classmethod
+    def make(
+        cls, kind: str, attrs: Mapping[str, Any], at: float, origin: str, id: str | None = None
+    ) -> "Fact":
+        """Validate and freeze. ``id`` defaults to a content hash (kind, attrs, at, origin), so the
+        same evidence seen twice (an agent restarted, a spool line re-read) has the same id."""
+        if kind not in KINDS:
+            raise FactError(f"unknown fact kind {kind!r}; known: {', '.join(sorted(KINDS))}")
+        clean = _check_attrs(attrs)
+        at = float(at)
+        if not math.isfinite(at):
+            raise FactError(f"fact time {at} is not finite")
+        if id is None:
+            payload = json.dumps([kind, clean, at, origin], sort_keys=True, default=list)
+            id = hashlib.blake2b(payload.encode(), digest_size=10).hexdigest()
+        return cls(kind, MappingProxyType(clean), at, str(origin), id)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "at": self.at,
+            "origin": self.origin,
+            "attrs": {k: list(v) if isinstance(v, tuple) else v for k, v in self.attrs.items()},
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Fact":
+        try:
+            return cls.make(d["kind"], d.get("attrs") or {}, d["at"], d.get("origin", "?"), d.get("id"))
+        except (KeyError, TypeError) as exc:
+            raise FactError(f"not a fact record: {exc}") from None
+
+    @classmethod
+    def from_json(cls, line: str | bytes) -> "Fact":
+        try:
+            d = json.loads(line)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise FactError(f"not JSON: {exc}") from None
+        if not isinstance(d, dict):
+            raise FactError("not a JSON object")
+        return cls.from_dict(d)

@@ -1,0 +1,116 @@
+"""The scheduler adapter protocol: what Recover needs to know of and ask from a scheduler.
+
+``engine`` talks to schedulers only through this protocol; it never imports a concrete adapter
+(they are looked up by name in ``scheduler_adapters.registry``).
+
+An adapter reports job and node state, and runs already-rendered argv lists (never a shell).
+Rendering the argv from the rulebook's Jinja templates is the action layer's job
+(``engine/actions.py``); the adapter only knows how to run a command and how to read state back
+to verify it.
+
+Exceptions::
+
+    SchedulerError            anything the adapter could not do
+    ├── SchedulerUnavailable  the scheduler's commands are missing or it does not answer
+    └── CommandFailed         a command ran and failed (rc != 0 or timed out)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence, runtime_checkable
+
+__all__ = [
+    "JobInfo",
+    "NodeInfo",
+    "CommandResult",
+    "Runner",
+    "SchedulerAdapter",
+    "SchedulerError",
+    "SchedulerUnavailable",
+    "CommandFailed",
+    "JOB_ACTIVE_STATES",
+]
+
+# Job states in which a job holds (or is about to hold) nodes.
+JOB_ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"})
+
+
+class SchedulerError(Exception):
+    """Base of every adapter error."""
+
+
+class SchedulerUnavailable(SchedulerError):
+    """The scheduler's commands are missing or its controller does not answer."""
+
+
+class CommandFailed(SchedulerError):
+    def __init__(self, argv: Sequence[str], result: "CommandResult"):
+        self.argv = list(argv)
+        self.result = result
+        super().__init__(f"{argv[0] if argv else '?'} failed (rc={result.rc}): {result.stderr[:200]}")
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    job_id: str
+    attempt: int  # the scheduler's restart count: (job_id, attempt) identifies one attempt
+    state: str  # upper case, Slurm's names: PENDING RUNNING COMPLETED FAILED NODE_FAIL TIMEOUT PREEMPTED CANCELLED ...
+    reason: str = ""
+    nodes: tuple[str, ...] = ()
+    name: str = ""
+    exit_code: int | None = None  # the program's exit status (not a raw wait status)
+    signal: int | None = None
+    stdout: str | None = None  # expanded paths where the scheduler can tell
+    stderr: str | None = None
+    excluded_nodes: tuple[str, ...] = ()
+    requeue: bool = True
+    user: str = ""
+    partition: str = ""
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    state: str  # lower case base state: idle allocated mixed down drained draining ...
+    flags: tuple[str, ...] = ()  # e.g. DRAIN, NOT_RESPONDING, REBOOT
+    reason: str = ""
+    partitions: tuple[str, ...] = ()
+
+    @property
+    def drained(self) -> bool:
+        return "DRAIN" in self.flags or self.state in ("drained", "draining")
+
+    @property
+    def down(self) -> bool:
+        return self.state == "down" or "NOT_RESPONDING" in self.flags
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    rc: int
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    duration_s: float = 0.0
+
+
+#: the test seam: something that runs an argv list (no shell) with a timeout
+Runner = Callable[[Sequence[str], float], CommandResult]
+
+
+@runtime_checkable
+class SchedulerAdapter(Protocol):
+    name: str
+
+    def jobs(self) -> list[JobInfo]:
+        """Jobs the scheduler knows now (running, pending, and recently finished)."""
+
+    def job(self, job_id: str) -> JobInfo | None:
+        """One job, or None when the scheduler no longer knows it."""
+
+    def nodes(self) -> list[NodeInfo]:
+        """Every node with its state."""
+
+    def run(self, argv: Sequence[str], timeout: float = 30.0) -> CommandResult:
+        """Run one rendered command without a shell; never raises for rc != 0."""
