@@ -1,0 +1,117 @@
+"""Loading a rulebook: files -> marked YAML -> schema check -> layering -> compiled rulebook.
+
+Usage::
+
+    result = load_rulebook(["site/"], defaults=True)
+    for d in result.diagnostics:
+        print(d)                      # file:line:col: CODE message (hint: ...)
+    if result.ok:
+        book = result.compiled
+
+Errors::
+
+    RulebookError        raised by ``require_rulebook`` when a rulebook has errors; carries them
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from .compile import CompiledRulebook, compile_rulebook
+from .layer import layer
+from .model import Diagnostic, FileModel
+from .schema import check_file
+from .yamlmarks import Mark, load_marked
+
+__all__ = ["load_rulebook", "require_rulebook", "LoadResult", "RulebookError", "default_rule_files", "Diagnostic", "CompiledRulebook"]
+
+MAX_FILE_BYTES = 8 * 1024 * 1024
+
+
+class RulebookError(Exception):
+    def __init__(self, diagnostics: Sequence[Diagnostic]):
+        self.diagnostics = list(diagnostics)
+        errors = [d for d in self.diagnostics if d.severity == "error"]
+        super().__init__("\n".join(str(d) for d in errors) or "rulebook has errors")
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    compiled: CompiledRulebook | None
+    diagnostics: tuple[Diagnostic, ...]
+    files: tuple[str, ...]
+
+    @property
+    def errors(self) -> tuple[Diagnostic, ...]:
+        return tuple(d for d in self.diagnostics if d.severity == "error")
+
+    @property
+    def ok(self) -> bool:
+        return self.compiled is not None and not self.errors
+
+
+def default_rule_files() -> list[Path]:
+    here = Path(__file__).resolve().parent.parent.parent / "rules"
+    return sorted(p for p in here.iterdir() if p.suffix in (".yaml", ".yml")) if here.is_dir() else []
+
+
+def _expand(paths: Iterable[str | os.PathLike], diags: list[Diagnostic]) -> list[Path]:
+    out: list[Path] = []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            out.extend(sorted(q for q in path.iterdir() if q.suffix in (".yaml", ".yml") and q.is_file()))
+        elif path.is_file():
+            out.append(path)
+        else:
+            diags.append(Diagnostic(Mark(str(path), 0, 0), "E-IO", "no such file or folder"))
+    return out
+
+
+def _display(path: Path) -> str:
+    try:
+        rel = os.path.relpath(path)
+        return rel if not rel.startswith("../..") else str(path)
+    except ValueError:
+        return str(path)
+
+
+def load_rulebook(paths: Iterable[str | os.PathLike] = (), defaults: bool = True) -> LoadResult:
+    diags: list[Diagnostic] = []
+    files = (default_rule_files() if defaults else []) + _expand(paths, diags)
+    models: list[FileModel] = []
+    for path in files:
+        name = _display(path)
+        try:
+            if path.stat().st_size > MAX_FILE_BYTES:
+                diags.append(Diagnostic(Mark(name, 1, 1), "E-IO", f"file is larger than {MAX_FILE_BYTES // 2**20} MiB"))
+                continue
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            diags.append(Diagnostic(Mark(name, 1, 1), "E-IO", f"not UTF-8 text (byte {exc.start})"))
+            continue
+        except OSError as exc:
+            diags.append(Diagnostic(Mark(name, 0, 0), "E-IO", f"cannot read: {exc.strerror or exc}"))
+            continue
+        tree, problems = load_marked(text, name)
+        diags.extend(Diagnostic(p.mark, p.code, p.message) for p in problems)
+        model, file_diags = check_file(tree, name)
+        diags.extend(file_diags)
+        models.append(model)
+    book, layer_diags = layer(models)
+    diags.extend(layer_diags)
+    compiled, compile_diags = compile_rulebook(book)
+    diags.extend(compile_diags)
+    has_errors = any(d.severity == "error" for d in diags)
+    return LoadResult(None if has_errors else compiled, tuple(diags), tuple(_display(f) for f in files))
+
+
+def require_rulebook(paths: Iterable[str | os.PathLike] = (), defaults: bool = True) -> CompiledRulebook:
+    result = load_rulebook(paths, defaults)
+    if not result.ok:
+        raise RulebookError(result.diagnostics)
+    assert result.compiled is not None
+    return result.compiled

@@ -1,0 +1,405 @@
+"""The incident engine: facts in; symptoms, faults, incidents, decisions and plans out.
+
+Flow of one fact::
+
+    ingest(fact) -> flood de-duplication -> absence watches -> progress? (aggregated, not in the Rete)
+                 -> state facts replace their predecessor -> Rete -> firings -> derived facts
+                 -> each derived fact joins the open incident of its job attempt (or node), or opens one
+    advance(now) -> delayed (for:) firings and expired absences fire -> settled incidents close:
+                    strongest fault wins -> policy decision -> rendered plan -> store; facts retracted
+
+Time is whatever the caller says it is (virtual in replay and tests, wall time live), so the
+same input gives the same incidents.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+from .actions import PlannedAction, plan_actions
+from .facts import Fact
+from .linefacts import NODE_RE, ClusterContext
+from .policy import Decision, decide
+from .rete import ReteNetwork, ReteSession
+from .rulebook.compile import CompiledRule, CompiledRulebook, Template
+from .rulebook.conditions import evaluate
+from .store import Store
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Engine", "ClosedIncident", "incident_key"]
+
+_STATE_KEYS = {"job": ("job",), "node": ("node",), "gpu_state": ("node", "gpu", "signal")}
+_OPENING = ("error", "fatal")
+DEFAULT_FACT_TTL = 3600.0
+
+
+def incident_key(attrs: Mapping[str, Any]) -> str | None:
+    job = attrs.get("job")
+    if job is not None:
+        return f"job:{job}:{int(attrs.get('attempt') or 0)}"
+    node = attrs.get("node")
+    if node is not None:
+        return f"node:{node}"
+    return None
+
+
+@dataclass
+class _Live:
+    fact: Fact
+    incident: int | None = None
+    count: int = 1
+
+
+@dataclass
+class _Open:
+    id: int
+    key: str
+    opened_at: float
+    last_at: float
+    faults: list[Fact] = field(default_factory=list)
+    facts: set[str] = field(default_factory=set)
+
+
+@dataclass
+class _Watch:
+    rule: CompiledRule
+    matched: dict[str, dict]
+    deadline: float
+    join: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ClosedIncident:
+    id: int
+    key: str
+    job: str | None
+    attempt: int | None
+    decision: Decision
+    plan: tuple[PlannedAction, ...]
+    problems: tuple[str, ...]
+    at: float
+
+
+class Engine:
+    def __init__(self, compiled: CompiledRulebook, store: Store, *, scheduler: str = "slurm", mode: str = "recommend",
+                 network: ReteNetwork | None = None, cluster: ClusterContext | None = None,
+                 on_close: Callable[[ClosedIncident], None] | None = None):
+        self.compiled = compiled
+        self.store = store
+        self.scheduler = scheduler
+        self.mode = mode
+        self.network = network or ReteNetwork(compiled)
+        self.session: ReteSession = self.network.session()
+        self.cluster = cluster or ClusterContext()
+        self.on_close = on_close
+        self.settle = float(compiled.policy.get("settle", 120.0))
+        self.fact_ttl = float(compiled.policy.get("hang", {}).get("fact_ttl", DEFAULT_FACT_TTL)) if isinstance(compiled.policy.get("hang"), Mapping) else DEFAULT_FACT_TTL
+        self.now: float | None = None
+        self.live: dict[str, _Live] = {}
+        self.order: deque[tuple[float, str]] = deque()
+        self.flood: dict[tuple, str] = {}
+        self.state_of: dict[tuple, str] = {}
+        self.open: dict[str, _Open] = {}
+        self.pending: dict[str, deque[tuple[Fact, list[tuple[CompiledRule, dict[str, str], str]]]]] = {}
+        self.delayed: list[tuple[float, CompiledRule, dict[str, dict]]] = []
+        self.watches: list[_Watch] = []
+        self.progress: dict[tuple[str, int], dict[str, Any]] = {}
+        self.closed: list[ClosedIncident] = []
+        self.stats = {"facts": 0, "flooded": 0, "firings": 0, "incidents": 0, "template_errors": 0, "rete_errors": 0}
+        self._absent_rules = {id(cr) for cr in compiled.rules if any(c.absent_for is not None for c in cr.rule.conditions)}
+
+    # -- input -----------------------------------------------------------------------------
+    def ingest(self, fact: Fact) -> None:
+        """Take one fact from a source (not a derived one)."""
+        self.advance(fact.at)
+        self.stats["facts"] += 1
+        if fact.kind in ("log", "xid"):
+            fkey = (fact.kind, tuple(sorted((k, v) for k, v in fact.attrs.items() if k != "text")))
+            known = self.flood.get(fkey)
+            if known is not None and known in self.live:
+                live = self.live[known]
+                live.count += 1
+                self.stats["flooded"] += 1
+                if live.incident is not None:
+                    self.store.bump_fact(known)
+                return
+            self.flood[fkey] = fact.id
+        self._check_watches(fact)
+        if fact.kind == "progress":
+            self._progress(fact)
+            return
+        if fact.kind == "job" and fact.get("job") is not None:
+            nodes = fact.get("nodes") or ()
+            self.cluster.assign(str(fact.get("job")), fact.get("attempt"), nodes if isinstance(nodes, tuple) else (), fact.at)
+        skey = self._state_key(fact)
+        if skey is not None:
+            old = self.state_of.get(skey)
+            self.state_of[skey] = fact.id
+            if old is not None:
+                self._retract(old)
+        self._assert_chain(fact)
+
+    def _state_key(self, fact: Fact) -> tuple | None:
+        names = _STATE_KEYS.get(fact.kind)
+        if not names:
+            return None
+        return (fact.kind,) + tuple(fact.get(n) for n in names)
+
+    def _progress(self, fact: Fact) -> None:
+        job = fact.get("job")
+        if job is None:
+            return
+        key = (str(job), int(fact.get("attempt") or 0))
+        p = self.progress.setdefault(key, {"first_at": fact.at, "last_at": fact.at, "step": None, "checkpoint": None, "max_gap": 0.0})
+        p["max_gap"] = max(p["max_gap"], fact.at - p["last_at"])
+        p["last_at"] = max(p["last_at"], fact.at)
+        for name in ("step", "checkpoint"):
+            v = fact.get(name)
+            if isinstance(v, int) and (p[name] is None or v > p[name]):
+                p[name] = v
+
+    # -- the Rete --------------------------------------------------------------------------
+    def _assert_chain(self, fact: Fact) -> None:
+        queue: deque[Fact] = deque([fact])
+        while queue:
+            f = queue.popleft()
+            if f.id in self.live:
+                continue
+            self.live[f.id] = _Live(f)
+            self.order.append((f.at, f.id))
+            try:
+                firings = self.session.assert_fact(f)
+            except Exception as exc:  # a broken fact or action must not stop the service
+                self.stats["rete_errors"] += 1
+                logger.error("rule engine refused fact %s (%s): %s", f.id, f.kind, exc)
+                continue
+            for cr, matched in firings:
+                self.stats["firings"] += 1
+                if id(cr) in self._absent_rules:
+                    self._add_watch(cr, matched)
+                    continue
+                if cr.rule.for_s:
+                    due = max(float(m.get("at", 0.0)) for m in matched.values()) + cr.rule.for_s
+                    self.delayed.append((due, cr, matched))
+                    continue
+                derived = self._fire(cr, matched)
+                if derived is not None:
+                    queue.append(derived)
+
+    def _fire(self, cr: CompiledRule, matched: Mapping[str, dict]) -> Fact | None:
+        rule = cr.rule
+        variables = {alias: _view(m) for alias, m in matched.items()}
+        attrs: dict[str, Any] = {}
+        for key, value in cr.then_templates.items():
+            if isinstance(value, Template):
+                try:
+                    attrs[key] = value.render(variables)
+                except Exception as exc:
+                    self.stats["template_errors"] += 1
+                    logger.warning("rule %s: template for %s failed: %s", rule.id, key, exc)
+            elif isinstance(value, tuple):
+                items = []
+                for v in value:
+                    if isinstance(v, Template):
+                        try:
+                            items.append(v.render(variables))
+                        except Exception:
+                            self.stats["template_errors"] += 1
+                    else:
+                        items.append(v)
+                attrs[key] = tuple(i for i in items if i not in ("", None))
+            else:
+                attrs[key] = value
+        ordered = [matched[c.alias] for c in rule.conditions if c.alias in matched]
+        for name in ("job", "attempt") + (("node",) if rule.then_kind == "symptom" else ()):
+            if name not in attrs:
+                for m in ordered:
+                    if m.get(name) is not None:
+                        attrs[name] = m[name]
+                        break
+        if rule.then_kind == "fault":
+            nodes = attrs.get("nodes", ())
+            if isinstance(nodes, str):
+                nodes = (nodes,)
+            attrs["nodes"] = tuple(sorted({n for n in nodes if isinstance(n, str) and NODE_RE.match(n)}))
+            attrs["priority"] = cr.priority
+            attrs.setdefault("reason", rule.description)
+        else:
+            attrs.setdefault("severity", "error")
+        attrs["rule"] = rule.id
+        at = max(float(m.get("at", 0.0)) for m in matched.values())
+        try:
+            derived = Fact.make(rule.then_kind, attrs, at, f"rule:{rule.id}")
+        except Exception as exc:
+            self.stats["template_errors"] += 1
+            logger.warning("rule %s derived a malformed fact: %s", rule.id, exc)
+            return None
+        matched_ids = {alias: str(m.get("id")) for alias, m in matched.items()}
+        self._route(derived, (cr, matched_ids, derived.id))
+        return derived
+
+    # -- incidents -------------------------------------------------------------------------
+    def _route(self, derived: Fact, firing: tuple[CompiledRule, dict[str, str], str]) -> None:
+        key = incident_key(derived.attrs)
+        if key is None:
+            key = f"origin:{derived.origin}"
+        opens = derived.kind == "fault" or derived.get("severity") in _OPENING
+        inc = self.open.get(key)
+        if inc is None and not opens:
+            self.pending.setdefault(key, deque(maxlen=256)).append((derived, [firing]))
+            return
+        if inc is None:
+            first = derived.get("job")
+            inc = _Open(self.store.open_incident(key, str(first) if first is not None else None, derived.get("attempt"),
+                                                 derived.get("node") if first is None else None, derived.at),
+                        key, derived.at, derived.at)
+            self.open[key] = inc
+            self.stats["incidents"] += 1
+            # earlier evidence of the same scope (warnings) joins the incident
+            for old, firings in self.pending.pop(key, ()):
+                if old.at >= derived.at - self.settle:
+                    self._attach(inc, old, firings)
+        self._attach(inc, derived, [firing])
+
+    def _attach(self, inc: _Open, fact: Fact, firings: list[tuple[CompiledRule, dict[str, str], str]]) -> None:
+        for cr, matched_ids, asserted in firings:
+            for fid in matched_ids.values():
+                live = self.live.get(fid)
+                if live is not None and fid not in inc.facts:
+                    self.store.add_fact(inc.id, live.fact)
+                    if live.count > 1:
+                        self.store.bump_fact(fid, live.count - 1)
+                    live.incident = inc.id
+                    inc.facts.add(fid)
+            firing_id = self.store.add_firing(inc.id, cr.rule.id, str(cr.rule.mark), cr.rule.description, matched_ids, asserted, fact.at)
+        if fact.id not in inc.facts:
+            self.store.add_fact(inc.id, fact, derived_by=firing_id if firings else None)
+            inc.facts.add(fact.id)
+        live = self.live.get(fact.id)
+        if live is not None:
+            live.incident = inc.id
+        if fact.kind == "fault":
+            inc.faults.append(fact)
+        inc.last_at = max(inc.last_at, fact.at)
+        self.store.touch_incident(inc.id, fact.at)
+
+    def _close(self, inc: _Open, at: float) -> ClosedIncident:
+        if inc.faults:
+            best = sorted(inc.faults, key=lambda f: (-int(f.get("priority", 0)), f.at))[0]
+            fault_class, nodes, reason, fault_id = best.get("fault_class"), tuple(best.get("nodes") or ()), str(best.get("reason", "")), best.id
+        else:
+            fault_class, nodes, reason, fault_id = "unknown", (), "no rule could tell what caused this failure", None
+        decision = decide(self.compiled, fault_class, nodes, reason)
+        job, _, rest = inc.key.partition(":")
+        job_id = attempt = None
+        if job == "job":
+            job_id, _, att = rest.rpartition(":")
+            attempt = int(att)
+        plan, problems = plan_actions(self.compiled, decision.decision, inc.id, job_id, attempt, decision.nodes,
+                                      fault_class, self.scheduler)
+        guards = list(decision.guards) + [{"guard": "plan", "why": p} for p in problems]
+        with self.store.transaction():
+            self.store.close_incident(inc.id, at, fault_class, decision.decision, decision.nodes, fault_id, reason, guards, self.mode)
+            if self.mode == "recommend":
+                for p in plan:
+                    self.store.add_action(inc.id, p.idem_key, p.name, p.target, p.argv, "recommend", "recommended")
+        for fid in list(inc.facts):
+            self._retract(fid)
+        closed = ClosedIncident(inc.id, inc.key, job_id, attempt, decision, tuple(plan), tuple(problems), at)
+        self.closed.append(closed)
+        if self.on_close is not None:
+            try:
+                self.on_close(closed)
+            except Exception:
+                logger.exception("incident %s: close callback failed", inc.id)
+        return closed
+
+    def _retract(self, fact_id: str) -> None:
+        live = self.live.pop(fact_id, None)
+        if live is None:
+            return
+        try:
+            self.session.retract_fact(fact_id)
+        except Exception as exc:
+            self.stats["rete_errors"] += 1
+            logger.error("could not retract fact %s: %s", fact_id, exc)
+        self.watches = [w for w in self.watches if all(m.get("id") != fact_id for m in w.matched.values())]
+
+    # -- time ------------------------------------------------------------------------------
+    def _add_watch(self, cr: CompiledRule, matched: dict[str, dict]) -> None:
+        absent = next(c for c in cr.rule.conditions if c.absent_for is not None)
+        first = matched[cr.rule.conditions[0].alias]
+        join = {a: first.get(a) for a in cr.rule.join}
+        start = max(float(m.get("at", 0.0)) for m in matched.values())
+        self.watches.append(_Watch(cr, matched, start + float(absent.absent_for or 0), join))
+
+    def _check_watches(self, fact: Fact) -> None:
+        if not self.watches:
+            return
+        flat = dict(fact.attrs) | {"kind": fact.kind, "at": fact.at}
+        for w in self.watches:
+            for cond, tree in zip(w.rule.rule.conditions, w.rule.trees):
+                if cond.absent_for is None or cond.kind != fact.kind:
+                    continue
+                if all(flat.get(a) == v for a, v in w.join.items()) and evaluate(tree, flat, w.matched):
+                    w.deadline = max(w.deadline, fact.at + float(cond.absent_for))
+
+    def advance(self, now: float) -> None:
+        """Move time forward: fire due timers, close settled incidents, expire old facts."""
+        if self.now is not None and now <= self.now:
+            return
+        self.now = now
+        if self.delayed:
+            due = [d for d in self.delayed if d[0] <= now]
+            self.delayed = [d for d in self.delayed if d[0] > now]
+            for _, cr, matched in due:
+                if all(str(m.get("id")) in self.live for m in matched.values()):
+                    derived = self._fire(cr, matched)
+                    if derived is not None:
+                        self._assert_chain(derived)
+        if self.watches:
+            expired = [w for w in self.watches if w.deadline <= now]
+            self.watches = [w for w in self.watches if w.deadline > now]
+            for w in expired:
+                if all(str(m.get("id")) in self.live for m in w.matched.values()):
+                    derived = self._fire(w.rule, w.matched)
+                    if derived is not None:
+                        self._assert_chain(derived)
+        for key, inc in list(self.open.items()):
+            if now - inc.last_at >= self.settle:
+                del self.open[key]
+                self._close(inc, now)
+        while self.order and self.order[0][0] < now - self.fact_ttl:
+            _, fid = self.order.popleft()
+            live = self.live.get(fid)
+            if live is not None and (live.incident is None or all(i.id != live.incident for i in self.open.values())):
+                self._retract(fid)
+        if len(self.flood) > 4 * len(self.live) + 1024:
+            self.flood = {k: v for k, v in self.flood.items() if v in self.live}
+
+    def finish(self) -> list[ClosedIncident]:
+        """End of input (replay, tests): fire what is due and close every open incident."""
+        # an absence is only proven by time passing: the end of a file proves nothing
+        at = self.now if self.now is not None else 0.0
+        for key, inc in list(self.open.items()):
+            del self.open[key]
+            self._close(inc, max(at, inc.last_at))
+        return list(self.closed)
+
+
+class _View(dict):
+    """A matched fact for templates: attribute access, lists for tuples."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _view(m: Mapping[str, Any]) -> _View:
+    return _View(m)

@@ -1,0 +1,251 @@
+"""From scanner hits to facts: line timestamps, per-file job context, typed and validated groups.
+
+Everything here treats log text as hostile data: group values are bounded, control characters
+are removed, node names and job ids must match strict patterns or are dropped (and counted).
+"""
+
+from __future__ import annotations
+
+import calendar
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from .facts import Fact
+from .rulebook.model import Matcher
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["NODE_RE", "JOB_RE", "clean_text", "parse_line_time", "FileContext", "ClusterContext", "HitConverter",
+           "expand_hostlist", "job_from_filename"]
+
+NODE_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,62})$")
+JOB_RE = re.compile(r"^[0-9]{1,12}(?:_[0-9]{1,9})?$")
+_CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
+_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
+_ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?")
+_SYSLOG = re.compile(r"^(?:<\d+>)?(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})")
+_FILE_JOB = (
+    re.compile(r"(?:^|[/_-])slurm-(\d{1,12})(?:_(\d{1,9}))?\.(?:out|err|log)$"),
+    re.compile(r"(?:^|/)(?:job|train)[-_.]?(\d{1,12})(?:[-_.][^/]*)?\.(?:out|err|log)$"),
+    re.compile(r"(?:^|/)(\d{1,12})\.(?:out|err|log)$"),
+)
+_HOSTLIST = re.compile(r"([A-Za-z0-9._-]*)\[([0-9,\-]+)\]([A-Za-z0-9._-]*)")
+MAX_VALUE = 512
+MAX_TEXT = 400
+MAX_HOSTLIST = 4096
+
+
+def clean_text(value: str, limit: int = MAX_VALUE) -> str:
+    """Bounded, with control and bidi characters removed: safe to show and to store."""
+    if len(value) > limit * 4:
+        value = value[: limit * 4]
+    value = _CTRL.sub("", value)
+    return value[:limit]
+
+
+def parse_line_time(line: str, year: int | None = None) -> float | None:
+    """Seconds since the epoch of a timestamp near the start of the line (naive times are UTC)."""
+    head = line[:96]
+    m = _ISO.search(head)
+    if m:
+        y, mo, d, h, mi, s, frac, tz = m.groups()
+        try:
+            t = calendar.timegm((int(y), int(mo), int(d), int(h), int(mi), int(s), 0, 0, 0))
+        except (ValueError, OverflowError):
+            return None
+        if not (1 <= int(mo) <= 12 and 1 <= int(d) <= 31 and int(h) < 24 and int(mi) < 60 and int(s) < 61):
+            return None
+        if frac:
+            t += int(frac) / (10 ** len(frac))
+        if tz and tz != "Z":
+            sign = 1 if tz[0] == "+" else -1
+            digits = tz[1:].replace(":", "")
+            t -= sign * (int(digits[:2]) * 3600 + int(digits[2:4]) * 60)
+        return float(t)
+    m = _SYSLOG.match(head)
+    if m:
+        mon, d, h, mi, s = m.groups()
+        y = year or time.gmtime().tm_year
+        try:
+            return float(calendar.timegm((y, _MONTHS[mon], int(d), int(h), int(mi), int(s), 0, 0, 0)))
+        except (ValueError, OverflowError):
+            return None
+    return None
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """``n[1-3,5],gpu07`` -> [n1, n2, n3, n5, gpu07]; bounded; invalid names dropped."""
+    out: list[str] = []
+    depth, start = 0, 0
+    parts = []
+    for i, ch in enumerate(text[:MAX_HOSTLIST]):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:MAX_HOSTLIST])
+    for part in parts:
+        part = part.strip()
+        m = _HOSTLIST.fullmatch(part)
+        if not m:
+            if NODE_RE.match(part):
+                out.append(part)
+            continue
+        prefix, ranges, suffix = m.groups()
+        for r in ranges.split(","):
+            lo, _, hi = r.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()):
+                continue
+            width = len(lo)
+            a, b = int(lo), int(hi or lo)
+            if b < a or b - a > 4096:
+                continue
+            for n in range(a, b + 1):
+                name = f"{prefix}{n:0{width}d}{suffix}"
+                if NODE_RE.match(name):
+                    out.append(name)
+        if len(out) > 4096:
+            break
+    return out
+
+
+def job_from_filename(path: str) -> str | None:
+    for pattern in _FILE_JOB:
+        m = pattern.search(path)
+        if m:
+            return m.group(1) if len(m.groups()) < 2 or not m.group(2) else f"{m.group(1)}_{m.group(2)}"
+    return None
+
+
+@dataclass
+class FileContext:
+    """What is known about the job that writes one log file."""
+
+    path: str
+    source: str = "any"
+    job: str | None = None
+    attempt: int | None = None
+    nodes: set[str] = field(default_factory=set)
+    last_at: float | None = None
+    year: int | None = None
+
+
+class ClusterContext:
+    """Which job attempt ran on which node, learned from scheduler facts and context lines."""
+
+    def __init__(self) -> None:
+        self.node_job: dict[str, tuple[str, int | None, float]] = {}
+        self.job_attempt: dict[str, int] = {}
+
+    def assign(self, job: str, attempt: int | None, nodes: Iterable[str], at: float) -> None:
+        if attempt is not None:
+            self.job_attempt[job] = max(attempt, self.job_attempt.get(job, 0))
+        for n in nodes:
+            self.node_job[n] = (job, attempt if attempt is not None else self.job_attempt.get(job), at)
+
+    def job_on(self, node: str) -> tuple[str, int | None] | None:
+        entry = self.node_job.get(node)
+        return (entry[0], entry[1]) if entry else None
+
+
+def _number(raw: str, kind: str) -> int | float | None:
+    if len(raw) > 32:
+        return None
+    try:
+        if kind == "float":
+            v = float(raw)
+            return v if v == v and abs(v) != float("inf") else None
+        return int(raw, 16) if raw.lower().startswith("0x") else int(raw)
+    except ValueError:
+        return None
+
+
+_INT_GROUPS = {"attempt", "code", "step", "checkpoint", "rank", "exit_code", "pid", "gpu", "local_rank"}
+
+
+class HitConverter:
+    """Turns (matcher, groups, line) into a Fact or a context update, with counters."""
+
+    def __init__(self, matchers: Iterable[Matcher], cluster: ClusterContext | None = None):
+        self.matchers = list(matchers)
+        self.cluster = cluster or ClusterContext()
+        self.dropped_values = 0
+
+    def _typed(self, m: Matcher, groups: Mapping[str, str]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, raw in groups.items():
+            if raw is None or raw == "":
+                continue
+            kind = m.types.get(name) or ("int" if name in _INT_GROUPS else "str")
+            value: Any = clean_text(raw)
+            if kind in ("int", "float"):
+                value = _number(raw.strip(), kind)
+                if value is None:
+                    self.dropped_values += 1
+                    continue
+            out[name] = value
+        node = out.get("node")
+        if node is not None and not NODE_RE.match(str(node)):
+            out.pop("node")
+            self.dropped_values += 1
+        job = out.get("job")
+        if job is not None and not JOB_RE.match(str(job)):
+            out.pop("job")
+            self.dropped_values += 1
+        return out
+
+    def convert(self, index: int, groups: Mapping[str, str], line: str, line_no: int, ctx: FileContext) -> Fact | None:
+        m = self.matchers[index]
+        at = parse_line_time(line, ctx.year)
+        if at is None:
+            at = ctx.last_at if ctx.last_at is not None else 0.0
+        else:
+            if ctx.year is None:
+                ctx.year = time.gmtime(at).tm_year
+            ctx.last_at = at
+        attrs = self._typed(m, groups)
+        if m.emit == "context":
+            if "job" in attrs:
+                ctx.job = str(attrs["job"])
+            if "attempt" in attrs and isinstance(attrs["attempt"], int):
+                ctx.attempt = attrs["attempt"]
+            new_nodes = set()
+            if "node" in attrs:
+                new_nodes.add(str(attrs["node"]))
+            if "nodes" in attrs:
+                new_nodes.update(expand_hostlist(str(attrs["nodes"])))
+            ctx.nodes |= new_nodes
+            if ctx.job:
+                self.cluster.assign(ctx.job, ctx.attempt, ctx.nodes, at)
+            return None
+        fact_attrs: dict[str, Any] = dict(m.attrs)
+        fact_attrs.update(attrs)
+        fact_attrs.pop("nodes", None)
+        fact_attrs["matcher"] = m.id
+        fact_attrs["source"] = ctx.source
+        if "job" not in fact_attrs and ctx.job is not None:
+            fact_attrs["job"] = ctx.job
+        if "attempt" not in fact_attrs:
+            if ctx.attempt is not None and fact_attrs.get("job") == ctx.job:
+                fact_attrs["attempt"] = ctx.attempt
+        node = fact_attrs.get("node")
+        if node is None and len(ctx.nodes) == 1 and m.emit != "xid":
+            fact_attrs["node"] = next(iter(ctx.nodes))
+        if node is not None and "job" not in fact_attrs:
+            known = self.cluster.job_on(str(node))
+            if known:
+                fact_attrs["job"], att = known
+                if att is not None:
+                    fact_attrs["attempt"] = att
+        if "job" in fact_attrs and "attempt" not in fact_attrs:
+            fact_attrs["attempt"] = self.cluster.job_attempt.get(str(fact_attrs["job"]), 0)
+        if m.emit != "progress":
+            fact_attrs["text"] = clean_text(line, MAX_TEXT)
+        kind = {"log": "log", "xid": "xid", "progress": "progress"}[m.emit]
+        return Fact.make(kind, fact_attrs, at, f"{ctx.path}:{line_no}")

@@ -1,0 +1,248 @@
+"""The only module that knows durable_rules. It compiles condition trees to durable_rules JSON
+rulesets and runs facts through them, handling every sharp edge measured in DESIGN.md:
+
+- a fact no rule can match raises MessageNotHandledException: swallowed (nothing to remember);
+- an identical message twice raises MessageObservedException: every message carries our unique
+  fact id, and a re-assertion of a fact already held is ignored;
+- a two-parameter action is treated as asynchronous: our actions take exactly one parameter;
+- an exception inside an action is swallowed by durable_rules and blocks the session: our action
+  never raises; it records the error, and ``assert_fact`` re-raises it afterwards as ReteError;
+- ``set_rulesets`` mutates its input: we hand it a deep copy;
+- a ruleset name cannot be registered twice in one host: names are versioned (``recover_v3``);
+- its timers and background dispatch threads are not used: time is our clock's business, so
+  the host is created without its dispatch loop and every action runs synchronously, here.
+
+Derived facts are not asserted from inside actions: the firing is handed to ``on_fire`` after
+the assertion that caused it returns, and the caller asserts what it derives (no re-entrancy).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import logging
+import threading
+from typing import Any, Callable, Mapping
+
+from durable import engine as _dr
+
+from .facts import Fact
+from .rulebook.compile import CompiledRule, CompiledRulebook
+from .rulebook.conditions import AllOf, AnyOf, Cmp, Same
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ReteError", "ReteNetwork", "ReteSession", "compile_rule", "fact_message"]
+
+_NEVER = {"kind": "\x00never"}
+
+
+class ReteError(RuntimeError):
+    """The engine could not take a fact, or an action failed inside it."""
+
+
+class _QuietHost(_dr.Host):
+    """A durable_rules host without its background dispatch and timer threads."""
+
+    def _run(self) -> None:  # noqa: D401 - deliberately does nothing
+        return None
+
+
+_HOST: _QuietHost | None = None
+_VERSION = itertools.count(1)
+_LOCK = threading.RLock()
+
+
+def _host() -> _QuietHost:
+    global _HOST
+    if _HOST is None:
+        _HOST = _QuietHost()
+    return _HOST
+
+
+def _where(tree: Any) -> dict:
+    if isinstance(tree, AllOf):
+        parts = [_where(i) for i in tree.items]
+        return {"$and": parts} if len(parts) != 1 else parts[0]
+    if isinstance(tree, AnyOf):
+        parts = [_where(i) for i in tree.items]
+        return {"$or": parts} if len(parts) != 1 else parts[0]
+    if isinstance(tree, Same):
+        return {tree.attr: {tree.alias: tree.ref_attr}}
+    if isinstance(tree, Cmp):
+        a, v = tree.attr, tree.value
+        if tree.op == "eq":
+            return {a: v}
+        if tree.op == "ne":
+            return {"$or": [{"$nex": {a: 1}}, {"$neq": {a: v}}]}
+        if tree.op in ("gt", "ge", "lt", "le"):
+            return {{"gt": "$gt", "ge": "$gte", "lt": "$lt", "le": "$lte"}[tree.op]: {a: v}}
+        if tree.op == "in":
+            if not v:
+                return dict(_NEVER)
+            return {"$or": [{a: x} for x in v]} if len(v) > 1 else {a: v[0]}
+        if tree.op == "not_in":
+            if not v:
+                return {"$or": [{"$nex": {a: 1}}, {"$ex": {a: 1}}]}
+            return {"$or": [{"$nex": {a: 1}}, {"$and": [{"$neq": {a: x}} for x in v]}]}
+        if tree.op == "exists":
+            return {"$ex": {a: 1}} if v else {"$nex": {a: 1}}
+    raise TypeError(f"cannot compile {tree!r}")
+
+
+def compile_rule(cr: CompiledRule) -> dict:
+    """The durable_rules definition of one rule (absent conditions are left to the engine)."""
+    rule = cr.rule
+    positive = [(c, t) for c, t in zip(rule.conditions, cr.trees) if c.absent_for is None]
+    first = positive[0][0].alias
+    terms = []
+    for i, (cond, tree) in enumerate(positive):
+        parts: list[dict] = [{"kind": cond.kind}]
+        if tree.items:
+            parts.append(_where(tree))
+        if i > 0:
+            for attr in rule.join:
+                parts.append({attr: {first: attr}})
+            if rule.within is not None:
+                w = rule.within
+                parts.append({"$lte": {"at": {"$add": {"$l": {first: "at"}, "$r": w}}}})
+                parts.append({"$gte": {"at": {"$sub": {"$l": {first: "at"}, "$r": w}}}})
+        terms.append({cond.alias: {"$and": parts} if len(parts) > 1 else parts[0]})
+    return {"all": terms}
+
+
+def fact_message(fact: Fact, sid: str) -> dict:
+    msg: dict[str, Any] = {}
+    for k, v in fact.attrs.items():
+        if v is None:
+            continue
+        msg[k] = list(v) if isinstance(v, tuple) else v
+    msg.update({"id": fact.id, "sid": sid, "kind": fact.kind, "at": fact.at})
+    return msg
+
+
+class ReteNetwork:
+    """One compiled rulebook registered in the process-wide host under a versioned name."""
+
+    def __init__(self, compiled: CompiledRulebook):
+        self.compiled = compiled
+        self.name = f"recover_v{next(_VERSION)}"
+        self.rules: dict[str, CompiledRule] = {}
+        self._sessions: dict[str, "ReteSession"] = {}
+        definition: dict[str, dict] = {}
+        for idx, cr in enumerate(compiled.rules):
+            if not any(c.absent_for is None for c in cr.rule.conditions):
+                continue
+            key = f"r{idx}"
+            self.rules[key] = cr
+            body = compile_rule(cr)
+            body["run"] = self._action(key)
+            definition[key] = body
+        if not definition:  # durable_rules needs at least one rule
+            definition["r_none"] = {"all": [{"m": dict(_NEVER)}], "run": self._action("r_none")}
+        with _LOCK:
+            _host().register_rulesets({self.name: copy.deepcopy(definition)})  # it mutates its input
+        self._ruleset = _host().get_ruleset(self.name)
+
+    def definition_json(self) -> str:
+        """The JSON handed to durable_rules (for golden tests and debugging)."""
+        out = {}
+        for key, cr in self.rules.items():
+            out[cr.rule.id] = compile_rule(cr)
+        return json.dumps(out, sort_keys=True, indent=1)
+
+    def _action(self, key: str) -> Callable[[Any], None]:
+        network = self
+
+        def action(c):  # exactly one parameter: durable_rules runs it synchronously
+            try:
+                sid = str(c.s.sid) if c.s is not None else "0"
+                session = network._sessions.get(sid)
+                if session is None:
+                    return
+                matched = {}
+                for alias, value in (c._m or {}).items():
+                    matched[alias] = dict(value) if isinstance(value, dict) else value
+                session._pending.append((network.rules.get(key), matched))
+            except BaseException as exc:  # never let durable_rules see an exception
+                session = network._sessions.get(str(getattr(c.s, "sid", "0")))
+                if session is not None:
+                    session._error = exc
+
+        return action
+
+    def session(self, sid: str | None = None) -> "ReteSession":
+        sid = sid or str(len(self._sessions) + 1)
+        s = ReteSession(self, sid)
+        self._sessions[sid] = s
+        return s
+
+    def close_session(self, sid: str) -> None:
+        # durable_rules never frees a session's state (delete_state crashed the process in our
+        # measurements), so a closed session is only forgotten here; callers keep sessions few.
+        self._sessions.pop(sid, None)
+
+
+class ReteSession:
+    """Facts in, firings out: ``assert_fact`` returns [(CompiledRule, {alias: fact-dict})]."""
+
+    def __init__(self, network: ReteNetwork, sid: str):
+        self.network = network
+        self.sid = sid
+        self._pending: list[tuple[CompiledRule | None, dict]] = []
+        self._error: BaseException | None = None
+        self._held: dict[str, dict] = {}  # fact id -> message, for retraction
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def _call(self, fn: Callable[[dict], Any], msg: dict) -> list[tuple[CompiledRule, dict]]:
+        with _LOCK:
+            self._pending = []
+            self._error = None
+            try:
+                fn(msg)
+            except _dr.MessageNotHandledException:
+                pass
+            except _dr.MessageObservedException:
+                pass
+            except Exception as exc:
+                raise ReteError(f"durable_rules refused fact {msg.get('id')}: {exc}") from exc
+            state_exc = None
+            try:
+                state = self.network._ruleset.get_state(self.sid)
+                state_exc = state.get("exception") if isinstance(state, dict) else None
+            except Exception:
+                state = None
+            if state_exc:
+                # unblock the session, then report
+                cleared = {k: v for k, v in state.items() if k != "exception"}
+                cleared["sid"] = self.sid
+                self.network._ruleset.update_state(cleared)
+                raise ReteError(f"a rule action failed: {state_exc}")
+            if self._error is not None:
+                err, self._error = self._error, None
+                raise ReteError(f"a rule action failed: {err!r}") from err
+            fired, self._pending = self._pending, []
+            return [(cr, m) for cr, m in fired if cr is not None]
+
+    def assert_fact(self, fact: Fact) -> list[tuple[CompiledRule, dict]]:
+        if fact.id in self._held:
+            return []
+        msg = fact_message(fact, self.sid)
+        self._held[fact.id] = msg
+        try:
+            return self._call(lambda m: _host().assert_fact(self.network.name, m), msg)
+        except ReteError:
+            self._held.pop(fact.id, None)
+            raise
+
+    def retract_fact(self, fact_id: str) -> list[tuple[CompiledRule, dict]]:
+        msg = self._held.pop(fact_id, None)
+        if msg is None:
+            return []
+        return self._call(lambda m: _host().retract_fact(self.network.name, m), msg)
+
+    def held(self) -> list[str]:
+        return list(self._held)

@@ -1,0 +1,216 @@
+"""Last load stage: resolve references, compile regexes and templates, fill policy defaults.
+
+Nothing in a rulebook may first fail at fire time: every regex is compiled by RE2 and every
+template by a sandboxed Jinja environment here, and every name a rule, plan or template uses is
+checked to exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import jinja2
+from jinja2 import meta
+from jinja2.sandbox import SandboxedEnvironment
+
+from .conditions import aliases_used, references, resolve
+from .model import DECISIONS, FAULT_CLASSES, Diagnostic, Rule, Rulebook, frozen
+from .yamlmarks import Mark
+
+__all__ = ["CompiledRulebook", "Template", "compile_rulebook", "ACTION_VARS", "DEFAULT_POLICY", "jinja_env"]
+
+ACTION_VARS = frozenset({"incident", "job", "attempt", "node", "nodes", "fault_class", "decision", "reason"})
+DEFAULT_POLICY: Mapping[str, Any] = {
+    "settle": 120.0,
+    "decisions": {fc: dec for fc, (_, dec) in FAULT_CLASSES.items()},
+    "priorities": {fc: pri for fc, (pri, _) in FAULT_CLASSES.items()},
+    "plans": {"restart": ("requeue",), "isolate_and_restart": ("drain", "exclude", "requeue"), "stop": ("notify",), "observe": ()},
+}
+
+_ENV = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
+
+
+def jinja_env() -> SandboxedEnvironment:
+    return _ENV
+
+
+class Template:
+    """A string that may be a Jinja template; plain strings render to themselves for free."""
+
+    __slots__ = ("source", "_tmpl")
+
+    def __init__(self, source: str, compiled: jinja2.Template | None):
+        self.source = source
+        self._tmpl = compiled
+
+    def render(self, variables: Mapping[str, Any]) -> str:
+        if self._tmpl is None:
+            return self.source
+        return self._tmpl.render(variables)
+
+    def __repr__(self) -> str:
+        return f"Template({self.source!r})"
+
+
+@dataclass(frozen=True)
+class CompiledRule:
+    rule: Rule
+    trees: tuple  # resolved where-tree per condition
+    then_templates: Mapping[str, Any]  # attr -> Template or tuple of Templates or constant
+    priority: int
+
+
+@dataclass(frozen=True)
+class CompiledAction:
+    name: str
+    argv: tuple[Template, ...]
+    per: str
+    scheduler: str
+    verify: str | None
+    timeout: float
+    mark: Mark
+
+
+@dataclass(frozen=True)
+class CompiledRulebook:
+    book: Rulebook
+    rules: tuple[CompiledRule, ...]
+    actions: Mapping[str, CompiledAction]
+    policy: Mapping[str, Any]
+
+    @property
+    def matchers(self):
+        return tuple(m for m in self.book.matchers if m.enabled)
+
+    def rule(self, rule_id: str) -> CompiledRule | None:
+        for r in self.rules:
+            if r.rule.id == rule_id:
+                return r
+        return None
+
+
+def _compile_template(source: str, allowed: frozenset[str] | set[str], mark: Mark, what: str,
+                      diags: list[Diagnostic]) -> Template | None:
+    if "{{" not in source and "{%" not in source and "{#" not in source:
+        return Template(source, None)
+    try:
+        ast = _ENV.parse(source)
+        names = meta.find_undeclared_variables(ast)
+        unknown = sorted(names - set(allowed))
+        if unknown:
+            diags.append(Diagnostic(mark, "E-TEMPLATE", f"{what}: template uses undefined variable(s) {', '.join(unknown)}",
+                                    f"available: {', '.join(sorted(allowed)) or 'none'}"))
+            return None
+        return Template(source, _ENV.from_string(source))
+    except jinja2.TemplateSyntaxError as exc:
+        diags.append(Diagnostic(mark, "E-TEMPLATE", f"{what}: template does not compile: {exc.message}", "check {{ }} and filters"))
+        return None
+
+
+def compile_rulebook(book: Rulebook) -> tuple[CompiledRulebook, list[Diagnostic]]:
+    from ..matching import check_pattern  # the scanner owns what a valid pattern is
+
+    diags: list[Diagnostic] = []
+    used_lists: set[str] = set()
+    used_macros: set[str] = set()
+
+    # macros may use lists and other macros
+    for name, tree in book.macros.items():
+        ls, ms = references(tree)
+        used_lists |= ls
+        used_macros |= ms
+
+    def reporter(default_mark: Mark):
+        def report(mark: Mark, code: str, message: str, hint: str) -> None:
+            diags.append(Diagnostic(mark if mark.line else default_mark, code, message, hint))
+        return report
+
+    for m in book.matchers:
+        if not m.enabled:
+            continue
+        problem = check_pattern(m.pattern)
+        if problem:
+            diags.append(Diagnostic(m.mark, "E-REGEX", f"matcher {m.id}: {problem}", "patterns are RE2 syntax"))
+            continue
+        if m.emit == "xid" and "(?P<code>" not in m.pattern:
+            diags.append(Diagnostic(m.mark, "E-REGEX", f"matcher {m.id}: emit xid needs a (?P<code>...) group"))
+        for group in m.types:
+            if f"(?P<{group}>" not in m.pattern:
+                diags.append(Diagnostic(m.mark, "E-REF", f"matcher {m.id}: types names group {group!r}, which the pattern lacks", "", "warning"))
+
+    priorities = {**DEFAULT_POLICY["priorities"], **dict(book.policy.get("priorities", {}))}
+    compiled_rules: list[CompiledRule] = []
+    for rule in book.rules:
+        if not rule.enabled:
+            continue
+        report = reporter(rule.mark)
+        trees = []
+        for cond in rule.conditions:
+            ls, ms = references(cond.where)
+            used_lists |= ls
+            used_macros |= ms
+            for name in ls:
+                if name not in book.lists:
+                    diags.append(Diagnostic(cond.mark, "E-REF", f"rule {rule.id}: unknown list {name!r}",
+                                            f"known: {', '.join(sorted(book.lists)) or 'none'}"))
+            trees.append(resolve(cond.where, book.lists, book.macros, report))
+        aliases = {c.alias for c in rule.conditions if c.absent_for is None}
+        for cond in rule.conditions:
+            if cond.absent_for is not None and not rule.join and not aliases_used(cond.where):
+                diags.append(Diagnostic(cond.mark, "E-VALUE", f"rule {rule.id}: an absence needs join attributes or a same: test",
+                                        "otherwise any fact anywhere would cancel it"))
+        templates: dict[str, Any] = {}
+        for key, value in rule.then_attrs.items():
+            if isinstance(value, tuple):
+                items = tuple(_compile_template(v, aliases, rule.mark, f"rule {rule.id} then.{key}", diags) if isinstance(v, str) else v
+                              for v in value)
+                templates[key] = items
+            elif isinstance(value, str):
+                templates[key] = _compile_template(value, aliases, rule.mark, f"rule {rule.id} then.{key}", diags)
+            else:
+                templates[key] = value
+        pri = rule.then_attrs.get("priority")
+        if pri is None and rule.then_kind == "fault":
+            pri = priorities.get(rule.then_attrs.get("fault_class", "unknown"), 0)
+        compiled_rules.append(CompiledRule(rule, tuple(trees), MappingProxyType(templates), int(pri or 0)))
+
+    actions: dict[str, CompiledAction] = {}
+    for name, action in book.actions.items():
+        argv = []
+        ok = True
+        for i, elem in enumerate(action.argv):
+            t = _compile_template(elem, ACTION_VARS, action.mark, f"action {name} argv[{i}]", diags)
+            ok = ok and t is not None
+            argv.append(t)
+        if action.per == "job" and any(t is not None and t._tmpl is not None and "node" in meta.find_undeclared_variables(_ENV.parse(t.source)) for t in argv):
+            diags.append(Diagnostic(action.mark, "E-TEMPLATE", f"action {name}: uses {{{{ node }}}} but runs once per job", "set per: node, or use nodes"))
+            ok = False
+        if ok:
+            actions[name] = CompiledAction(name, tuple(argv), action.per, action.scheduler, action.verify, action.timeout, action.mark)
+
+    policy = {key: (dict(value) if isinstance(value, Mapping) else value) for key, value in DEFAULT_POLICY.items()}
+    for key, value in book.policy.items():
+        if isinstance(value, Mapping) and isinstance(policy.get(key), dict):
+            policy[key].update(value)
+        else:
+            policy[key] = value
+    pmark = Mark(book.files[-1] if book.files else "?", 1, 1)
+    for dec, names in policy["plans"].items():
+        for n in names:
+            if n not in book.actions:
+                marks = book.origins.get(("policy", "plans"), (pmark,))
+                diags.append(Diagnostic(marks[-1], "E-REF", f"policy.plans.{dec} names unknown action {n!r}",
+                                        f"known: {', '.join(sorted(book.actions)) or 'none'}"))
+    for dec in DECISIONS:
+        policy["plans"].setdefault(dec, ())
+
+    for name in book.lists:
+        if name not in used_lists:
+            diags.append(Diagnostic(book.origins[("lists", name)][-1], "W-UNUSED", f"list {name!r} is never used", "", "warning"))
+    for name in book.macros:
+        if name not in used_macros:
+            diags.append(Diagnostic(book.origins[("macros", name)][-1], "W-UNUSED", f"macro {name!r} is never used", "", "warning"))
+
+    return CompiledRulebook(book, tuple(compiled_rules), MappingProxyType(actions), frozen(policy)), diags

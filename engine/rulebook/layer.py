@@ -1,0 +1,140 @@
+"""Site layering: later files replace or extend earlier items by name, per field, explicitly.
+
+A later item with the name of an earlier one must say ``override:``; then each field it gives
+replaces the earlier value, or is appended to it where the override says ``append`` (structured
+fields only: conditions, join, sources, argv, list items, attrs). An override of a name that no
+earlier file defines is an error. ``policy`` mappings merge key by key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
+
+from .model import Diagnostic, FileModel, Rulebook, frozen
+from .yamlmarks import Mark
+
+__all__ = ["layer"]
+
+# YAML field name -> model attribute(s), per item type
+_RULE_FIELDS = {"when": ("conditions",), "then": ("then_kind", "then_attrs"), "for": ("for_s",), "join": ("join",),
+                "within": ("within",), "description": ("description",), "enabled": ("enabled",), "id": (), "override": ()}
+_MATCHER_FIELDS = {"source": ("sources",), "pattern": ("pattern",), "emit": ("emit",), "attrs": ("attrs",), "types": ("types",),
+                   "sample": ("sample",), "ignore_case": ("ignore_case",), "description": ("description",),
+                   "enabled": ("enabled",), "id": (), "override": ()}
+_ACTION_FIELDS = {"argv": ("argv",), "scheduler": ("scheduler",), "per": ("per",), "verify": ("verify",),
+                  "timeout": ("timeout",), "description": ("description",), "override": ()}
+
+
+def _combine(old: Any, new: Any, mode: str) -> Any | None:
+    if mode == "replace":
+        return new
+    if isinstance(old, tuple) and isinstance(new, tuple):
+        return old + new
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        return MappingProxyType({**old, **new})
+    return None
+
+
+def _merge_item(old: Any, new: Any, given: Mapping[str, str], modes: Mapping[str, str], fields: Mapping[str, tuple],
+                what: str, mark: Mark, diags: list[Diagnostic]) -> Any:
+    changes: dict[str, Any] = {}
+    for yaml_field in given:
+        for attr in fields.get(yaml_field, ()):
+            mode = modes.get(yaml_field, modes.get("*", "replace"))
+            value = _combine(getattr(old, attr), getattr(new, attr), mode)
+            if value is None:
+                diags.append(Diagnostic(mark, "E-OVERRIDE", f"{what}: field {yaml_field!r} cannot be appended to", "use replace"))
+                continue
+            changes[attr] = value
+    return replace(old, **changes, mark=new.mark) if changes else old
+
+
+def layer(files: Sequence[FileModel]) -> tuple[Rulebook, list[Diagnostic]]:
+    diags: list[Diagnostic] = []
+    lists: dict[str, tuple] = {}
+    macros: dict[str, Any] = {}
+    matchers: dict[str, Any] = {}
+    rules: dict[str, Any] = {}
+    actions: dict[str, Any] = {}
+    policy: dict[str, Any] = {}
+    tests: list = []
+    origins: dict[tuple[str, str], tuple[Mark, ...]] = {}
+    test_names: dict[str, Mark] = {}
+
+    def note(section: str, name: str, mark: Mark) -> None:
+        origins[(section, name)] = origins.get((section, name), ()) + (mark,)
+
+    for fm in files:
+        # lists and macros: whole-value replace or append
+        for section, store in (("lists", lists), ("macros", macros)):
+            for name, value in getattr(fm, section).items():
+                mark = fm.marks[(section, name)]
+                ov = fm.overrides.get((section, name))
+                if name in store:
+                    if ov is None:
+                        first = origins[(section, name)][0]
+                        diags.append(Diagnostic(mark, "E-DUP-ID", f"{section[:-1]} {name!r} is already defined at {first}",
+                                                f"to change it, write {name}: {{override: replace|append, items: [...]}}" if section == "lists"
+                                                else f"to change it, write {name}: {{override: true, where: ...}}"))
+                        continue
+                    mode = next(iter(ov.values()))
+                    if mode == "append" and section == "lists":
+                        store[name] = store[name] + value
+                    else:
+                        store[name] = value
+                else:
+                    if ov is not None:
+                        diags.append(Diagnostic(mark, "E-OVERRIDE-NOTHING", f"override of {section[:-1]} {name!r}, which no earlier file defines",
+                                                "remove override: to define it"))
+                    store[name] = value
+                note(section, name, mark)
+        # matchers, rules, actions: per-field merge
+        for section, items, store, fields in (
+            ("matchers", {m.id: m for m in fm.matchers}, matchers, _MATCHER_FIELDS),
+            ("rules", {r.id: r for r in fm.rules}, rules, _RULE_FIELDS),
+            ("actions", dict(fm.actions), actions, _ACTION_FIELDS),
+        ):
+            for name, item in items.items():
+                mark = fm.marks[(section, name)]
+                ov = fm.overrides.get((section, name))
+                if name in store:
+                    if ov is None:
+                        first = origins[(section, name)][0]
+                        diags.append(Diagnostic(mark, "E-DUP-ID", f"{section[:-1]} {name!r} is already defined at {first}",
+                                                "to change it, add override: true (or override: {field: append})"))
+                        continue
+                    given = fm.overrides.get((section + ".fields", name), {})
+                    store[name] = _merge_item(store[name], item, given, ov, fields, f"{section[:-1]} {name}", mark, diags)
+                else:
+                    if ov is not None:
+                        diags.append(Diagnostic(mark, "E-OVERRIDE-NOTHING", f"override of {section[:-1]} {name!r}, which no earlier file defines",
+                                                "remove override: to define a new one"))
+                    store[name] = item
+                note(section, name, mark)
+        for key, value in fm.policy.items():
+            if isinstance(value, Mapping) and isinstance(policy.get(key), Mapping):
+                policy[key] = {**policy[key], **value}
+            else:
+                policy[key] = value
+            note("policy", key, fm.policy_marks.get(key, Mark(fm.path, 1, 1)))
+        for t in fm.tests:
+            if t.name in test_names:
+                diags.append(Diagnostic(t.mark, "E-DUP-ID", f"test {t.name!r} is already defined at {test_names[t.name]}"))
+                continue
+            test_names[t.name] = t.mark
+            tests.append(t)
+
+    book = Rulebook(
+        files=tuple(f.path for f in files),
+        lists=MappingProxyType(lists),
+        macros=MappingProxyType(macros),
+        matchers=tuple(matchers.values()),
+        rules=tuple(rules.values()),
+        actions=MappingProxyType(actions),
+        policy=frozen(policy),
+        tests=tuple(tests),
+        origins=MappingProxyType(origins),
+    )
+    return book, diags

@@ -1,0 +1,127 @@
+"""YAML with marks: plain dicts/lists/scalars that remember where each node was written.
+
+``load_marked(text, path)`` returns a ``MDict``/``MList``/scalar tree; every container has
+``.mark`` (its own position) and ``.key_marks`` / ``.item_marks`` (the position of each key's
+value), so validation can point at ``file:line:col``. Lines and columns are 1-based.
+Duplicate keys are reported (PyYAML silently keeps the last one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+__all__ = ["Mark", "MDict", "MList", "load_marked", "YamlProblem", "mark_of"]
+
+
+@dataclass(frozen=True)
+class Mark:
+    file: str
+    line: int
+    col: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+class MDict(dict):
+    mark: Mark
+    key_marks: dict[str, Mark]
+
+
+class MList(list):
+    mark: Mark
+    item_marks: list[Mark]
+
+
+@dataclass(frozen=True)
+class YamlProblem:
+    mark: Mark
+    code: str
+    message: str
+
+
+def _mark(node: yaml.Node, path: str) -> Mark:
+    return Mark(path, node.start_mark.line + 1, node.start_mark.column + 1)
+
+
+class _Builder:
+    def __init__(self, path: str):
+        self.path = path
+        self.problems: list[YamlProblem] = []
+        self._scalar_loader = yaml.SafeLoader("")
+
+    def build(self, node: yaml.Node) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            out = MDict()
+            out.mark = _mark(node, self.path)
+            out.key_marks = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    self.problems.append(
+                        YamlProblem(_mark(key_node, self.path), "E-YAML", "YAML merge keys (<<) are not supported; use macros")
+                    )
+                    continue
+                key = self.build(key_node)
+                if not isinstance(key, (str, int, float, bool)) or key is None:
+                    self.problems.append(YamlProblem(_mark(key_node, self.path), "E-YAML", "mapping keys must be scalars"))
+                    continue
+                key = str(key) if not isinstance(key, str) else key
+                if key in out:
+                    self.problems.append(
+                        YamlProblem(_mark(key_node, self.path), "E-DUPKEY", f"duplicate key {key!r} (the first is at line {out.key_marks[key].line})")
+                    )
+                    continue
+                out[key] = self.build(value_node)
+                out.key_marks[key] = _mark(value_node, self.path)
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            out_l = MList()
+            out_l.mark = _mark(node, self.path)
+            out_l.item_marks = []
+            for item in node.value:
+                out_l.append(self.build(item))
+                out_l.item_marks.append(_mark(item, self.path))
+            return out_l
+        # scalars: let PyYAML's safe constructor resolve types (int, float, bool, null, str)
+        try:
+            return self._scalar_loader.construct_object(node, deep=True)
+        except yaml.YAMLError as exc:
+            self.problems.append(YamlProblem(_mark(node, self.path), "E-YAML", str(exc).splitlines()[0]))
+            return None
+
+
+def load_marked(text: str, path: str) -> tuple[Any, list[YamlProblem]]:
+    """Parse one YAML document. Returns (tree or None, problems)."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        m = exc.problem_mark or exc.context_mark
+        mark = Mark(path, m.line + 1, m.column + 1) if m else Mark(path, 1, 1)
+        msg = exc.problem or str(exc)
+        if exc.context:
+            msg = f"{exc.context}: {msg}"
+        return None, [YamlProblem(mark, "E-YAML", f"invalid YAML: {msg}")]
+    except yaml.YAMLError as exc:  # e.g. more than one document
+        return None, [YamlProblem(Mark(path, 1, 1), "E-YAML", f"invalid YAML: {str(exc).splitlines()[0]}")]
+    except (ValueError, UnicodeError) as exc:
+        return None, [YamlProblem(Mark(path, 1, 1), "E-YAML", f"invalid YAML: {exc}")]
+    if node is None:
+        return None, []
+    builder = _Builder(path)
+    return builder.build(node), builder.problems
+
+
+def mark_of(container: Any, key: Any = None, default: Mark | None = None) -> Mark:
+    """The mark of ``container[key]`` (or of the container when key is None)."""
+    if key is not None:
+        if isinstance(container, MDict) and key in container.key_marks:
+            return container.key_marks[key]
+        if isinstance(container, MList) and isinstance(key, int) and 0 <= key < len(container.item_marks):
+            return container.item_marks[key]
+    m = getattr(container, "mark", None)
+    if m is not None:
+        return m
+    return default or Mark("?", 0, 0)

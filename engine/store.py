@@ -1,0 +1,311 @@
+"""The incident store: SQLite in WAL mode, safe to read from another process while one writes.
+
+Tables: incidents, facts (with origins), firings (rule id, rulebook file:line, matched facts,
+what was asserted), actions (the journal: rendered argv, mode, status, idempotency key),
+offsets (where each followed source was read up to), meta.
+
+Usage::
+
+    store = Store("recover.db")
+    inc = store.open_incident(key="job:1234:0", job="1234", attempt=0, node=None, at=t)
+    store.add_fact(inc, fact)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from .facts import Fact
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Store", "StoreError", "IncidentRow", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS incidents (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL,
+    job TEXT, attempt INTEGER, node TEXT,
+    status TEXT NOT NULL DEFAULT 'open',          -- open | closed
+    opened_at REAL NOT NULL, last_evidence_at REAL NOT NULL, closed_at REAL,
+    detected_wall REAL NOT NULL,                   -- wall clock when it opened (latency metrics)
+    fault_class TEXT, decision TEXT, nodes TEXT NOT NULL DEFAULT '[]',
+    fault_fact TEXT, reason TEXT, guards TEXT NOT NULL DEFAULT '[]', mode TEXT,
+    rulebook TEXT
+);
+CREATE INDEX IF NOT EXISTS incidents_key ON incidents(key, status);
+CREATE TABLE IF NOT EXISTS facts (
+    incident INTEGER NOT NULL REFERENCES incidents(id),
+    id TEXT NOT NULL, kind TEXT NOT NULL, attrs TEXT NOT NULL, at REAL NOT NULL,
+    origin TEXT NOT NULL, count INTEGER NOT NULL DEFAULT 1, derived_by INTEGER,
+    PRIMARY KEY (incident, id)
+);
+CREATE TABLE IF NOT EXISTS firings (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    incident INTEGER REFERENCES incidents(id),
+    rule TEXT NOT NULL, rule_mark TEXT NOT NULL, description TEXT NOT NULL,
+    matched TEXT NOT NULL,      -- {alias: fact id}
+    asserted TEXT,              -- fact id of what it derived
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS firings_incident ON firings(incident);
+CREATE TABLE IF NOT EXISTS actions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    incident INTEGER NOT NULL REFERENCES incidents(id),
+    idem_key TEXT NOT NULL UNIQUE,
+    action TEXT NOT NULL, target TEXT NOT NULL, argv TEXT NOT NULL,
+    mode TEXT NOT NULL,         -- recommend | act
+    status TEXT NOT NULL,       -- recommended | planned | started | succeeded | failed | verified | escalated | skipped
+    rc INTEGER, output TEXT, verified INTEGER, attempts INTEGER NOT NULL DEFAULT 0,
+    note TEXT,
+    created_at REAL NOT NULL, updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS actions_incident ON actions(incident);
+CREATE TABLE IF NOT EXISTS offsets (
+    source TEXT PRIMARY KEY, inode INTEGER, offset INTEGER NOT NULL, line_no INTEGER NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS reviews (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    incident INTEGER NOT NULL REFERENCES incidents(id),
+    verdict TEXT NOT NULL, did TEXT, by TEXT, at REAL NOT NULL
+);
+"""
+
+
+class StoreError(Exception):
+    """The store could not be opened or written (bad path, full disk, not a Recover database)."""
+
+
+@dataclass(frozen=True)
+class IncidentRow:
+    id: int
+    key: str
+    job: str | None
+    attempt: int | None
+    node: str | None
+    status: str
+    opened_at: float
+    last_evidence_at: float
+    closed_at: float | None
+    detected_wall: float
+    fault_class: str | None
+    decision: str | None
+    nodes: tuple[str, ...]
+    fault_fact: str | None
+    reason: str | None
+    guards: tuple
+    mode: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.__dict__.copy()
+        d["nodes"] = list(self.nodes)
+        d["guards"] = list(self.guards)
+        return d
+
+
+def _row_to_incident(r: sqlite3.Row) -> IncidentRow:
+    return IncidentRow(
+        id=r["id"], key=r["key"], job=r["job"], attempt=r["attempt"], node=r["node"], status=r["status"],
+        opened_at=r["opened_at"], last_evidence_at=r["last_evidence_at"], closed_at=r["closed_at"],
+        detected_wall=r["detected_wall"], fault_class=r["fault_class"], decision=r["decision"],
+        nodes=tuple(json.loads(r["nodes"] or "[]")), fault_fact=r["fault_fact"], reason=r["reason"],
+        guards=tuple(json.loads(r["guards"] or "[]")), mode=r["mode"],
+    )
+
+
+class Store:
+    def __init__(self, path: str | Path = ":memory:", readonly: bool = False):
+        self.path = str(path)
+        self._lock = threading.RLock()
+        try:
+            if readonly:
+                if self.path != ":memory:" and not Path(self.path).exists():
+                    raise StoreError(f"{self.path}: no such database")
+                uri = f"file:{self.path}?mode=ro"
+                self.db = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=10)
+            else:
+                if self.path != ":memory:":
+                    Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                self.db = sqlite3.connect(self.path, check_same_thread=False, timeout=10, isolation_level=None)
+            self.db.row_factory = sqlite3.Row
+            if not readonly:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=NORMAL")
+                self.db.execute("PRAGMA foreign_keys=ON")
+                self.db.executescript(_SCHEMA)
+                self.db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            else:
+                self.db.execute("SELECT 1 FROM incidents LIMIT 1")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: {exc}") from None
+        except OSError as exc:
+            raise StoreError(f"{self.path}: {exc.strerror or exc}") from None
+
+    def close(self) -> None:
+        with self._lock:
+            self.db.close()
+
+    # -- writing ---------------------------------------------------------------------------
+    def _exec(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Cursor:
+        with self._lock:
+            try:
+                return self.db.execute(sql, args)
+            except sqlite3.OperationalError as exc:
+                raise StoreError(f"{self.path}: {exc}") from None
+
+    def transaction(self):
+        """``with store.transaction():`` groups writes into one commit."""
+        return _Tx(self)
+
+    def open_incident(self, key: str, job: str | None, attempt: int | None, node: str | None, at: float) -> int:
+        cur = self._exec(
+            "INSERT INTO incidents(key, job, attempt, node, opened_at, last_evidence_at, detected_wall) VALUES (?,?,?,?,?,?,?)",
+            (key, job, attempt, node, at, at, time.time()),
+        )
+        return int(cur.lastrowid)
+
+    def touch_incident(self, incident: int, at: float) -> None:
+        self._exec("UPDATE incidents SET last_evidence_at = MAX(last_evidence_at, ?) WHERE id = ?", (at, incident))
+
+    def close_incident(self, incident: int, at: float, fault_class: str, decision: str, nodes: Iterable[str],
+                       fault_fact: str | None, reason: str, guards: Sequence[Any] = (), mode: str = "recommend") -> None:
+        self._exec(
+            "UPDATE incidents SET status='closed', closed_at=?, fault_class=?, decision=?, nodes=?, fault_fact=?, reason=?, guards=?, mode=? WHERE id=?",
+            (at, fault_class, decision, json.dumps(sorted(set(nodes))), fault_fact, reason, json.dumps(list(guards)), mode, incident),
+        )
+
+    def add_fact(self, incident: int, fact: Fact, derived_by: int | None = None) -> None:
+        self._exec(
+            "INSERT INTO facts(incident, id, kind, attrs, at, origin, derived_by) VALUES (?,?,?,?,?,?,?) "
+            "ON CONFLICT(incident, id) DO NOTHING",
+            (incident, fact.id, fact.kind, json.dumps(fact.to_dict()["attrs"], sort_keys=True), fact.at, fact.origin, derived_by),
+        )
+
+    def bump_fact(self, fact_id: str, by: int = 1) -> None:
+        self._exec("UPDATE facts SET count = count + ? WHERE id = ?", (by, fact_id))
+
+    def add_firing(self, incident: int | None, rule: str, rule_mark: str, description: str,
+                   matched: dict[str, str], asserted: str | None, at: float) -> int:
+        cur = self._exec(
+            "INSERT INTO firings(incident, rule, rule_mark, description, matched, asserted, at) VALUES (?,?,?,?,?,?,?)",
+            (incident, rule, rule_mark, description, json.dumps(matched, sort_keys=True), asserted, at),
+        )
+        return int(cur.lastrowid)
+
+    def assign_firing(self, firing: int, incident: int) -> None:
+        self._exec("UPDATE firings SET incident = ? WHERE id = ? AND incident IS NULL", (incident, firing))
+
+    def add_action(self, incident: int, idem_key: str, action: str, target: str, argv: Sequence[str], mode: str,
+                   status: str, note: str = "") -> int | None:
+        """Journal an action; returns its id, or None when the idempotency key is already there."""
+        now = time.time()
+        cur = self._exec(
+            "INSERT INTO actions(incident, idem_key, action, target, argv, mode, status, note, created_at, updated_at) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(idem_key) DO NOTHING",
+            (incident, idem_key, action, target, json.dumps(list(argv)), mode, status, note, now, now),
+        )
+        return int(cur.lastrowid) if cur.rowcount else None
+
+    def update_action(self, action_id: int, status: str, rc: int | None = None, output: str | None = None,
+                      verified: bool | None = None, note: str | None = None, attempt: bool = False) -> None:
+        self._exec(
+            "UPDATE actions SET status=?, rc=COALESCE(?, rc), output=COALESCE(?, output), verified=COALESCE(?, verified), "
+            "note=COALESCE(?, note), attempts=attempts + ?, updated_at=? WHERE id=?",
+            (status, rc, output, None if verified is None else int(verified), note, 1 if attempt else 0, time.time(), action_id),
+        )
+
+    def save_offset(self, source: str, inode: int | None, offset: int, line_no: int) -> None:
+        self._exec(
+            "INSERT INTO offsets(source, inode, offset, line_no, updated_at) VALUES (?,?,?,?,?) "
+            "ON CONFLICT(source) DO UPDATE SET inode=excluded.inode, offset=excluded.offset, line_no=excluded.line_no, updated_at=excluded.updated_at",
+            (source, inode, offset, line_no, time.time()),
+        )
+
+    def add_review(self, incident: int, verdict: str, did: str | None, by: str | None, at: float | None = None) -> int:
+        cur = self._exec("INSERT INTO reviews(incident, verdict, did, by, at) VALUES (?,?,?,?,?)",
+                         (incident, verdict, did, by, at if at is not None else time.time()))
+        return int(cur.lastrowid)
+
+    # -- reading ---------------------------------------------------------------------------
+    def offsets(self) -> dict[str, tuple[int | None, int, int]]:
+        return {r["source"]: (r["inode"], r["offset"], r["line_no"]) for r in self._exec("SELECT * FROM offsets")}
+
+    def incident(self, incident: int) -> IncidentRow | None:
+        r = self._exec("SELECT * FROM incidents WHERE id = ?", (incident,)).fetchone()
+        return _row_to_incident(r) if r else None
+
+    def incidents(self, status: str | None = None, since: float | None = None) -> list[IncidentRow]:
+        sql, args = "SELECT * FROM incidents WHERE 1=1", []
+        if status:
+            sql += " AND status = ?"
+            args.append(status)
+        if since is not None:
+            sql += " AND opened_at >= ?"
+            args.append(since)
+        return [_row_to_incident(r) for r in self._exec(sql + " ORDER BY id", args)]
+
+    def facts(self, incident: int) -> list[tuple[Fact, int, int | None]]:
+        out = []
+        for r in self._exec("SELECT * FROM facts WHERE incident = ? ORDER BY at, rowid", (incident,)):
+            f = Fact(r["kind"], json.loads(r["attrs"]), r["at"], r["origin"], r["id"])
+            out.append((f, r["count"], r["derived_by"]))
+        return out
+
+    def firings(self, incident: int) -> list[dict[str, Any]]:
+        return [dict(r) | {"matched": json.loads(r["matched"])} for r in self._exec("SELECT * FROM firings WHERE incident = ? ORDER BY id", (incident,))]
+
+    def rules_fired(self, incident: int) -> list[str]:
+        return [r["rule"] for r in self._exec("SELECT DISTINCT rule FROM firings WHERE incident = ? ORDER BY id", (incident,))]
+
+    def actions(self, incident: int | None = None, status: str | None = None) -> list[dict[str, Any]]:
+        sql, args = "SELECT * FROM actions WHERE 1=1", []
+        if incident is not None:
+            sql += " AND incident = ?"
+            args.append(incident)
+        if status is not None:
+            sql += " AND status = ?"
+            args.append(status)
+        return [dict(r) | {"argv": json.loads(r["argv"])} for r in self._exec(sql + " ORDER BY id", args)]
+
+    def reviews(self, incident: int | None = None) -> list[dict[str, Any]]:
+        if incident is None:
+            return [dict(r) for r in self._exec("SELECT * FROM reviews ORDER BY id")]
+        return [dict(r) for r in self._exec("SELECT * FROM reviews WHERE incident = ? ORDER BY id", (incident,))]
+
+
+class _Tx:
+    def __init__(self, store: Store):
+        self.store = store
+
+    def __enter__(self) -> Store:
+        self.store._lock.acquire()
+        try:
+            self.store.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            self.store._lock.release()
+            raise StoreError(f"{self.store.path}: {exc}") from None
+        return self.store
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if exc_type is None:
+                try:
+                    self.store.db.execute("COMMIT")
+                except sqlite3.OperationalError as e:
+                    self.store.db.execute("ROLLBACK")
+                    raise StoreError(f"{self.store.path}: {e}") from None
+            else:
+                self.store.db.execute("ROLLBACK")
+        finally:
+            self.store._lock.release()
