@@ -244,11 +244,17 @@ class Engine:
 
     # -- incidents -------------------------------------------------------------------------
     def _route(self, derived: Fact, firing: tuple[CompiledRule, dict[str, str], str]) -> None:
-        key = incident_key(derived.attrs)
-        if key is None:
-            key = f"origin:{derived.origin}"
+        # a derived fact joins the open incident of the facts it was derived from; else its scope's
+        inc = None
+        for fid in firing[1].values():
+            live = self.live.get(fid)
+            if live is not None and live.incident is not None:
+                inc = next((i for i in self.open.values() if i.id == live.incident), None)
+                if inc is not None:
+                    break
+        key = inc.key if inc is not None else (incident_key(derived.attrs) or self._scope_of(firing[1]) or f"origin:{derived.origin}")
         opens = derived.kind == "fault" or derived.get("severity") in _OPENING
-        inc = self.open.get(key)
+        inc = inc or self.open.get(key)
         if inc is None and not opens:
             self.pending.setdefault(key, deque(maxlen=256)).append((derived, [firing]))
             return
@@ -264,6 +270,15 @@ class Engine:
                 if old.at >= derived.at - self.settle:
                     self._attach(inc, old, firings)
         self._attach(inc, derived, [firing])
+
+    def _scope_of(self, matched_ids: Mapping[str, str]) -> str | None:
+        for fid in matched_ids.values():
+            live = self.live.get(fid)
+            if live is not None:
+                key = incident_key(live.fact.attrs)
+                if key is not None:
+                    return key
+        return None
 
     def _attach(self, inc: _Open, fact: Fact, firings: list[tuple[CompiledRule, dict[str, str], str]]) -> None:
         for cr, matched_ids, asserted in firings:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from .facts import Fact
 from .incidents import ClosedIncident, Engine
@@ -27,7 +27,7 @@ from .store import Store
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["replay", "ReplayResult", "scan_file", "matcher_specs", "CHUNK"]
+__all__ = ["replay", "replay_inputs", "Input", "file_input", "ReplayResult", "scan_chunks", "matcher_specs", "CHUNK"]
 
 CHUNK = 4 * 1024 * 1024
 
@@ -48,30 +48,58 @@ def matcher_specs(compiled: CompiledRulebook) -> list[MatcherSpec]:
     return [MatcherSpec(m.id, m.pattern, sample=m.sample, ignore_case=m.ignore_case) for m in compiled.matchers]
 
 
-def scan_file(path: str, scanner: Scanner, converter: HitConverter, ctx: FileContext,
-              on_bytes: Callable[[int], None] | None = None) -> Iterable[Fact]:
-    """Yield the facts of one file (context lines update ``ctx``)."""
+def _file_chunks(path: str) -> Iterator[bytes]:
     with open(path, "rb") as fh:
         while True:
             data = fh.read(CHUNK)
             if not data:
-                hits = scanner.flush()
-            else:
-                hits = scanner.feed(data)
-                if on_bytes:
-                    on_bytes(len(data))
-            for hit in hits:
-                line = hit.line.decode("utf-8", errors="replace")
-                fact = converter.convert(hit.matcher, hit.groups, line, hit.line_no, ctx)
-                if fact is not None:
-                    yield fact
-            if not data:
                 return
+            yield data
 
 
-def replay(paths: Sequence[str], compiled: CompiledRulebook, store: Store, *, job: str | None = None,
-           attempt: int | None = None, nodes: Sequence[str] = (), scheduler: str = "slurm",
-           on_bytes: Callable[[int], None] | None = None, extra_facts: Sequence[Fact] = ()) -> ReplayResult:
+def matchers_for(compiled: CompiledRulebook, source: str) -> list[int]:
+    """Indexes (into compiled.matchers) of the matchers that apply to a source kind."""
+    return [i for i, m in enumerate(compiled.matchers) if source == "any" or source in m.sources or "any" in m.sources]
+
+
+def scan_chunks(chunks: Iterable[bytes], scanner: Scanner, converter: HitConverter, ctx: FileContext,
+                index_map: Sequence[int], on_bytes: Callable[[int], None] | None = None) -> Iterator[Fact]:
+    """Yield the facts of one stream (context lines update ``ctx``); ``index_map`` maps the
+    scanner's matcher numbers to the converter's."""
+    def convert(hits):
+        for hit in hits:
+            fact = converter.convert(index_map[hit.matcher], hit.groups, hit.line.decode("utf-8", errors="replace"), hit.line_no, ctx)
+            if fact is not None:
+                yield fact
+
+    for data in chunks:
+        if on_bytes:
+            on_bytes(len(data))
+        yield from convert(scanner.feed(data))
+    yield from convert(scanner.flush())
+
+
+@dataclass(frozen=True)
+class Input:
+    """One stream to replay: a name (path), the source kind, and how to read it."""
+
+    name: str
+    chunks: Callable[[], Iterable[bytes]]
+    source: str = "any"
+
+
+def file_input(path: str) -> Input:
+    return Input(path, lambda: _file_chunks(path))
+
+
+def replay(paths: Sequence[str], compiled: CompiledRulebook, store: Store, **kw) -> ReplayResult:
+    return replay_inputs([file_input(p) for p in paths], compiled, store, **kw)
+
+
+def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: Store, *, job: str | None = None,
+                  attempt: int | None = None, nodes: Sequence[str] = (), scheduler: str = "slurm",
+                  on_bytes: Callable[[int], None] | None = None, extra_facts: Sequence[Fact] = (),
+                  network=None) -> ReplayResult:
     result = ReplayResult()
     cluster = ClusterContext()
     if job is not None and nodes:
@@ -80,19 +108,21 @@ def replay(paths: Sequence[str], compiled: CompiledRulebook, store: Store, *, jo
     converter = HitConverter(matchers, cluster)
     specs = matcher_specs(compiled)
     collected: list[tuple[float, int, int, Fact]] = []
-    for file_index, path in enumerate(paths):
-        ctx = FileContext(path=path, job=job or job_from_filename(os.path.basename(path)), attempt=attempt)
+    for index, inp in enumerate(inputs):
+        ctx = FileContext(path=inp.name, source=inp.source, job=job or job_from_filename(os.path.basename(inp.name)),
+                          attempt=attempt)
         if nodes:
             ctx.nodes.update(nodes)
         if ctx.job:
             cluster.assign(ctx.job, ctx.attempt, ctx.nodes, 0.0)
-        scanner = Scanner(specs)
+        index_map = matchers_for(compiled, inp.source)
+        scanner = Scanner([specs[i] for i in index_map])
         try:
-            for seq, fact in enumerate(scan_file(path, scanner, converter, ctx, on_bytes)):
-                collected.append((fact.at, file_index, seq, fact))
+            for seq, fact in enumerate(scan_chunks(inp.chunks(), scanner, converter, ctx, index_map, on_bytes)):
+                collected.append((fact.at, index, seq, fact))
         except OSError as exc:
-            logger.error("%s: cannot read: %s", path, exc.strerror or exc)
-            result.unreadable.append(path)
+            logger.error("%s: cannot read: %s", inp.name, exc.strerror or exc)
+            result.unreadable.append(inp.name)
             continue
         result.files += 1
         result.bytes += scanner.bytes_seen
@@ -101,7 +131,7 @@ def replay(paths: Sequence[str], compiled: CompiledRulebook, store: Store, *, jo
         collected.append((fact.at, -1, 0, fact))
     collected.sort(key=lambda t: (t[0], t[1], t[2]))
     result.hits = len(collected)
-    engine = Engine(compiled, store, scheduler=scheduler, cluster=cluster)
+    engine = Engine(compiled, store, scheduler=scheduler, cluster=cluster, network=network)
     for _, _, _, fact in collected:
         engine.ingest(fact)
     result.incidents = engine.finish()

@@ -130,6 +130,7 @@ class ReteNetwork:
         self.name = f"recover_v{next(_VERSION)}"
         self.rules: dict[str, CompiledRule] = {}
         self._sessions: dict[str, "ReteSession"] = {}
+        self._sids = itertools.count(1)
         definition: dict[str, dict] = {}
         for idx, cr in enumerate(compiled.rules):
             if not any(c.absent_for is None for c in cr.rule.conditions):
@@ -173,7 +174,7 @@ class ReteNetwork:
         return action
 
     def session(self, sid: str | None = None) -> "ReteSession":
-        sid = sid or str(len(self._sessions) + 1)
+        sid = sid or str(next(self._sids))
         s = ReteSession(self, sid)
         self._sessions[sid] = s
         return s

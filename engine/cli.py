@@ -1,0 +1,213 @@
+"""The ``recover`` command line. Thin: parse, call the library, print (rich for people, --json
+for tools). Exit codes: 0 ok, 1 a check or test failed / the rulebook has errors, 2 usage or
+input errors (missing database, unknown incident, unreadable file).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .rulebook import load_rulebook
+
+app = typer.Typer(add_completion=True, no_args_is_help=True, help="Recover: detect, attribute, isolate and restart failed GPU training jobs.")
+rules_app = typer.Typer(no_args_is_help=True, help="Validate, test and inspect rulebooks.")
+app.add_typer(rules_app, name="rules")
+
+DEFAULT_DB = "recover.db"
+RulesOpt = typer.Option(None, "--rules", "-r", help="Site rulebook file or folder, layered over the defaults (repeatable).")
+NoDefaultsOpt = typer.Option(False, "--no-defaults", help="Do not load the shipped default rulebook.")
+DbOpt = typer.Option(None, "--db", help="SQLite incident store (default: $RECOVER_DB or ./recover.db).")
+JsonOpt = typer.Option(False, "--json", help="Machine-readable output: one JSON object per line.")
+
+
+def _db(path: Optional[str]) -> str:
+    return path or os.environ.get("RECOVER_DB") or DEFAULT_DB
+
+
+def _err(msg: str) -> None:
+    typer.echo(msg, err=True)
+
+
+def _load_or_exit(paths: List[str], no_defaults: bool):
+    result = load_rulebook(paths, defaults=not no_defaults)
+    for d in result.diagnostics:
+        _err(str(d))
+    if not result.ok:
+        _err(f"rulebook has {len(result.errors)} error(s); nothing was run")
+        raise typer.Exit(1)
+    return result.compiled
+
+
+def _setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+# -- rules ---------------------------------------------------------------------------------
+@rules_app.command("check")
+def rules_check(paths: List[str] = typer.Argument(None, help="Site rulebook files or folders."), no_defaults: bool = NoDefaultsOpt,
+                json_out: bool = JsonOpt) -> None:
+    """Validate the layered rulebook; print every problem as file:line:col: CODE message."""
+    result = load_rulebook(paths or [], defaults=not no_defaults)
+    if json_out:
+        for d in result.diagnostics:
+            typer.echo(json.dumps({"file": d.mark.file, "line": d.mark.line, "col": d.mark.col, "code": d.code,
+                                   "severity": d.severity, "message": d.message, "hint": d.hint}))
+    else:
+        for d in result.diagnostics:
+            typer.echo(str(d))
+        warnings = len(result.diagnostics) - len(result.errors)
+        if result.ok:
+            c = result.compiled
+            typer.echo(f"ok: {len(result.files)} file(s), {len(c.matchers)} matchers, {len(c.rules)} rules, "
+                       f"{len(c.actions)} actions, {len(c.book.tests)} tests; {warnings} warning(s)")
+        else:
+            typer.echo(f"{len(result.errors)} error(s), {warnings} warning(s)")
+    raise typer.Exit(0 if result.ok else 1)
+
+
+@rules_app.command("test")
+def rules_test(paths: List[str] = typer.Argument(None, help="Site rulebook files or folders."), no_defaults: bool = NoDefaultsOpt,
+               verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every test, not only failures."),
+               name: Optional[List[str]] = typer.Option(None, "--name", "-k", help="Run only the tests with this name.")) -> None:
+    """Run the embedded tests of the default and given rulebooks."""
+    from .ruletest import run_tests
+
+    compiled = _load_or_exit(paths or [], no_defaults)
+    outcomes = run_tests(compiled, name or None)
+    failed = 0
+    for o in outcomes:
+        if o.passed:
+            if verbose:
+                typer.echo(f"PASS {o.test.name}  ({o.test.mark})")
+            continue
+        failed += 1
+        typer.echo(f"FAIL {o.test.name}  ({o.test.mark})")
+        for p in o.problems:
+            typer.echo(f"     {p}")
+    typer.echo(f"{len(outcomes) - failed} passed, {failed} failed")
+    raise typer.Exit(1 if failed else 0)
+
+
+# -- replay, incidents, explain -------------------------------------------------------------
+@app.command()
+def replay(logs: List[str] = typer.Argument(..., help="Log files: job stdout/stderr, kernel logs, Slurm daemon logs, or a mix."),
+           rules: Optional[List[str]] = RulesOpt, no_defaults: bool = NoDefaultsOpt, db: Optional[str] = DbOpt,
+           json_out: bool = JsonOpt, job: Optional[str] = typer.Option(None, "--job", help="Job id of the logs when their names do not say."),
+           progress: bool = typer.Option(False, "--progress", help="Show a progress bar (large inputs)."),
+           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    """Evaluate the rulebook over historical logs and record the incidents."""
+    from .replay import replay as do_replay
+    from .store import Store, StoreError
+
+    _setup_logging(verbose)
+    compiled = _load_or_exit(rules or [], no_defaults)
+    missing = [p for p in logs if not Path(p).is_file()]
+    for p in missing:
+        _err(f"{p}: no such file")
+    if missing:
+        raise typer.Exit(2)
+    try:
+        store = Store(_db(db))
+    except StoreError as exc:
+        _err(str(exc))
+        raise typer.Exit(2)
+    on_bytes = None
+    bar = None
+    if progress and sys.stderr.isatty():
+        from rich.progress import Progress
+
+        total = sum(Path(p).stat().st_size for p in logs)
+        bar = Progress(transient=True)
+        task = bar.add_task("replay", total=total)
+        bar.start()
+        on_bytes = lambda n: bar.advance(task, n)  # noqa: E731
+    try:
+        result = do_replay(logs, compiled, store, job=job, on_bytes=on_bytes)
+    finally:
+        if bar is not None:
+            bar.stop()
+    for closed in result.incidents:
+        row = store.incident(closed.id)
+        rules_fired = store.rules_fired(closed.id)
+        if json_out:
+            typer.echo(json.dumps({"id": closed.id, "job": row.job, "attempt": row.attempt, "fault_class": row.fault_class,
+                                   "decision": row.decision, "nodes": list(row.nodes), "rules": rules_fired,
+                                   "commands": [list(p.argv) for p in closed.plan]}))
+    if not json_out:
+        _print_incident_table([store.incident(c.id) for c in result.incidents], title=f"{len(result.incidents)} incident(s) from {result.files} file(s)")
+        typer.echo(f"db: {store.path}; {result.bytes} bytes, {result.hits} matched lines, {result.long_lines} long lines cut")
+    if result.unreadable:
+        raise typer.Exit(2)
+
+
+def _print_incident_table(rows, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("id", "job", "attempt", "status", "fault_class", "decision", "nodes"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(str(r.id), r.job or "-", "-" if r.attempt is None else str(r.attempt), r.status,
+                      r.fault_class or "-", r.decision or "-", ",".join(r.nodes) or "-")
+    Console(width=int(os.environ.get("COLUMNS", "120"))).print(table)
+
+
+@app.command()
+def incidents(db: Optional[str] = DbOpt, json_out: bool = JsonOpt,
+              status: Optional[str] = typer.Option(None, "--status", help="open or closed")) -> None:
+    """List incidents."""
+    from .store import Store, StoreError
+
+    try:
+        store = Store(_db(db), readonly=True)
+    except StoreError as exc:
+        _err(str(exc))
+        raise typer.Exit(2)
+    rows = store.incidents(status=status)
+    if json_out:
+        for r in rows:
+            d = r.to_dict()
+            d["rules"] = store.rules_fired(r.id)
+            typer.echo(json.dumps(d))
+    else:
+        _print_incident_table(rows, title=f"{len(rows)} incident(s) in {store.path}")
+
+
+@app.command()
+def explain(incident: str = typer.Argument(..., help="Incident id (as listed by `recover incidents`)."),
+            db: Optional[str] = DbOpt, json_out: bool = JsonOpt) -> None:
+    """Show the chain from evidence to decision for one incident."""
+    from .explain import ExplainError, build, render_text
+    from .store import Store, StoreError
+
+    try:
+        store = Store(_db(db), readonly=True)
+    except StoreError as exc:
+        _err(str(exc))
+        raise typer.Exit(2)
+    try:
+        report = build(store, int(incident.removeprefix("INC-").removeprefix("#")))
+    except (ValueError, ExplainError) as exc:
+        _err(f"no incident {incident!r} in {store.path}" if isinstance(exc, ValueError) else str(exc))
+        raise typer.Exit(2)
+    if json_out:
+        typer.echo(json.dumps(report, default=str))
+    else:
+        typer.echo(render_text(report))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""The story of one incident: from each piece of evidence, through the rules that fired, to the
+fault, the decision, the guards that shaped it and the commands recommended or run.
+
+``build(store, incident_id)`` returns a plain dict (what ``--json`` prints); ``render(...)`` draws
+it as a tree for people. The chain starts at the fault that won and walks back through the
+firings that derived each fact to the raw evidence and where it was read (file:line).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .store import Store
+
+__all__ = ["build", "render_text", "ExplainError"]
+
+
+class ExplainError(LookupError):
+    """No such incident in the store."""
+
+
+def _fact_dict(fact, count: int, derived_by: int | None) -> dict[str, Any]:
+    d = fact.to_dict()
+    d["count"] = count
+    d["derived_by"] = derived_by
+    return d
+
+
+def build(store: Store, incident_id: int) -> dict[str, Any]:
+    inc = store.incident(incident_id)
+    if inc is None:
+        raise ExplainError(f"no incident {incident_id} in {store.path}")
+    facts = [_fact_dict(f, c, d) for f, c, d in store.facts(incident_id)]
+    by_id = {f["id"]: f for f in facts}
+    firings = store.firings(incident_id)
+    firing_by_asserted = {}
+    for fr in firings:
+        if fr["asserted"]:
+            firing_by_asserted.setdefault(fr["asserted"], fr)
+
+    def chain(fact_id: str, depth: int = 0, seen: frozenset = frozenset()) -> dict[str, Any]:
+        fact = by_id.get(fact_id, {"id": fact_id, "kind": "?", "attrs": {}, "origin": "?", "at": None})
+        node: dict[str, Any] = {"fact": fact}
+        fr = firing_by_asserted.get(fact_id)
+        if fr is not None and depth < 12 and fact_id not in seen:
+            node["rule"] = {"id": fr["rule"], "at": fr["rule_mark"], "description": fr["description"]}
+            node["because"] = {alias: chain(fid, depth + 1, seen | {fact_id}) for alias, fid in fr["matched"].items()}
+        return node
+
+    root = chain(inc.fault_fact) if inc.fault_fact else None
+    other_faults = [f for f in facts if f["kind"] == "fault" and f["id"] != inc.fault_fact]
+    return {
+        "incident": inc.to_dict(),
+        "chain": root,
+        "other_faults": other_faults,
+        "facts": facts,
+        "firings": [{k: v for k, v in fr.items()} for fr in firings],
+        "actions": store.actions(incident_id),
+        "reviews": store.reviews(incident_id),
+    }
+
+
+def _describe(fact: dict[str, Any]) -> str:
+    attrs = fact.get("attrs", {})
+    kind = fact.get("kind")
+    skip = {"text", "rule", "source", "priority"}
+    if kind == "fault":
+        nodes = ",".join(attrs.get("nodes") or []) or "no node"
+        return f"fault {attrs.get('fault_class')} on {nodes} (priority {attrs.get('priority')})"
+    if kind == "symptom":
+        where = f" on {attrs['node']}" if attrs.get("node") else ""
+        return f"symptom {attrs.get('name')}{where} [{attrs.get('severity', 'error')}]"
+    parts = [f"{k}={v}" for k, v in attrs.items() if k not in skip and v not in (None, "", [])]
+    return f"{kind} " + " ".join(parts[:8])
+
+
+def render_text(report: dict[str, Any]) -> str:
+    """A plain-text tree (rich renders the same structure with colours in the CLI)."""
+    inc = report["incident"]
+    lines: list[str] = []
+    scope = f"job {inc['job']} attempt {inc['attempt']}" if inc["job"] else f"node {inc['node']}"
+    lines.append(f"Incident {inc['id']} — {scope} — {inc['status']}")
+    lines.append(f"  fault:    {inc['fault_class']}  nodes: {', '.join(inc['nodes']) or '-'}")
+    lines.append(f"  decision: {inc['decision']}  (mode: {inc['mode'] or '-'})")
+    if inc.get("reason"):
+        lines.append(f"  why:      {inc['reason']}")
+    for g in inc.get("guards") or []:
+        lines.append(f"  guard:    {g.get('guard')}: {g.get('why')}" + (f" ({g['from']} -> {g['to']})" if g.get("from") else ""))
+    lines.append("")
+    lines.append("Chain of evidence (the winning fault, the rules that derived it, the facts they matched):")
+
+    def walk(node: dict[str, Any], prefix: str, alias: str | None) -> None:
+        fact = node["fact"]
+        label = f"{alias} = " if alias else ""
+        count = f" x{fact['count']}" if fact.get("count", 1) > 1 else ""
+        lines.append(f"{prefix}{label}{_describe(fact)}{count}   @ {fact.get('origin')}")
+        text = fact.get("attrs", {}).get("text")
+        if text:
+            lines.append(f"{prefix}    | {text}")
+        if "rule" in node:
+            r = node["rule"]
+            lines.append(f"{prefix}    <- rule {r['id']}  ({r['at']})")
+            if r.get("description"):
+                lines.append(f"{prefix}       {r['description']}")
+            for a, child in node["because"].items():
+                walk(child, prefix + "       ", a)
+
+    if report["chain"]:
+        walk(report["chain"], "  ", None)
+    else:
+        lines.append("  (no rule derived a fault: the class is 'unknown'; the evidence below opened the incident)")
+    if report["other_faults"]:
+        lines.append("")
+        lines.append("Other faults considered (lower priority or later):")
+        for f in report["other_faults"]:
+            lines.append(f"  {_describe(f)}   via rule {f['attrs'].get('rule')}")
+    lines.append("")
+    lines.append("All evidence, by time:")
+    for f in report["facts"]:
+        if f["kind"] in ("symptom", "fault"):
+            continue
+        count = f" x{f['count']}" if f.get("count", 1) > 1 else ""
+        lines.append(f"  {f['origin']}: {_describe(f)}{count}")
+    lines.append("")
+    lines.append("Rules fired:")
+    for fr in report["firings"]:
+        matched = ", ".join(f"{a}={fid[:8]}" for a, fid in fr["matched"].items())
+        lines.append(f"  {fr['rule']}  ({fr['rule_mark']})  matched {matched}")
+    lines.append("")
+    lines.append("Commands:")
+    if not report["actions"]:
+        lines.append("  (none)")
+    for a in report["actions"]:
+        status = a["status"] + (f" rc={a['rc']}" if a.get("rc") is not None else "")
+        lines.append(f"  [{a['mode']}/{status}] {' '.join(_quote(x) for x in a['argv'])}")
+    return "\n".join(lines)
+
+
+def _quote(arg: str) -> str:
+    safe = all(c.isalnum() or c in "-_=.,:/@%+" for c in arg)
+    return arg if safe and arg else "'" + arg.replace("'", "'\\''") + "'"
