@@ -109,7 +109,7 @@ class Engine:
         self.watches: list[_Watch] = []
         self.progress: dict[tuple[str, int], dict[str, Any]] = {}
         self.closed: list[ClosedIncident] = []
-        self.stats = {"facts": 0, "flooded": 0, "firings": 0, "incidents": 0, "template_errors": 0, "rete_errors": 0}
+        self.stats = {"facts": 0, "flooded": 0, "firings": 0, "derived": 0, "incidents": 0, "template_errors": 0, "rete_errors": 0}
         self._absent_rules = {id(cr) for cr in compiled.rules if any(c.absent_for is not None for c in cr.rule.conditions)}
 
     # -- input -----------------------------------------------------------------------------
@@ -239,6 +239,7 @@ class Engine:
             logger.warning("rule %s derived a malformed fact: %s", rule.id, exc)
             return None
         matched_ids = {alias: str(m.get("id")) for alias, m in matched.items()}
+        self.stats["derived"] += 1
         self._route(derived, (cr, matched_ids, derived.id))
         return derived
 

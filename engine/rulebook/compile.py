@@ -7,7 +7,7 @@ checked to exist.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -197,7 +197,7 @@ def compile_rulebook(book: Rulebook) -> tuple[CompiledRulebook, list[Diagnostic]
         else:
             policy[key] = value
     pmark = Mark(book.files[-1] if book.files else "?", 1, 1)
-    for dec, names in policy["plans"].items():
+    for dec, names in dict(book.policy.get("plans", {})).items():  # the built-in plans may name absent actions
         for n in names:
             if n not in book.actions:
                 marks = book.origins.get(("policy", "plans"), (pmark,))

@@ -203,17 +203,14 @@ def resolve(tree: Any, lists: Mapping[str, tuple], macros: Mapping[str, Any], re
         return type(tree)(tuple(out))
     if isinstance(tree, Cmp) and isinstance(tree.value, ListRef):
         name = tree.value.name
-        if name not in lists:
-            report(Mark("?", 0, 0), "E-REF", f"unknown list {name!r}", "")
+        if name not in lists:  # reported by the compiler, with the condition's position
             return Cmp(tree.attr, tree.op, ())
         return Cmp(tree.attr, tree.op, tuple(lists[name]))
     return tree
 
 
 def _eq(a: Any, b: Any) -> bool:
-    # bools are not numbers here: True must not equal 1
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
+    # as in Python and in durable_rules, False == 0 and True == 1
     return a == b
 
 
@@ -243,7 +240,7 @@ def evaluate(tree: Any, fact: Mapping[str, Any], bound: Mapping[str, Mapping[str
             return any(_eq(v, x) for x in tree.value)
         if tree.op == "not_in":
             return not any(_eq(v, x) for x in tree.value)
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
+        if not isinstance(v, (int, float)):  # text: ordered tests are defined on numbers only
             return False
         return {"gt": v > tree.value, "ge": v >= tree.value, "lt": v < tree.value, "le": v <= tree.value}[tree.op]
     raise TypeError(f"not a resolved condition: {tree!r}")

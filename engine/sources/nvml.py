@@ -1,0 +1,707 @@
+"""NVML source of the node agent: GPU counters and states as facts, and Xid events.
+
+``NvmlPoller`` samples every device on each ``poll(now)`` (ECC totals, row remapping, retired
+pages, NVLink state and error counters, PCIe replays, clock-event reasons, temperature) and
+returns facts only for changes: ``gpu_counter`` facts with ``delta``, ``value`` and
+``rate_per_s``, ``gpu_state`` facts for throttling, temperature crossings, NVLinks going down and
+lost GPUs. The first sample is a baseline. Each call is guarded: a counter a device does not
+support is skipped from then on (logged once), a lost GPU is a ``gpu_state`` fact, never a crash.
+
+``NvmlEventWatcher`` waits on an NVML event set for critical-Xid events and turns them into
+``xid`` facts. Both take the NVML module as ``backend`` (``pynvml`` by default; the test double
+is ``engine.sources.fake_nvml``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+from engine.facts import Fact, FactError
+from engine.sources.kmsg import normalize_pci
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "NvmlPoller",
+    "NvmlEventWatcher",
+    "NvmlUnavailable",
+    "DEFAULT_THRESHOLDS",
+    "THROTTLE_REASONS",
+    "COUNTERS",
+]
+
+#: DCGM-style health thresholds (see gpu-signals.md §3.2 and §3.5); the rulebook may override any
+DEFAULT_THRESHOLDS: dict[str, Any] = {
+    # value limits: a counter whose value is above its limit is ``exceeded``
+    "ecc_uncorrected_volatile_max": 0,  # any volatile DBE: DCGM FAIL
+    "ecc_uncorrected_aggregate_max": None,  # lifetime DBE: informational
+    "ecc_corrected_volatile_max": 10_000,  # Azure NHC SRAM corrected limit
+    "ecc_corrected_aggregate_max": 20_000_000,  # Azure NHC DRAM limit
+    "row_remap_failure_max": 0,  # RMA criterion: DCGM FAIL
+    "row_remap_pending_max": 0,  # reset needed: DCGM diag FAIL
+    "row_remap_uncorrectable_max": 511,  # DCGM: ≥ 512 is a bad state
+    "retired_pages_pending_max": 0,  # DCGM WARN
+    "retired_pages_max": 62,  # SBE + DBE retired ≥ 63: DCGM FAIL (pre-Ampere)
+    # rate limits over ``window_s``
+    "window_s": 60.0,
+    "nvlink_replay_per_min": 1,  # any increase within a minute: DCGM FAIL
+    "nvlink_recovery_per_min": 1,
+    "nvlink_crc_per_s": 100.0,  # DCGM FAIL at ≥ 100/s, WARN below
+    "pcie_replay_per_min": None,  # None: from the link generation and width (below)
+    "pcie_replay_per_lane_per_min": {1: 0.15, 2: 0.3, 3: 0.48, 4: 0.96, 5: 1.92, 6: 3.84},
+    "pcie_replay_default_per_min": 16,  # Gen4 x16, when the link cannot be read
+    # states
+    "temperature_c": 85.0,
+    "temperature_hysteresis_c": 5.0,
+    "throttle_alert_reasons": ["hw_slowdown", "hw_thermal", "sw_thermal", "power_brake"],
+    "expected_gpus": None,  # fewer devices than this: a ``gpu_state`` ``gpus_missing`` fact
+}
+
+#: clock-event / throttle reason bits (nvmlClocksEventReason*) and their stable names
+THROTTLE_REASONS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "power_brake",
+    0x100: "display_clock",
+    0x200: "board_limit",
+    0x400: "reliability",
+}
+
+#: counter name → (severity when exceeded, how it is judged, threshold key)
+COUNTERS: dict[str, tuple[str, str, str | None]] = {
+    "ecc_uncorrected_volatile": ("fail", "value", "ecc_uncorrected_volatile_max"),
+    "ecc_corrected_volatile": ("warn", "value", "ecc_corrected_volatile_max"),
+    "ecc_uncorrected_aggregate": ("warn", "value", "ecc_uncorrected_aggregate_max"),
+    "ecc_corrected_aggregate": ("warn", "value", "ecc_corrected_aggregate_max"),
+    "row_remap_failure": ("fail", "value", "row_remap_failure_max"),
+    "row_remap_pending": ("fail", "value", "row_remap_pending_max"),
+    "row_remap_uncorrectable": ("fail", "value", "row_remap_uncorrectable_max"),
+    "row_remap_correctable": ("info", "none", None),
+    "retired_pages_pending": ("warn", "value", "retired_pages_pending_max"),
+    "retired_pages_sbe": ("fail", "retired", "retired_pages_max"),
+    "retired_pages_dbe": ("fail", "retired", "retired_pages_max"),
+    "nvlink_replay": ("fail", "per_min", "nvlink_replay_per_min"),
+    "nvlink_recovery": ("fail", "per_min", "nvlink_recovery_per_min"),
+    "nvlink_crc": ("fail", "per_s", "nvlink_crc_per_s"),
+    "pcie_replay": ("warn", "pcie", "pcie_replay_per_min"),
+}
+#: boolean counters: a set flag is reported even on the baseline sample
+FLAGS = frozenset({"row_remap_pending", "row_remap_failure", "retired_pages_pending"})
+
+
+class NvmlUnavailable(RuntimeError):
+    """NVML cannot be used on this machine (no library, no driver, or init failed)."""
+
+
+class _Lost(Exception):
+    def __init__(self, state: str, error: str) -> None:
+        super().__init__(state)
+        self.state, self.error = state, error
+
+
+_SKIP = object()
+
+
+@dataclass
+class _Device:
+    index: int
+    handle: Any
+    uuid: str | None
+    pci: str | None
+    unsupported: set = field(default_factory=set)
+    logged: set = field(default_factory=set)
+    last: dict = field(default_factory=dict)  # counter key → (value, t)
+    windows: dict = field(default_factory=dict)  # counter key → deque[(t, value)]
+    links: dict = field(default_factory=dict)  # link → active (bool)
+    throttle: tuple | None = None  # alerting reasons last reported
+    temp_high: bool | None = None
+    lost: str | None = None
+    pcie_budget: float | None = None
+
+    @property
+    def key(self) -> str:
+        return self.uuid or f"index:{self.index}"
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is None or math.isfinite(x) else None
+
+
+class NvmlPoller:
+    """Samples NVML counters of every GPU of a node and reports what changed.
+
+    ``thresholds`` overrides entries of ``DEFAULT_THRESHOLDS``. ``start()`` initialises NVML and
+    raises ``NvmlUnavailable`` when it cannot; ``poll(now)`` never raises. ``snapshot()`` /
+    ``restore()`` carry the last samples across an agent restart, so that a restarted agent
+    reports changes against what it saw before instead of re-reporting a set flag.
+    """
+
+    def __init__(self, node: str, backend: Any = None, thresholds: Mapping[str, Any] | None = None) -> None:
+        if backend is None:
+            import pynvml as backend  # noqa: N813 - the module is the backend
+        self.node = node
+        self.nv = backend
+        self.thresholds = dict(DEFAULT_THRESHOLDS)
+        if thresholds:
+            unknown = set(thresholds) - set(DEFAULT_THRESHOLDS)
+            if unknown:
+                logger.warning("nvml thresholds: ignoring unknown keys %s", ", ".join(sorted(unknown)))
+            self.thresholds.update({k: v for k, v in thresholds.items() if k in DEFAULT_THRESHOLDS})
+        self.devices: list[_Device] = []
+        self.started = False
+        self._restored: dict[str, Any] = {}
+        self._count_low: int | None = None
+        e = backend
+        self._unsupported_errors = tuple(
+            c for c in (getattr(e, "NVMLError_NotSupported", None), getattr(e, "NVMLError_FunctionNotFound", None)) if c
+        )
+        self._link_errors = tuple(
+            c for c in (getattr(e, "NVMLError_InvalidArgument", None), getattr(e, "NVMLError_NotFound", None)) if c
+        )
+        self._lost_error = getattr(e, "NVMLError_GpuIsLost", None)
+        self._reset_error = getattr(e, "NVMLError_ResetRequired", None)
+        self._nvml_error = getattr(e, "NVMLError", Exception)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Initialise NVML and enumerate the devices. Raises ``NvmlUnavailable``."""
+        nv = self.nv
+        try:
+            nv.nvmlInit()
+        except self._nvml_error as exc:
+            name = type(exc).__name__
+            if name in ("NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded"):
+                raise NvmlUnavailable(f"NVML unavailable ({name}: {exc}): no NVIDIA driver on this node") from None
+            raise NvmlUnavailable(f"NVML init failed ({name}: {exc})") from None
+        except OSError as exc:
+            raise NvmlUnavailable(f"NVML unavailable: {exc}") from None
+        try:
+            count = int(nv.nvmlDeviceGetCount())
+        except Exception as exc:
+            self._shutdown()
+            raise NvmlUnavailable(f"NVML cannot count devices ({type(exc).__name__}: {exc})") from None
+        self.devices = [self._describe(i) for i in range(count)]
+        self.started = True
+        logger.info("nvml: %d GPU(s) on %s", count, self.node)
+
+    def _describe(self, index: int) -> _Device:
+        nv = self.nv
+        handle = uuid = pci = None
+        try:
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+        except Exception as exc:
+            logger.warning("nvml: gpu%d: no handle (%s: %s)", index, type(exc).__name__, exc)
+        if handle is not None:
+            try:
+                uuid = str(nv.nvmlDeviceGetUUID(handle))
+            except Exception as exc:
+                logger.warning("nvml: gpu%d: no UUID (%s)", index, type(exc).__name__)
+            try:
+                info = nv.nvmlDeviceGetPciInfo(handle)
+                bus = info.busId
+                pci = normalize_pci(bus.decode() if isinstance(bus, bytes) else str(bus))
+            except Exception as exc:
+                logger.warning("nvml: gpu%d: no PCI info (%s)", index, type(exc).__name__)
+        dev = _Device(index, handle, uuid, pci)
+        snap = self._restored.get(dev.key)
+        if snap:
+            self._apply(dev, snap)
+        return dev
+
+    def stop(self) -> None:
+        if self.started:
+            self._shutdown()
+            self.started = False
+
+    def _shutdown(self) -> None:
+        try:
+            self.nv.nvmlShutdown()
+        except Exception:
+            pass
+
+    # -- persistence --------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """The last samples per device (by UUID), JSON-serialisable."""
+        out: dict[str, Any] = {}
+        for d in self.devices:
+            out[d.key] = {
+                "last": {k: [v, t] for k, (v, t) in d.last.items()},
+                "links": {str(k): v for k, v in d.links.items()},
+                "throttle": list(d.throttle) if d.throttle is not None else None,
+                "temp_high": d.temp_high,
+                "lost": d.lost,
+            }
+        return out
+
+    def restore(self, snapshot: Mapping[str, Any] | None) -> None:
+        """Use samples saved by ``snapshot()`` as the baseline (call before or after ``start``)."""
+        self._restored = dict(snapshot) if isinstance(snapshot, Mapping) else {}
+        for d in self.devices:
+            snap = self._restored.get(d.key)
+            if snap:
+                self._apply(d, snap)
+
+    @staticmethod
+    def _apply(dev: _Device, snap: Any) -> None:
+        if not isinstance(snap, Mapping):
+            return
+        try:
+            for k, pair in (snap.get("last") or {}).items():
+                v, t = pair
+                dev.last[str(k)] = (int(v), float(t))
+            for k, v in (snap.get("links") or {}).items():
+                dev.links[int(k)] = bool(v)
+            th = snap.get("throttle")
+            dev.throttle = tuple(str(x) for x in th) if isinstance(th, list) else None
+            th = snap.get("temp_high")
+            dev.temp_high = th if isinstance(th, bool) else None
+            lost = snap.get("lost")
+            dev.lost = lost if isinstance(lost, str) else None
+        except (TypeError, ValueError):
+            logger.warning("nvml: ignoring a malformed saved sample for %s", dev.key)
+
+    # -- guarded calls ------------------------------------------------------------------------
+    def _once(self, dev: _Device, key: Any, level: int, msg: str, *args: Any) -> None:
+        if key not in dev.logged:
+            dev.logged.add(key)
+            logger.log(level, msg, *args)
+
+    def _call(self, dev: _Device, fn_name: str, *args: Any, skip_key: Any = None, link: bool = False) -> Any:
+        key = (fn_name, skip_key)
+        if key in dev.unsupported:
+            return _SKIP
+        fn = getattr(self.nv, fn_name, None)
+        if fn is None:
+            dev.unsupported.add(key)
+            self._once(dev, ("missing", fn_name), logging.INFO, "nvml: gpu%d: %s is not in this NVML binding", dev.index, fn_name)
+            return _SKIP
+        try:
+            return fn(dev.handle, *args)
+        except Exception as exc:
+            if self._lost_error is not None and isinstance(exc, self._lost_error):
+                raise _Lost("lost", f"{fn_name}: {exc}") from None
+            if self._reset_error is not None and isinstance(exc, self._reset_error):
+                raise _Lost("reset_required", f"{fn_name}: {exc}") from None
+            if isinstance(exc, self._unsupported_errors) or (link and isinstance(exc, self._link_errors)):
+                dev.unsupported.add(key)
+                self._once(
+                    dev, ("unsupported", fn_name), logging.INFO,
+                    "nvml: gpu%d: %s not supported (%s); skipping it", dev.index, fn_name, type(exc).__name__,
+                )
+                return _SKIP
+            self._once(
+                dev, ("error", fn_name, type(exc).__name__), logging.WARNING,
+                "nvml: gpu%d: %s failed (%s: %s); will retry", dev.index, fn_name, type(exc).__name__, exc,
+            )
+            return _SKIP
+
+    # -- polling ------------------------------------------------------------------------------
+    def poll(self, now: float | None = None) -> list[Fact]:
+        """Sample every device; the facts of what changed since the previous sample."""
+        now = time.time() if now is None else float(now)
+        out: list[Fact] = []
+        if not self.started:
+            return out
+        self._check_count(now, out)
+        for dev in self.devices:
+            try:
+                self._poll_device(dev, now, out)
+            except _Lost as lost:
+                if dev.lost != lost.state:
+                    dev.lost = lost.state
+                    self._state(dev, now, out, lost.state, "fail", error=lost.error[:200])
+                    logger.warning("nvml: gpu%d (%s) on %s: %s", dev.index, dev.pci, self.node, lost.error)
+            except Exception:  # never let one device's surprise stop the others
+                self._once(dev, ("crash",), logging.ERROR, "nvml: gpu%d: unexpected error while polling", dev.index)
+                logger.debug("nvml: gpu%d: unexpected error", dev.index, exc_info=True)
+        return out
+
+    def _check_count(self, now: float, out: list[Fact]) -> None:
+        expected = self.thresholds.get("expected_gpus")
+        if not expected:
+            return
+        try:
+            count = int(self.nv.nvmlDeviceGetCount())
+        except Exception:
+            return
+        low = count if count < int(expected) else None
+        if low != self._count_low:
+            self._count_low = low
+            attrs = {"node": self.node, "state": "gpus_missing" if low is not None else "gpus_complete",
+                     "count": count, "expected": int(expected), "severity": "fail" if low is not None else "info"}
+            self._emit(out, "gpu_state", attrs, now, f"nvml:{self.node}:count")
+
+    def _poll_device(self, dev: _Device, now: float, out: list[Fact]) -> None:
+        nv = self.nv
+        if dev.handle is None:
+            return
+        if dev.lost:
+            # a call that succeeds again means the GPU came back (after a reset): start afresh
+            v = self._call(dev, "nvmlDeviceGetTemperature", getattr(nv, "NVML_TEMPERATURE_GPU", 0), skip_key="temp")
+            if v is _SKIP and ("nvmlDeviceGetTemperature", "temp") in dev.unsupported:
+                self._call(dev, "nvmlDeviceGetUUID")
+            previous, dev.lost = dev.lost, None
+            dev.last.clear()
+            dev.windows.clear()
+            self._state(dev, now, out, "recovered", "info", previous=previous)
+        # ECC totals
+        for etype, ename in ((1, "uncorrected"), (0, "corrected")):
+            for ctype, cname in ((0, "volatile"), (1, "aggregate")):
+                err = getattr(nv, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED" if etype else "NVML_MEMORY_ERROR_TYPE_CORRECTED", etype)
+                cnt = getattr(nv, "NVML_VOLATILE_ECC" if ctype == 0 else "NVML_AGGREGATE_ECC", ctype)
+                v = self._call(dev, "nvmlDeviceGetTotalEccErrors", err, cnt, skip_key=(etype, ctype))
+                if v is not _SKIP:
+                    self._counter(dev, f"ecc_{ename}_{cname}", v, now, out)
+        # row remapping (Ampere and newer)
+        v = self._call(dev, "nvmlDeviceGetRemappedRows")
+        if v is not _SKIP:
+            try:
+                corr, unc, pending, failure = v
+            except (TypeError, ValueError):
+                pass
+            else:
+                self._counter(dev, "row_remap_correctable", corr, now, out)
+                self._counter(dev, "row_remap_uncorrectable", unc, now, out)
+                self._counter(dev, "row_remap_pending", 1 if pending else 0, now, out)
+                self._counter(dev, "row_remap_failure", 1 if failure else 0, now, out)
+        # page retirement (pre-Ampere; NotSupported on newer parts)
+        v = self._call(dev, "nvmlDeviceGetRetiredPagesPendingStatus")
+        if v is not _SKIP:
+            self._counter(dev, "retired_pages_pending", 1 if _int(v) else 0, now, out)
+        for cause, cname in ((0, "sbe"), (1, "dbe")):
+            c = getattr(
+                nv,
+                "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR" if cause else "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS",
+                cause,
+            )
+            v = self._call(dev, "nvmlDeviceGetRetiredPages", c, skip_key=cause)
+            if v is not _SKIP:
+                try:
+                    self._counter(dev, f"retired_pages_{cname}", len(v), now, out)
+                except TypeError:
+                    pass
+        # NVLink per link
+        max_links = _int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)) or 18
+        for link in range(max_links):
+            st = self._call(dev, "nvmlDeviceGetNvLinkState", link, skip_key=link, link=True)
+            if st is _SKIP:
+                continue
+            self._link_state(dev, link, bool(_int(st)), now, out)
+            replay = self._call(dev, "nvmlDeviceGetNvLinkErrorCounter", link, getattr(nv, "NVML_NVLINK_ERROR_DL_REPLAY", 0), skip_key=(link, 0), link=True)
+            if replay is not _SKIP:
+                self._counter(dev, "nvlink_replay", replay, now, out, link=link)
+            recov = self._call(dev, "nvmlDeviceGetNvLinkErrorCounter", link, getattr(nv, "NVML_NVLINK_ERROR_DL_RECOVERY", 1), skip_key=(link, 1), link=True)
+            if recov is not _SKIP:
+                self._counter(dev, "nvlink_recovery", recov, now, out, link=link)
+            crc = None
+            for ctr in ("NVML_NVLINK_ERROR_DL_CRC_FLIT", "NVML_NVLINK_ERROR_DL_CRC_DATA"):
+                cv = self._call(dev, "nvmlDeviceGetNvLinkErrorCounter", link, getattr(nv, ctr, 2 if ctr.endswith("FLIT") else 3), skip_key=(link, ctr), link=True)
+                if cv is not _SKIP:
+                    crc = (crc or 0) + _int(cv)
+            if crc is not None:
+                self._counter(dev, "nvlink_crc", crc, now, out, link=link)
+        # PCIe replays
+        v = self._call(dev, "nvmlDeviceGetPcieReplayCounter")
+        if v is not _SKIP:
+            if dev.pcie_budget is None:
+                dev.pcie_budget = self._pcie_budget(dev)
+            self._counter(dev, "pcie_replay", v, now, out)
+        # clock-event (throttle) reasons
+        v = self._call(dev, "nvmlDeviceGetCurrentClocksEventReasons")
+        if v is _SKIP:
+            v = self._call(dev, "nvmlDeviceGetCurrentClocksThrottleReasons")
+        if v is not _SKIP:
+            self._throttle(dev, _int(v), now, out)
+        # temperature
+        v = self._call(dev, "nvmlDeviceGetTemperature", getattr(nv, "NVML_TEMPERATURE_GPU", 0), skip_key="temp")
+        if v is not _SKIP:
+            self._temperature(dev, float(_int(v)), now, out)
+
+    def _pcie_budget(self, dev: _Device) -> float:
+        fixed = self.thresholds.get("pcie_replay_per_min")
+        if fixed is not None:
+            return float(fixed)
+        gen = self._call(dev, "nvmlDeviceGetCurrPcieLinkGeneration")
+        width = self._call(dev, "nvmlDeviceGetCurrPcieLinkWidth")
+        per_lane = self.thresholds.get("pcie_replay_per_lane_per_min") or {}
+        rate = None
+        if gen is not _SKIP and width is not _SKIP:
+            rate = per_lane.get(_int(gen)) or per_lane.get(str(_int(gen)))
+            if rate is not None and _int(width) > 0:
+                return float(math.ceil(float(rate) * _int(width)))
+        return float(self.thresholds.get("pcie_replay_default_per_min") or 16)
+
+    # -- fact builders ------------------------------------------------------------------------
+    def _base(self, dev: _Device) -> dict[str, Any]:
+        attrs: dict[str, Any] = {"node": self.node, "gpu": dev.index}
+        if dev.uuid:
+            attrs["uuid"] = dev.uuid
+        if dev.pci:
+            attrs["pci"] = dev.pci
+        return attrs
+
+    def _emit(self, out: list[Fact], kind: str, attrs: dict[str, Any], at: float, origin: str) -> None:
+        try:
+            out.append(Fact.make(kind, attrs, at, origin))
+        except FactError as exc:
+            logger.warning("nvml: dropped a malformed fact (%s)", exc)
+
+    def _state(self, dev: _Device, now: float, out: list[Fact], state: str, severity: str, **extra: Any) -> None:
+        attrs = self._base(dev)
+        attrs.update(state=state, severity=severity, **extra)
+        self._emit(out, "gpu_state", attrs, now, f"nvml:{self.node}:gpu{dev.index}:{state}")
+
+    def _counter(self, dev: _Device, name: str, value: Any, now: float, out: list[Fact], link: int | None = None) -> None:
+        value = _int(value)
+        key = name if link is None else f"{name}:{link}"
+        prev = dev.last.get(key)
+        dev.last[key] = (value, now)
+        window = dev.windows.setdefault(key, deque())
+        window.append((now, value))
+        span = float(self.thresholds.get("window_s") or 60.0)
+        while len(window) > 1 and window[1][0] <= now - span:
+            window.popleft()
+        if prev is None:
+            baseline_report = (name in FLAGS and value > 0) or (name == "ecc_uncorrected_volatile" and value > 0)
+            if not baseline_report:
+                return
+            delta, rate = value, None
+        else:
+            pv, pt = prev
+            if value == pv:
+                return
+            if value < pv and name not in FLAGS:
+                # a volatile counter reset (GPU reset, driver reload): new baseline, nothing to report
+                logger.info("nvml: gpu%d: %s went back from %d to %d; new baseline", dev.index, key, pv, value)
+                window.clear()
+                window.append((now, value))
+                return
+            delta = value - pv
+            rate = _finite(delta / (now - pt)) if now > pt else None
+        attrs = self._base(dev)
+        attrs.update(counter=name, value=value, delta=delta, rate_per_s=rate)
+        if link is not None:
+            attrs["link"] = link
+        if prev is None:
+            attrs["baseline"] = True
+        severity, exceeded, limit = self._judge(dev, name, value, delta, rate, window)
+        attrs.update(severity=severity, exceeded=exceeded)
+        if limit is not None:
+            attrs["limit"] = limit
+        field_name = key.replace(":", ":link")
+        self._emit(out, "gpu_counter", attrs, now, f"nvml:{self.node}:gpu{dev.index}:{field_name}")
+
+    def _judge(self, dev: _Device, name: str, value: int, delta: int, rate: float | None, window: deque) -> tuple[str, bool, float | None]:
+        severity, how, tkey = COUNTERS.get(name, ("info", "none", None))
+        limit = self.thresholds.get(tkey) if tkey else None
+        in_window = window[-1][1] - window[0][1] if len(window) > 1 else max(delta, 0)
+        if how == "value":
+            if limit is None:
+                return ("warn" if delta > 0 else "info"), False, None
+            return (severity, True, limit) if value > float(limit) else ("info", False, limit)
+        if how == "retired":
+            total = sum(v for k, (v, _) in dev.last.items() if k in ("retired_pages_sbe", "retired_pages_dbe"))
+            if limit is not None and total > float(limit):
+                return severity, True, limit
+            return ("warn" if delta > 0 else "info"), False, limit
+        if how == "per_min":
+            if limit is not None and delta > 0 and in_window >= float(limit):
+                return severity, True, limit
+            return "info", False, limit
+        if how == "per_s":
+            if limit is not None and rate is not None and rate >= float(limit):
+                return severity, True, limit
+            return ("warn" if delta > 0 else "info"), False, limit
+        if how == "pcie":
+            budget = dev.pcie_budget if dev.pcie_budget is not None else float(self.thresholds.get("pcie_replay_default_per_min") or 16)
+            if in_window > budget:
+                return severity, True, budget
+            return "info", False, budget
+        return "info", False, None
+
+    def _link_state(self, dev: _Device, link: int, active: bool, now: float, out: list[Fact]) -> None:
+        before = dev.links.get(link)
+        dev.links[link] = active
+        if before is None:
+            if not active:
+                self._state(dev, now, out, "nvlink_inactive", "fail", link=link, baseline=True)
+            return
+        if before != active:
+            self._state(dev, now, out, "nvlink_active" if active else "nvlink_inactive", "info" if active else "fail", link=link)
+
+    def _throttle(self, dev: _Device, mask: int, now: float, out: list[Fact]) -> None:
+        names = [n for bit, n in sorted(THROTTLE_REASONS.items()) if mask & bit]
+        known = 0
+        for bit in THROTTLE_REASONS:
+            known |= bit
+        names += [f"bit_{i}" for i in range(64) if (mask & ~known) >> i & 1]
+        alert_set = set(self.thresholds.get("throttle_alert_reasons") or ())
+        alerts = tuple(n for n in names if n in alert_set)
+        before = dev.throttle
+        dev.throttle = alerts
+        if before is None and not alerts:
+            return
+        if before == alerts:
+            return
+        self._state(
+            dev, now, out, "throttle", "warn" if alerts else "info",
+            reasons=names, alert_reasons=list(alerts), mask=mask, active=bool(alerts),
+        )
+
+    def _temperature(self, dev: _Device, temp: float, now: float, out: list[Fact]) -> None:
+        limit = self.thresholds.get("temperature_c")
+        if limit is None:
+            return
+        limit = float(limit)
+        hyst = float(self.thresholds.get("temperature_hysteresis_c") or 0.0)
+        before = dev.temp_high
+        if before:
+            high = temp > limit - hyst
+        else:
+            high = temp >= limit
+        dev.temp_high = high
+        if before is None and not high:
+            return
+        if before == high:
+            return
+        self._state(
+            dev, now, out, "temperature_high" if high else "temperature_normal", "warn" if high else "info",
+            temperature_c=temp, limit=limit,
+        )
+
+
+def _int(v: Any) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        try:
+            return int(v.value)  # ctypes values
+        except (AttributeError, TypeError, ValueError):
+            return 0
+
+
+class NvmlEventWatcher:
+    """Critical-Xid events from NVML as ``xid`` facts (origin ``nvml-event:NODE:gpuN``).
+
+    ``start()`` creates the event set and registers every device that supports the event
+    (raises ``NvmlUnavailable`` when none does); ``wait(timeout_ms)`` returns the facts of at
+    most one event; ``watch(stop_event)`` yields facts until the event is set. Only Xids raised
+    while the watcher runs are seen: the kernel log remains the record of history.
+    """
+
+    def __init__(self, node: str, backend: Any = None) -> None:
+        if backend is None:
+            import pynvml as backend  # noqa: N813
+        self.node = node
+        self.nv = backend
+        self._set = None
+        self._by_uuid: dict[str, tuple[int, str | None]] = {}
+        self._initialised = False
+        self._lock = threading.Lock()
+
+    def start(self) -> int:
+        nv = self.nv
+        try:
+            nv.nvmlInit()
+            self._initialised = True
+            count = int(nv.nvmlDeviceGetCount())
+            self._set = nv.nvmlEventSetCreate()
+        except Exception as exc:
+            self.close()
+            raise NvmlUnavailable(f"NVML events unavailable ({type(exc).__name__}: {exc})") from None
+        xid_mask = int(getattr(nv, "nvmlEventTypeXidCriticalError", 0x8))
+        registered = 0
+        for i in range(count):
+            try:
+                h = nv.nvmlDeviceGetHandleByIndex(i)
+                uuid = str(nv.nvmlDeviceGetUUID(h))
+                try:
+                    bus = nv.nvmlDeviceGetPciInfo(h).busId
+                    pci = normalize_pci(bus.decode() if isinstance(bus, bytes) else str(bus))
+                except Exception:
+                    pci = None
+                try:
+                    supported = int(nv.nvmlDeviceGetSupportedEventTypes(h))
+                except Exception:
+                    supported = xid_mask
+                mask = xid_mask & supported
+                if not mask:
+                    logger.info("nvml events: gpu%d does not report Xid events", i)
+                    continue
+                nv.nvmlDeviceRegisterEvents(h, mask, self._set)
+                self._by_uuid[uuid] = (i, pci)
+                registered += 1
+            except Exception as exc:
+                logger.warning("nvml events: gpu%d not registered (%s: %s)", i, type(exc).__name__, exc)
+        if not registered:
+            self.close()
+            raise NvmlUnavailable("no GPU on this node reports Xid events through NVML")
+        return registered
+
+    def wait(self, timeout_ms: int = 1000, now: float | None = None) -> list[Fact]:
+        nv = self.nv
+        if self._set is None:
+            time.sleep(max(0, timeout_ms) / 1000.0)
+            return []
+        try:
+            ev = nv.nvmlEventSetWait(self._set, int(timeout_ms))
+        except Exception as exc:
+            if type(exc).__name__ == "NVMLError_Timeout":
+                return []
+            logger.warning("nvml events: wait failed (%s: %s)", type(exc).__name__, exc)
+            time.sleep(min(1.0, max(0, timeout_ms) / 1000.0))
+            return []
+        at = time.time() if now is None else now
+        try:
+            if not int(ev.eventType) & int(getattr(nv, "nvmlEventTypeXidCriticalError", 0x8)):
+                return []
+            attrs: dict[str, Any] = {"code": int(ev.eventData), "node": self.node, "source": "nvml-event"}
+            origin = f"nvml-event:{self.node}:gpu?"
+            try:
+                uuid = str(nv.nvmlDeviceGetUUID(ev.device))
+            except Exception:
+                uuid = None
+            if uuid is not None:
+                attrs["uuid"] = uuid
+                index, pci = self._by_uuid.get(uuid, (None, None))
+                if index is not None:
+                    attrs["gpu"] = index
+                    origin = f"nvml-event:{self.node}:gpu{index}"
+                if pci:
+                    attrs["pci"] = pci
+            gi = getattr(ev, "gpuInstanceId", 0xFFFFFFFF)
+            if isinstance(gi, int) and gi != 0xFFFFFFFF:
+                attrs["gpu_instance"] = gi
+            return [Fact.make("xid", attrs, at, origin)]
+        except Exception as exc:
+            logger.warning("nvml events: unreadable event (%s)", exc)
+            return []
+
+    def watch(self, stop_event: threading.Event, timeout_ms: int = 1000) -> Iterator[Fact]:
+        while not stop_event.is_set():
+            yield from self.wait(timeout_ms)
+
+    def close(self) -> None:
+        if self._set is not None:
+            try:
+                self.nv.nvmlEventSetFree(self._set)
+            except Exception:
+                pass
+            self._set = None
+        if self._initialised:
+            try:
+                self.nv.nvmlShutdown()
+            except Exception:
+                pass
+            self._initialised = False

@@ -1,0 +1,434 @@
+"""The agent spool: facts as JSON lines, one file per node, on a (usually shared) directory.
+
+``SpoolWriter`` (agent side) appends ``Fact.to_json()`` lines to ``<spool_dir>/<node>.jsonl``
+with one ``os.write`` per line on an ``O_APPEND`` descriptor, rotates by size
+(``<node>.jsonl`` → ``<node>.jsonl.1`` → …, ``keep`` old files) and never writes a fact whose
+id is already among the last ones in the spool: it re-learns them from the tail of its own
+files when it starts, so an agent restarted after ``kill -9`` that re-reads a kernel-log line
+does not write its fact again.
+
+``SpoolReader`` (controller side) reads every node's spool incrementally from offsets the
+caller stores (``{"<node>.jsonl": (inode, offset)}``), follows rotation without losing or
+repeating lines, leaves a partial last line for later, skips and counts garbage, and drops
+facts whose id it has seen recently.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import re
+import time
+from collections import OrderedDict
+from typing import Any, Iterable, Mapping
+
+from engine.facts import Fact
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SpoolWriter", "SpoolReader", "SpoolError", "NODE_RE"]
+
+#: node names that may become a spool file name
+NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_FILE_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,127}\.jsonl)(?:\.([1-9][0-9]{0,5}))?$")
+
+
+class SpoolError(ValueError):
+    """A spool that cannot be used as asked (bad node name, bad policy)."""
+
+
+def _recent_ids(paths: list[str], budget: int, window: int) -> list[str]:
+    """Ids of the facts in the last ``budget`` bytes of ``paths`` (newest file first), oldest first."""
+    found: list[list[str]] = []
+    for path in paths:
+        if budget <= 0:
+            break
+        try:
+            with open(path, "rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                start = max(0, size - budget)
+                fh.seek(start)
+                data = fh.read(size - start)
+        except OSError:
+            continue
+        budget -= len(data)
+        lines = data.split(b"\n")
+        if start > 0:
+            lines = lines[1:]  # the first one is cut
+        ids = []
+        for raw in lines:
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+                fid = rec.get("id") if isinstance(rec, dict) else None
+            except Exception:  # garbage of any shape
+                continue
+            if isinstance(fid, str) and fid:
+                ids.append(fid)
+        found.append(ids)
+    out: list[str] = []
+    for ids in reversed(found):
+        out.extend(ids)
+    return out[-window:]
+
+
+class SpoolWriter:
+    """Appends facts of one node to ``<spool_dir>/<node>.jsonl``.
+
+    ``fsync``: ``"batch"`` (default: once per ``write`` call, before it returns), ``"line"``
+    (after every line), ``"never"``, or a number of seconds (at most that long between fsyncs).
+    ``max_bytes``: rotate when the next line would make the file larger; ``keep`` old files.
+    ``dedupe_window``: how many recent fact ids are remembered (and re-learnt from the last
+    ``tail_scan_bytes`` of the spool on start) so a fact is not written twice.
+    """
+
+    def __init__(
+        self,
+        spool_dir: str,
+        node: str,
+        *,
+        fsync: str | float = "batch",
+        max_bytes: int = 64 << 20,
+        keep: int = 5,
+        dedupe_window: int = 50_000,
+        tail_scan_bytes: int = 8 << 20,
+    ) -> None:
+        if not isinstance(node, str) or not NODE_RE.match(node):
+            raise SpoolError(f"node name {node!r} cannot name a spool file")
+        if isinstance(fsync, str) and fsync not in ("batch", "line", "never"):
+            raise SpoolError(f"fsync policy {fsync!r}: use batch, line, never or seconds")
+        if not isinstance(fsync, str) and not (isinstance(fsync, (int, float)) and fsync >= 0):
+            raise SpoolError(f"fsync policy {fsync!r}: use batch, line, never or seconds")
+        self.spool_dir = os.path.abspath(spool_dir)
+        self.node = node
+        self.path = os.path.join(self.spool_dir, f"{node}.jsonl")
+        self.fsync = fsync
+        self.max_bytes = max(1024, int(max_bytes))
+        self.keep = max(1, int(keep))
+        self.window = max(1, int(dedupe_window))
+        self.stats = {"written": 0, "skipped_duplicates": 0, "rotations": 0}
+        self._last_sync = time.monotonic()
+        self._dirty = False
+        os.makedirs(self.spool_dir, exist_ok=True)
+        rotated = [f"{self.path}.{i}" for i in range(1, self.keep + 1)]
+        self._ids: OrderedDict[str, None] = OrderedDict(
+            (i, None) for i in _recent_ids([self.path, *rotated], tail_scan_bytes, self.window)
+        )
+        self._fd = -1
+        self._size = 0
+        self._open()
+
+    def _open(self) -> None:
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        st = os.fstat(self._fd)
+        self._size = st.st_size
+        if self._size:
+            last = self._last_byte()
+            if last is not None and last != b"\n":
+                # a torn line from a crash: end it so the next fact starts on its own line
+                self._write_all(b"\n")
+                self._size += 1
+                logger.warning("%s: ended a partial last line left by a crash", self.path)
+
+    def _last_byte(self) -> bytes | None:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return None
+        try:
+            return os.pread(fd, 1, self._size - 1)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    def _write_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        first = True
+        while view:
+            try:
+                n = os.write(self._fd, view)
+            except InterruptedError:
+                continue
+            if first and n < len(view):
+                logger.warning("%s: short write (%d of %d bytes); the line is not atomic", self.path, n, len(view))
+            first = False
+            view = view[n:]
+
+    def _rotate(self) -> None:
+        self._sync(force=True)
+        os.close(self._fd)
+        self._fd = -1
+        for i in range(self.keep - 1, 0, -1):
+            src = f"{self.path}.{i}"
+            if os.path.exists(src):
+                os.replace(src, f"{self.path}.{i + 1}")
+        os.replace(self.path, f"{self.path}.1")
+        self._sync_dir()
+        self.stats["rotations"] += 1
+        self._open()
+
+    def _sync_dir(self) -> None:
+        try:
+            dfd = os.open(self.spool_dir, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.fsync(dfd)
+        except OSError:
+            pass
+        finally:
+            os.close(dfd)
+
+    def _sync(self, force: bool = False) -> None:
+        if not self._dirty or self._fd < 0:
+            return
+        if not force:
+            if self.fsync == "never":
+                return
+            if not isinstance(self.fsync, str) and time.monotonic() - self._last_sync < float(self.fsync):
+                return
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+        self._dirty = False
+        self._last_sync = time.monotonic()
+
+    def seen(self, fact_id: str) -> bool:
+        return fact_id in self._ids
+
+    def write(self, facts: Iterable[Fact]) -> int:
+        """Append the facts not written before; returns how many were written. The lines are on
+        disk (per the fsync policy) when this returns."""
+        written = 0
+        for fact in facts:
+            if fact.id in self._ids:
+                self.stats["skipped_duplicates"] += 1
+                continue
+            data = (fact.to_json() + "\n").encode("utf-8")
+            if self._size and self._size + len(data) > self.max_bytes:
+                self._rotate()
+            self._write_all(data)
+            self._size += len(data)
+            self._dirty = True
+            self._ids[fact.id] = None
+            if len(self._ids) > self.window:
+                self._ids.popitem(last=False)
+            written += 1
+            if self.fsync == "line":
+                self._sync(force=True)
+        self.stats["written"] += written
+        if self.fsync != "line":
+            self._sync()
+        return written
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            try:
+                self._sync(force=self.fsync != "never")
+            finally:
+                os.close(self._fd)
+                self._fd = -1
+
+    def __enter__(self) -> "SpoolWriter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class SpoolReader:
+    """Reads the facts of every ``<node>.jsonl`` in ``spool_dir`` since the given offsets.
+
+    ``offsets`` maps each node's file name to ``(inode, offset)`` of the next byte to read; after
+    ``read()`` the ``offsets`` attribute holds where to continue (store it with the facts). Garbage
+    lines are skipped and counted in ``stats``; a last line without its newline waits.
+    """
+
+    def __init__(
+        self,
+        spool_dir: str,
+        offsets: Mapping[str, Any] | None = None,
+        *,
+        dedupe_window: int = 100_000,
+        max_line: int = 1 << 20,
+    ) -> None:
+        self.spool_dir = os.path.abspath(spool_dir)
+        self.offsets: dict[str, tuple[int, int]] = {}
+        for name, value in (offsets or {}).items():
+            try:
+                ino, off = value
+                self.offsets[str(name)] = (int(ino), max(0, int(off)))
+            except (TypeError, ValueError):
+                logger.warning("spool offsets: ignoring malformed entry %r", name)
+        self.window = max(1, int(dedupe_window))
+        self.max_line = max(64, int(max_line))
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self.stats = {"lines": 0, "facts": 0, "garbage": 0, "duplicates": 0, "lost_files": 0, "truncations": 0}
+
+    # -- listing ------------------------------------------------------------------------------
+    def _groups(self) -> dict[str, list[tuple[int, str]]]:
+        try:
+            names = os.listdir(self.spool_dir)
+        except OSError:
+            return {}
+        groups: dict[str, list[tuple[int, str]]] = {}
+        for name in names:
+            m = _FILE_RE.match(name)
+            if not m:
+                continue
+            groups.setdefault(m.group(1), []).append((int(m.group(2) or 0), name))
+        for files in groups.values():
+            files.sort(reverse=True)  # oldest (highest number) first, the live file last
+        return groups
+
+    def _open_group(self, base: str, files: list[tuple[int, str]]) -> list[tuple[int, int, int, str]] | None:
+        """Open every file of a node; ``None`` when a rotation moved them meanwhile."""
+        opened: list[tuple[int, int, int, str]] = []
+        for _, name in files:
+            path = os.path.join(self.spool_dir, name)
+            try:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                continue
+            try:
+                st = os.fstat(fd)
+            except OSError:
+                os.close(fd)
+                continue
+            opened.append((fd, st.st_ino, st.st_size, name))
+        # the names must still point at what was opened, else a rotation happened in between
+        for fd, ino, _, name in opened:
+            try:
+                same = os.stat(os.path.join(self.spool_dir, name)).st_ino == ino
+            except OSError:
+                same = False
+            if not same:
+                for f in opened:
+                    os.close(f[0])
+                return None
+        return opened
+
+    # -- reading ------------------------------------------------------------------------------
+    def read(self, max_bytes: int | None = None) -> list[Fact]:
+        """New facts from every node's spool, oldest first per node."""
+        out: list[Fact] = []
+        budget = max_bytes if max_bytes and max_bytes > 0 else None
+        for base, files in sorted(self._groups().items()):
+            opened = None
+            for _ in range(5):
+                opened = self._open_group(base, files)
+                if opened is not None:
+                    break
+                files = self._groups().get(base, [])
+            if not opened:
+                continue
+            try:
+                budget = self._read_group(base, opened, out, budget)
+            finally:
+                for f in opened:
+                    os.close(f[0])
+            if budget is not None and budget <= 0:
+                break
+        return out
+
+    def _read_group(self, base: str, opened: list[tuple[int, int, int, str]], out: list[Fact], budget: int | None) -> int | None:
+        saved = self.offsets.get(base)
+        start_index, start_off = 0, 0
+        if saved is not None:
+            for i, (_, ino, size, _) in enumerate(opened):
+                if ino == saved[0]:
+                    start_index, start_off = i, saved[1]
+                    if start_off > size:
+                        logger.warning("spool %s: file shorter than the saved offset; reading it from 0", base)
+                        self.stats["truncations"] += 1
+                        start_off = 0
+                    break
+            else:
+                # the file we were in is gone: everything still here is newer than it
+                self.stats["lost_files"] += 1
+                logger.warning("spool %s: the file being read was rotated away before it was finished", base)
+        for i in range(start_index, len(opened)):
+            fd, ino, _, name = opened[i]
+            live = name == base and i == len(opened) - 1
+            off = start_off if i == start_index else 0
+            off, done, budget = self._read_file(fd, off, live, out, budget)
+            self.offsets[base] = (ino, off)
+            if not done:
+                break
+        return budget
+
+    def _read_file(self, fd: int, off: int, live: bool, out: list[Fact], budget: int | None) -> tuple[int, bool, int | None]:
+        """Lines from ``off``; returns (next offset, reached the end, budget left)."""
+        pending = bytearray()
+        skipping = False
+        line_start = off
+        pos = off
+        while True:
+            want = 1 << 20 if budget is None else min(1 << 20, budget)
+            if want <= 0:
+                return line_start, False, budget
+            try:
+                data = os.pread(fd, want, pos)
+            except OSError as exc:
+                logger.warning("spool: read failed: %s", exc)
+                return line_start, False, budget
+            if not data:
+                break
+            if budget is not None:
+                budget -= len(data)
+            data_start = pos
+            pos += len(data)
+            i = 0
+            while True:
+                nl = data.find(b"\n", i)
+                if nl < 0:
+                    break
+                if skipping:
+                    skipping = False
+                else:
+                    pending += data[i:nl]
+                    self._line(bytes(pending), out)
+                pending.clear()
+                i = nl + 1
+                line_start = data_start + i
+            if not skipping:
+                pending += data[i:]
+                if len(pending) > self.max_line:
+                    self.stats["lines"] += 1
+                    self.stats["garbage"] += 1
+                    pending.clear()
+                    skipping = True
+        if pending or skipping:
+            if live:
+                return line_start, True, budget  # wait for the rest of the line
+            if pending:
+                self._line(bytes(pending), out)  # a rotated file will not grow: judge it now
+            line_start = pos
+        return line_start, True, budget
+
+    def _line(self, raw: bytes, out: list[Fact]) -> None:
+        if not raw.strip():
+            return
+        self.stats["lines"] += 1
+        if len(raw) > self.max_line:
+            self.stats["garbage"] += 1
+            return
+        try:
+            fact = Fact.from_json(raw)
+        except Exception:  # FactError, RecursionError on absurd nesting, anything garbage can cause
+            self.stats["garbage"] += 1
+            return
+        if fact.id in self._ids:
+            self.stats["duplicates"] += 1
+            return
+        self._ids[fact.id] = None
+        if len(self._ids) > self.window:
+            self._ids.popitem(last=False)
+        self.stats["facts"] += 1
+        out.append(fact)
