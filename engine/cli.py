@@ -205,6 +205,103 @@ def explain(incident: str = typer.Argument(..., help="Incident id (as listed by 
         typer.echo(render_text(report))
 
 
+@app.command()
+def run(dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: record recommendations, execute nothing."),
+        rules: Optional[List[str]] = RulesOpt, no_defaults: bool = NoDefaultsOpt, db: Optional[str] = DbOpt,
+        follow: Optional[List[str]] = typer.Option(None, "--follow", help="Glob of log files to tail, also files that appear later (repeatable)."),
+        spool: Optional[str] = typer.Option(None, "--spool", help="Spool folder the node agents write to."),
+        scheduler: str = typer.Option("none", "--scheduler", help="slurm | none"),
+        poll: Optional[float] = typer.Option(None, "--poll", help="Poll files every SECONDS instead of inotify (NFS, Lustre)."),
+        metrics_port: Optional[int] = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on this port."),
+        verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    """Run the controller: follow logs, the agents' spool and the scheduler; record or act."""
+    from .controller import Controller, ControllerConfig
+    from .store import StoreError
+
+    _setup_logging(verbose)
+    logging.getLogger().setLevel(logging.INFO if verbose else logging.WARNING)
+    compiled = _load_or_exit(rules or [], no_defaults)
+    if not follow and not spool and scheduler == "none":
+        _err("nothing to watch: give --follow GLOB, --spool DIR or --scheduler slurm")
+        raise typer.Exit(2)
+    actuator_factory = None
+    if not dry_run:
+        try:
+            from .actuator import Actuator
+
+            actuator_factory = Actuator.for_controller
+        except ImportError:  # pragma: no cover - the action layer is part of the package
+            _err("acting needs engine.actuator; run with --dry-run")
+            raise typer.Exit(2)
+    cfg = ControllerConfig(rules=rules or [], defaults=not no_defaults, db=_db(db), follow=follow or [], spool=spool,
+                           scheduler=scheduler, dry_run=dry_run, poll=poll, metrics_port=metrics_port,
+                           actuator_factory=actuator_factory)
+    try:
+        controller = Controller(cfg, compiled)
+    except StoreError as exc:
+        _err(str(exc))
+        raise typer.Exit(2)
+    except Exception as exc:  # e.g. the scheduler adapter cannot start
+        _err(f"cannot start: {exc}")
+        raise typer.Exit(2)
+    raise typer.Exit(controller.run())
+
+
+@app.command()
+def agent(node: str = typer.Option(..., "--node", help="This node's name, as the scheduler knows it."),
+          spool: str = typer.Option(..., "--spool", help="Spool folder (shared with the controller)."),
+          kernel_log: Optional[str] = typer.Option(None, "--kernel-log", help="Kernel log file to read (else --kmsg)."),
+          kmsg: bool = typer.Option(False, "--kmsg", help="Read /dev/kmsg."),
+          nvml: bool = typer.Option(True, "--nvml/--no-nvml", help="Poll GPU counters through NVML."),
+          interval: float = typer.Option(10.0, "--interval", help="NVML poll interval, seconds."),
+          verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    """Run the node agent: kernel-log Xids and NVML counters -> facts in the spool."""
+    from .agent import run_agent
+
+    _setup_logging(verbose)
+    logging.getLogger().setLevel(logging.INFO if verbose else logging.WARNING)
+    if kernel_log is None and not kmsg and not nvml:
+        _err("no source: give --kernel-log PATH, --kmsg or --nvml")
+        raise typer.Exit(2)
+    raise typer.Exit(run_agent(node, spool, kernel_log=kernel_log, kmsg=kmsg, nvml=nvml, poll_interval=interval))
+
+
+def _examples_dir() -> Path:
+    return Path(__file__).resolve().parent.parent / "examples"
+
+
+@app.command()
+def demo(db: str = typer.Option("recover-demo.db", "--db", help="Where the demo writes its incidents (recreated)."),
+         json_out: bool = JsonOpt) -> None:
+    """Replay the bundled example incidents (examples/) with the default rulebook, then explain one."""
+    from .explain import build, render_text
+    from .replay import replay as do_replay
+    from .store import Store
+
+    ex = _examples_dir()
+    logs = sorted(str(p) for p in ex.iterdir() if p.suffix in (".out", ".err", ".log")) if ex.is_dir() else []
+    if not logs:
+        _err(f"no example logs in {ex}")
+        raise typer.Exit(2)
+    compiled = _load_or_exit([], False)
+    for suffix in ("", "-wal", "-shm"):
+        Path(db + suffix).unlink(missing_ok=True)
+    store = Store(db)
+    result = do_replay(logs, compiled, store)
+    rows = [store.incident(c.id) for c in result.incidents]
+    if json_out:
+        for r in rows:
+            typer.echo(json.dumps(r.to_dict()))
+        return
+    typer.echo(f"Replaying {len(logs)} example logs from {ex} with the default rulebook (monitor mode: nothing is executed).")
+    _print_incident_table(rows, title=f"{len(rows)} incident(s)")
+    pick = next((r for r in rows if r.decision == "isolate_and_restart"), rows[0] if rows else None)
+    if pick is not None:
+        typer.echo("")
+        typer.echo(f"$ recover explain {pick.id} --db {db}")
+        typer.echo(render_text(build(store, pick.id)))
+
+
 def main() -> None:
     app()
 

@@ -112,6 +112,17 @@ class Engine:
         self.stats = {"facts": 0, "flooded": 0, "firings": 0, "derived": 0, "incidents": 0, "template_errors": 0, "rete_errors": 0}
         self._absent_rules = {id(cr) for cr in compiled.rules if any(c.absent_for is not None for c in cr.rule.conditions)}
 
+    def resume(self) -> int:
+        """After a restart: take over the incidents the store still has open, so they settle and
+        close as usual. (Their facts are not re-asserted: correlation with them is lost.)"""
+        n = 0
+        for row in self.store.incidents(status="open"):
+            facts = [f for f, _, _ in self.store.facts(row.id)]
+            self.open[row.key] = _Open(row.id, row.key, row.opened_at, row.last_evidence_at,
+                                       [f for f in facts if f.kind == "fault"], {f.id for f in facts})
+            n += 1
+        return n
+
     # -- input -----------------------------------------------------------------------------
     def ingest(self, fact: Fact) -> None:
         """Take one fact from a source (not a derived one)."""
@@ -300,12 +311,15 @@ class Engine:
             live.incident = inc.id
         if fact.kind == "fault":
             inc.faults.append(fact)
+            best = _best_fault(inc.faults)
+            if best is fact:
+                self.store.set_provisional(inc.id, str(fact.get("fault_class")), fact.get("nodes") or (), fact.id)
         inc.last_at = max(inc.last_at, fact.at)
         self.store.touch_incident(inc.id, fact.at)
 
     def _close(self, inc: _Open, at: float) -> ClosedIncident:
         if inc.faults:
-            best = sorted(inc.faults, key=lambda f: (-int(f.get("priority", 0)), f.at))[0]
+            best = _best_fault(inc.faults)
             fault_class, nodes, reason, fault_id = best.get("fault_class"), tuple(best.get("nodes") or ()), str(best.get("reason", "")), best.id
         else:
             fault_class, nodes, reason, fault_id = "unknown", (), "no rule could tell what caused this failure", None
@@ -405,6 +419,11 @@ class Engine:
             del self.open[key]
             self._close(inc, max(at, inc.last_at))
         return list(self.closed)
+
+
+def _best_fault(faults: list[Fact]) -> Fact:
+    """The strongest fault: highest priority, the earliest on a tie."""
+    return min(faults, key=lambda f: (-int(f.get("priority", 0)), f.at))
 
 
 class _View(dict):

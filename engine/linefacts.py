@@ -11,7 +11,7 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from .facts import Fact
 from .rulebook.model import Matcher
@@ -172,9 +172,11 @@ _INT_GROUPS = {"attempt", "code", "step", "checkpoint", "rank", "exit_code", "pi
 class HitConverter:
     """Turns (matcher, groups, line) into a Fact or a context update, with counters."""
 
-    def __init__(self, matchers: Iterable[Matcher], cluster: ClusterContext | None = None):
+    def __init__(self, matchers: Iterable[Matcher], cluster: ClusterContext | None = None,
+                 clock: "Callable[[], float] | None" = None):
         self.matchers = list(matchers)
         self.cluster = cluster or ClusterContext()
+        self.clock = clock  # live: facts are stamped on arrival; the line's own time is kept as logged_at
         self.dropped_values = 0
 
     def _typed(self, m: Matcher, groups: Mapping[str, str]) -> dict[str, Any]:
@@ -202,14 +204,18 @@ class HitConverter:
 
     def convert(self, index: int, groups: Mapping[str, str], line: str, line_no: int, ctx: FileContext) -> Fact | None:
         m = self.matchers[index]
-        at = parse_line_time(line, ctx.year)
-        if at is None:
-            at = ctx.last_at if ctx.last_at is not None else 0.0
-        else:
+        logged = parse_line_time(line, ctx.year)
+        if logged is not None:
             if ctx.year is None:
-                ctx.year = time.gmtime(at).tm_year
-            ctx.last_at = at
+                ctx.year = time.gmtime(logged).tm_year
+            ctx.last_at = logged
+        if self.clock is not None:
+            at = self.clock()
+        else:
+            at = logged if logged is not None else (ctx.last_at if ctx.last_at is not None else 0.0)
         attrs = self._typed(m, groups)
+        if self.clock is not None and logged is not None:
+            attrs["logged_at"] = logged
         if m.emit == "context":
             if "job" in attrs:
                 ctx.job = str(attrs["job"])

@@ -128,6 +128,7 @@ class Store:
     def __init__(self, path: str | Path = ":memory:", readonly: bool = False):
         self.path = str(path)
         self._lock = threading.RLock()
+        self._depth = 0
         try:
             if readonly:
                 if self.path != ":memory:" and not Path(self.path).exists():
@@ -177,6 +178,11 @@ class Store:
 
     def touch_incident(self, incident: int, at: float) -> None:
         self._exec("UPDATE incidents SET last_evidence_at = MAX(last_evidence_at, ?) WHERE id = ?", (at, incident))
+
+    def set_provisional(self, incident: int, fault_class: str, nodes: Iterable[str], fault_fact: str) -> None:
+        """The strongest fault so far of an open incident (final when it closes)."""
+        self._exec("UPDATE incidents SET fault_class=?, nodes=?, fault_fact=? WHERE id=? AND status='open'",
+                   (fault_class, json.dumps(sorted(set(nodes))), fault_fact, incident))
 
     def close_incident(self, incident: int, at: float, fault_class: str, decision: str, nodes: Iterable[str],
                        fault_fact: str | None, reason: str, guards: Sequence[Any] = (), mode: str = "recommend") -> None:
@@ -285,27 +291,35 @@ class Store:
 
 
 class _Tx:
+    """Re-entrant: only the outermost ``with`` begins and commits (or rolls back)."""
+
     def __init__(self, store: Store):
         self.store = store
 
     def __enter__(self) -> Store:
-        self.store._lock.acquire()
-        try:
-            self.store.db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            self.store._lock.release()
-            raise StoreError(f"{self.store.path}: {exc}") from None
-        return self.store
+        st = self.store
+        st._lock.acquire()
+        if st._depth == 0:
+            try:
+                st.db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                st._lock.release()
+                raise StoreError(f"{st.path}: {exc}") from None
+        st._depth += 1
+        return st
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        st = self.store
         try:
-            if exc_type is None:
-                try:
-                    self.store.db.execute("COMMIT")
-                except sqlite3.OperationalError as e:
-                    self.store.db.execute("ROLLBACK")
-                    raise StoreError(f"{self.store.path}: {e}") from None
-            else:
-                self.store.db.execute("ROLLBACK")
+            st._depth -= 1
+            if st._depth == 0:
+                if exc_type is None:
+                    try:
+                        st.db.execute("COMMIT")
+                    except sqlite3.OperationalError as e:
+                        st.db.execute("ROLLBACK")
+                        raise StoreError(f"{st.path}: {e}") from None
+                else:
+                    st.db.execute("ROLLBACK")
         finally:
-            self.store._lock.release()
+            st._lock.release()
