@@ -135,7 +135,12 @@ def run_agent(
         next_nvml_try = time.monotonic() + nvml_retry_s
 
     if not kernel_sources and poller is None:
-        logger.error("agent %s: no source can run (no kernel log, kmsg unreadable, NVML unavailable)", node)
+        why = [
+            "kernel log: none given" if not kernel_log else "",
+            ("kmsg: not readable" if kmsg else "kmsg: not asked for"),
+            ("nvml: not available" if nvml else "nvml: not asked for"),
+        ]
+        logger.error("agent %s: no source can run (%s)", node, "; ".join(w for w in why if w))
         return EXIT_NO_SOURCE
 
     own_stop = stop_event is None

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Mapping
 from .actions import PlannedAction, plan_actions
 from .facts import Fact
 from .linefacts import NODE_RE, ClusterContext
-from .policy import Decision, decide
+from .policy import Decision, GuardContext, decide, fingerprint
 from .rete import ReteNetwork, ReteSession
 from .rulebook.compile import CompiledRule, CompiledRulebook, Template
 from .rulebook.conditions import evaluate
@@ -109,6 +109,7 @@ class Engine:
         self.watches: list[_Watch] = []
         self.progress: dict[tuple[str, int], dict[str, Any]] = {}
         self.closed: list[ClosedIncident] = []
+        self.node_states: dict[str, dict[str, Any]] = {}
         self.stats = {"facts": 0, "flooded": 0, "firings": 0, "derived": 0, "incidents": 0, "template_errors": 0, "rete_errors": 0}
         self._absent_rules = {id(cr) for cr in compiled.rules if any(c.absent_for is not None for c in cr.rule.conditions)}
 
@@ -143,6 +144,9 @@ class Engine:
         if fact.kind == "progress":
             self._progress(fact)
             return
+        if fact.kind == "node" and fact.get("node") is not None:
+            self.node_states[str(fact.get("node"))] = {"state": fact.get("state"), "drained": bool(fact.get("drained")),
+                                                       "down": bool(fact.get("down"))}
         if fact.kind == "job" and fact.get("job") is not None:
             nodes = fact.get("nodes") or ()
             self.cluster.assign(str(fact.get("job")), fact.get("attempt"), nodes if isinstance(nodes, tuple) else (), fact.at)
@@ -323,20 +327,30 @@ class Engine:
             fault_class, nodes, reason, fault_id = best.get("fault_class"), tuple(best.get("nodes") or ()), str(best.get("reason", "")), best.id
         else:
             fault_class, nodes, reason, fault_id = "unknown", (), "no rule could tell what caused this failure", None
-        decision = decide(self.compiled, fault_class, nodes, reason)
         job, _, rest = inc.key.partition(":")
         job_id = attempt = None
         if job == "job":
             job_id, _, att = rest.rpartition(":")
             attempt = int(att)
-        plan, problems = plan_actions(self.compiled, decision.decision, inc.id, job_id, attempt, decision.nodes,
-                                      fault_class, self.scheduler)
-        guards = list(decision.guards) + [{"guard": "plan", "why": p} for p in problems]
+        rule = next((f.get("rule") for f in inc.faults if f.id == fault_id), None)
         with self.store.transaction():
-            self.store.close_incident(inc.id, at, fault_class, decision.decision, decision.nodes, fault_id, reason, guards, self.mode)
-            if self.mode == "recommend":
+            if job_id is not None:
+                p = self.progress.get((job_id, attempt or 0))
+                if p:
+                    self.store.save_progress(job_id, attempt or 0, p.get("step"), p.get("checkpoint"), p.get("last_at"))
+            ctx = self._guard_context(inc, job_id, attempt, at)
+            decision = decide(self.compiled, fault_class, nodes, reason, ctx, rule)
+            plan, problems = plan_actions(self.compiled, decision.decision, inc.id, job_id, attempt, decision.nodes,
+                                          fault_class, self.scheduler, names=decision.plan_only)
+            plan = [p for p in plan if (p.name, p.target) not in decision.skip_targets]
+            guards = list(decision.guards) + [{"guard": "plan", "why": p} for p in problems]
+            mode = decision.autonomy if self.mode == "act" else ("observe" if decision.autonomy == "observe" else "recommend")
+            self.store.close_incident(inc.id, at, fault_class, decision.decision, decision.nodes, fault_id, reason, guards,
+                                      mode, fingerprint(fault_class, decision.nodes, rule))
+            if mode in ("recommend", "act"):
                 for p in plan:
-                    self.store.add_action(inc.id, p.idem_key, p.name, p.target, p.argv, "recommend", "recommended")
+                    self.store.add_action(inc.id, p.idem_key, p.name, p.target, p.argv, mode,
+                                          "recommended" if mode == "recommend" else "planned")
         for fid in list(inc.facts):
             self._retract(fid)
         closed = ClosedIncident(inc.id, inc.key, job_id, attempt, decision, tuple(plan), tuple(problems), at)
@@ -347,6 +361,23 @@ class Engine:
             except Exception:
                 logger.exception("incident %s: close callback failed", inc.id)
         return closed
+
+    def _guard_context(self, inc: _Open, job: str | None, attempt: int | None, now: float) -> GuardContext:
+        import time as _time
+
+        progress: dict[int, dict] = {}
+        history: list = []
+        requeued: set = set()
+        if job is not None:
+            progress = self.store.progress_of(job)
+            history = self.store.job_history(job, exclude=inc.id)
+            requeued = self.store.requeued_attempts(job)
+        silences = {s["node"]: s["reason"] for s in self.store.silences(active_at=_time.time())}
+        drains = [(t, w) for t, w, _ in self.store.recent_actions("drain", now - 86400)]
+        return GuardContext(job=job, attempt=attempt, incident=inc.id, now=now, history=history, progress=progress,
+                            recent_drains=drains, cluster_size=len(self.node_states), node_states=self.node_states,
+                            silenced=silences.get, requeued_attempts=frozenset(requeued),
+                            forced_mode="recommend" if self.mode == "recommend" else None)
 
     def _retract(self, fact_id: str) -> None:
         live = self.live.pop(fact_id, None)

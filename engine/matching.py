@@ -56,7 +56,7 @@ __all__ = ["MatcherSpec", "Hit", "Scanner", "check_pattern", "hyperscan_availabl
 
 _WINDOW = 16 * 1024  # first tail window for sampled matchers; grows x4
 _COMBINED_MAX_MEM = 256 << 20  # RE2 memory budget for the combined alternation (DFA cache)
-_SAMPLED_ID = 1 << 20  # hyperscan id offset of the single-match copies of sampled patterns
+_STORM = 4096  # hyperscan reports in one call before the scan stops and resumes after the line
 
 
 @dataclass(frozen=True)
@@ -146,6 +146,8 @@ def _walk(p: str, target: str) -> tuple[str, set[str]]:
                 continue
             if d in ("p", "P"):
                 feats.add("unicode")
+            elif d in ("z", "b", "B"):
+                feats.add("cut")
             elif d == "C":
                 feats.add("anybyte")
             elif d == "x" or d in "01234567":
@@ -204,8 +206,9 @@ def _walk(p: str, target: str) -> tuple[str, set[str]]:
         elif buf and c == "^":
             out.append("(?m:^)")
             i += 1
-        elif buf and c == "$":
-            out.append("(?m:\\r?$)")
+        elif c == "$":
+            feats.add("cut")
+            out.append("(?m:\\r?$)" if buf else c)
             i += 1
         else:
             if c == "{" and p.startswith("{,", i):
@@ -283,7 +286,9 @@ def check_pattern(pattern: str) -> str | None:
 class _Compiled:
     """One spec, compiled for the line (truth) and for the buffer-wide search."""
 
-    __slots__ = ("idx", "spec", "utf8", "truth", "rx", "has_groups", "buf_src", "buf_rx", "hs_src")
+    __slots__ = (
+        "idx", "spec", "utf8", "truth", "rx", "has_groups", "buf_src", "buf_rx", "hs_src", "cut_sensitive"
+    )
 
     def __init__(self, idx: int, spec: MatcherSpec):
         msg = check_pattern(spec.pattern)
@@ -293,6 +298,7 @@ class _Compiled:
         self.spec = spec
         self.truth, feats = _source(spec.pattern, "truth", spec.ignore_case)
         self.utf8 = _is_utf8(feats)
+        self.cut_sensitive = self.utf8 or "cut" in feats  # may match a cut head, not the line
         self.rx = re2.compile(self.truth, _options(self.utf8))
         self.has_groups = bool(self.rx.groupindex)
         self.buf_src, _ = _source(spec.pattern, "re2buf", spec.ignore_case)
@@ -347,12 +353,12 @@ class Scanner:
         self._pend = bytearray()
         self._pend_total = 0
 
-        self._hs_main = self._hs_sampled = None
-        hs_specs: list[_Compiled] = []
+        self._hs_main = None  # one database: every non-sampled pattern hyperscan takes
+        self._hs_sampled: dict[int, object] = {}  # sampled spec -> its own database
+        on_hs: set[int] = set()
         if backend in ("auto", "hyperscan") and _hs is not None:
-            hs_specs = self._build_hyperscan(strict=backend == "hyperscan")
-        self.backend = "hyperscan" if self._hs_main is not None else "re2"
-        on_hs = {c.idx for c in hs_specs} if self._hs_main is not None else set()
+            on_hs = self._build_hyperscan(strict=backend == "hyperscan")
+        self.backend = "hyperscan" if on_hs else "re2"
         self.hyperscan_specs = frozenset(on_hs)  # indexes matched by hyperscan (for reports)
         rest = [c for c in self._c if c.idx not in on_hs]
         self._groups = [
@@ -360,59 +366,52 @@ class Scanner:
             for utf8 in (False, True)
             if (m := [c for c in rest if not c.spec.sample and c.utf8 == utf8])
         ]
-        self._re2_sampled = [c for c in rest if c.spec.sample]
-        for c in self._re2_sampled:
+        self._re2_sampled = {c.idx: c for c in rest if c.spec.sample}
+        for c in self._re2_sampled.values():
             c.buf_rx = re2.compile(c.buf_src, _options(c.utf8))
-        self._hs_sampled_idx = [c.idx for c in hs_specs if c.spec.sample] if on_hs else []
+        self._sampled = [c.idx for c in self._c if c.spec.sample]
+        self._cut_sensitive = [c for c in self._c if c.cut_sensitive]
 
     # -- construction ---------------------------------------------------------------------
 
-    def _build_hyperscan(self, strict: bool) -> list[_Compiled]:
+    def _build_hyperscan(self, strict: bool) -> set[int]:
+        """Compile what hyperscan can take; return the spec indexes it took."""
         base = _hs.HS_FLAG_MULTILINE
-        ok: list[tuple[_Compiled, bytes]] = []
+        main: list[tuple[_Compiled, bytes, int]] = []
+        sampled: dict[int, object] = {}
         for c in self._c:
             if c.hs_src is None:
                 logger.info("matcher %r: matched with RE2 (pattern needs RE2 semantics)", c.spec.id)
                 continue
             flags = base | (_hs.HS_FLAG_CASELESS if c.spec.ignore_case else 0)
-            for expr in (b"(?:" + c.hs_src + b")[^\\n]*$", c.hs_src):
+            # non-sampled: bare, the fastest over healthy text; sampled: stretched to the end of
+            # the line when hyperscan accepts it, so that a window reports each line once
+            exprs = [c.hs_src] if not c.spec.sample else [b"(?:" + c.hs_src + b")[^\\n]*$", c.hs_src]
+            err: Exception | None = None
+            for expr in exprs:
                 try:
-                    _hs_compile([expr], [0], [flags])
-                except Exception as e:  # hyperscan refuses some RE2 syntax
+                    db = _hs_compile([expr], [c.idx], [flags])
+                except Exception as e:  # hyperscan refuses some RE2 syntax, e.g. (?U)
                     err = e
                     continue
-                ok.append((c, expr))
+                if c.spec.sample:
+                    sampled[c.idx] = db
+                else:
+                    main.append((c, expr, flags))
                 break
             else:
                 logger.info("matcher %r: hyperscan cannot compile it (%s); matched with RE2", c.spec.id, err)
-        if not ok:
-            return []
-        exprs, ids, flags = [], [], []
-        sampled_exprs, sampled_ids, sampled_flags = [], [], []
-        for c, expr in ok:
-            f = base | (_hs.HS_FLAG_CASELESS if c.spec.ignore_case else 0)
-            if c.spec.sample:
-                exprs.append(expr)
-                ids.append(c.idx + _SAMPLED_ID)
-                flags.append(f | _hs.HS_FLAG_SINGLEMATCH)
-                sampled_exprs.append(expr)
-                sampled_ids.append(c.idx)
-                sampled_flags.append(f)
-            else:
-                exprs.append(expr)
-                ids.append(c.idx)
-                flags.append(f)
-        try:
-            self._hs_main = _hs_compile(exprs, ids, flags)
-            if sampled_exprs:
-                self._hs_sampled = _hs_compile(sampled_exprs, sampled_ids, sampled_flags)
-        except Exception as e:
-            if strict:
-                raise
-            logger.warning("hyperscan database failed (%s); falling back to RE2 for all matchers", e)
-            self._hs_main = self._hs_sampled = None
-            return []
-        return [c for c, _ in ok]
+        if main:
+            try:
+                self._hs_main = _hs_compile([e for _, e, _ in main], [c.idx for c, _, _ in main],
+                                            [f for _, _, f in main])
+            except Exception as e:
+                if strict:
+                    raise
+                logger.warning("hyperscan database failed (%s); those matchers use RE2", e)
+                main = []
+        self._hs_sampled = sampled
+        return {c.idx for c, _, _ in main} | set(sampled)
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -443,16 +442,20 @@ class Scanner:
         if nl < 0:
             self._keep(data)
             return []
-        first_drop = self._pend_total - len(self._pend)
-        if self._pend:
-            buf = bytes(self._pend) + data[: nl + 1]
-        else:
-            buf = data if nl == len(data) - 1 else data[: nl + 1]
-        hits = self._scan(buf, first_drop)
-        lines = buf.count(b"\n")
-        self._off += first_drop + len(buf)
-        self._lines += lines
-        self.lines_seen += lines
+        parts: list[tuple[bytes, int, int, int, int]] = []  # (buf, lo, hi, offset of buf[0], lines before)
+        start = 0
+        if self._pend_total:  # the pending line ends in this chunk: join just that line
+            f = data.find(b"\n")
+            line = b"".join((self._pend, memoryview(data)[: f + 1]))
+            parts.append((line, 0, len(line), self._off, self._lines))
+            start = f + 1
+        data_off = self._off + self._pend_total
+        if start <= nl:  # the rest is scanned in place, without a copy
+            parts.append((data, start, nl + 1, data_off, self._lines + len(parts)))
+        hits, nlines = self._scan(parts)
+        self._off = data_off + nl + 1
+        self._lines += nlines
+        self.lines_seen += nlines
         self._pend = bytearray()
         self._pend_total = 0
         if nl + 1 < len(data):
@@ -463,8 +466,8 @@ class Scanner:
         """End of stream: scan the pending partial line, if any, as a last line."""
         if self._pend_total == 0:
             return []
-        first_drop = self._pend_total - len(self._pend)
-        hits = self._scan(bytes(self._pend) + b"\n", first_drop)
+        line = bytes(self._pend) + b"\n"
+        hits, _ = self._scan([(line, 0, len(line), self._off, self._lines)])
         self._off += self._pend_total
         self._lines += 1
         self.lines_seen += 1
@@ -480,211 +483,238 @@ class Scanner:
             self._pend += data[:room]
         self._pend_total += len(data)
 
-    def _cut(self, buf: bytes):
-        """Cut lines longer than max_line to their head. Returns (scan buffer, cut map, cut lines).
+    def _long_lines(self, buf: bytes, lo: int, hi: int) -> dict[int, int]:
+        """{start: end} of the lines in buf[lo:hi] longer than max_line (they are cut).
 
-        Windows of max_line+1 bytes hop from line start to line start (the last newline in each
-        window), so only a window without any newline, i.e. a long line, costs more than a find.
+        Windows of max_line+1 bytes hop from line start to line start (after the last newline
+        in the window), so only a window without a newline, i.e. a long line, costs more.
         """
         ml = self.max_line
         width = ml + 1
-        n = len(buf)
-        pieces: list[bytes] = []
-        cut_at: list[int] = []
-        cut_drop: list[int] = []
-        trunc: set[int] = set()
-        src = drop = p = 0
-        while p + width < n:
+        trunc: dict[int, int] = {}
+        p = lo
+        while p + width < hi:
             q = buf.rfind(b"\n", p, p + width)
             if q >= 0:
                 p = q + 1
                 continue
-            e = buf.find(b"\n", p + width)
+            e = buf.find(b"\n", p + width, hi)
             if e < 0:
-                e = n
-            content = e - p - (1 if buf[e - 1] == 13 else 0)
-            if content > ml:
-                pieces.append(buf[src : p + ml])
-                trunc.add(p - drop)
-                drop += e - (p + ml)
-                src = e
-                cut_at.append(e - drop)
-                cut_drop.append(drop)
+                e = hi - 1
+            if e - p - (1 if buf[e - 1] == 13 else 0) > ml:
+                trunc[p] = e
             p = e + 1
-        if not pieces:
-            return buf, cut_at, cut_drop, trunc
-        pieces.append(buf[src:])
         self.long_lines_cut += len(trunc)
-        return b"".join(pieces), cut_at, cut_drop, trunc
+        return trunc
 
-    def _scan(self, buf: bytes, first_drop: int) -> list[Hit]:
-        """Hits of the complete lines in ``buf`` (which ends with a newline)."""
-        sb, cut_at, cut_drop, trunc = self._cut(buf)
-        found: list[tuple] = []  # (line start, spec index, line, match or None)
+    def _scan(self, parts) -> tuple[list[Hit], int]:
+        """Hits of the complete lines of each part, and the number of lines in the parts."""
+        per_part = []
+        sampled_owner: dict[int, int] = {}  # sampled spec -> index of the last part that has it
+        for k, (buf, lo, hi, _, _) in enumerate(parts):
+            records, sampled, trunc = self._scan_part(buf, lo, hi)
+            per_part.append((records, sampled, trunc))
+            for idx in sampled:
+                sampled_owner[idx] = k
+        hits: list[Hit] = []
+        total = 0
+        for k, ((buf, lo, hi, base_off, base_line), (records, sampled, trunc)) in enumerate(
+            zip(parts, per_part)
+        ):
+            for idx, (ls, text, m) in sampled.items():
+                if sampled_owner[idx] == k:
+                    records.append((ls, idx, text, m))
+            records.sort(key=lambda r: (r[0], r[1]))
+            count = buf.count
+            prev, nlines = lo, 0
+            for ls, idx, text, m in records:
+                nlines += count(b"\n", prev, ls)
+                prev = ls
+                groups: dict[str, str] = {}
+                if m is not None and self._c[idx].has_groups:
+                    for name, value in m.groupdict().items():
+                        if value is not None:
+                            key = name.decode("utf-8", "replace") if isinstance(name, bytes) else name
+                            groups[key] = value.decode("utf-8", "replace")
+                hits.append(
+                    Hit(
+                        matcher=idx,
+                        line=text,
+                        line_no=base_line + 1 + nlines,
+                        offset=base_off + ls,
+                        groups=groups,
+                        truncated=ls in trunc,
+                    )
+                )
+            total += nlines + count(b"\n", prev, hi)
+        return hits, total
+
+    def _scan_part(self, buf: bytes, lo: int, hi: int):
+        """Records (line start, spec, line, match) of buf[lo:hi], the last line of each sampled
+        spec, and the cut lines."""
+        trunc = self._long_lines(buf, lo, hi)
+        ml = self.max_line
 
         def line_at(ls: int, le: int) -> bytes:
-            text = sb[ls:le]
-            if text[-1:] == b"\r" and ls not in trunc:
-                text = text[:-1]
-            return text
+            if ls in trunc:
+                return buf[ls : ls + ml]
+            if le > ls and buf[le - 1] == 13:
+                le -= 1
+            return buf[ls:le]
 
-        first: dict[int, int] = {}  # sampled spec -> line start of its first candidate
+        records: list[tuple] = []
         if self._hs_main is not None:
-            self._hs_scan(sb, line_at, found, first)
+            self._hs_scan(buf, lo, hi, line_at, records)
         for g in self._groups:
-            self._re2_scan(g, sb, line_at, found)
-        for c in self._re2_sampled:
-            m = c.buf_rx.search(sb)
-            if m is not None:
-                first[c.idx] = sb.rfind(b"\n", 0, m.start()) + 1
-        if first:
-            self._last_sampled(sb, first, line_at, found)
-        if not found:
-            return []
-        found.sort(key=lambda r: (r[0], r[1]))
+            self._re2_scan(g, buf, lo, hi, line_at, records)
+        floors = dict.fromkeys(self._sampled, lo)
+        tails: dict[int, tuple] = {}
+        if trunc and self._cut_sensitive:
+            # a head can match where the whole line does not ($, \b at the cut): check heads directly
+            seen = {(r[0], r[1]) for r in records if r[0] in trunc}
+            for c in self._cut_sensitive:
+                for ls in sorted(trunc, reverse=c.spec.sample):
+                    if (ls, c.idx) in seen:
+                        continue
+                    text = buf[ls : ls + ml]
+                    m = c.rx.search(text)
+                    if m is None:
+                        continue
+                    if not c.spec.sample:
+                        records.append((ls, c.idx, text, m))
+                        continue
+                    tails[c.idx] = (ls, text, m)
+                    floors[c.idx] = ls
+                    break
+        sampled: dict[int, tuple] = {}
+        if floors:
+            self._last_sampled(buf, lo, hi, floors, line_at, sampled)
+        for idx, rec in tails.items():
+            if idx not in sampled or sampled[idx][0] < rec[0]:
+                sampled[idx] = rec
+        return records, sampled, trunc
 
-        hits: list[Hit] = []
-        base_off, base_line = self._off, self._lines
-        count = sb.count
-        prev = nlines = 0
-        for ls, idx, text, m in found:
-            nlines += count(b"\n", prev, ls)
-            prev = ls
-            pos = ls
-            if cut_at:
-                k = bisect.bisect_right(cut_at, ls)
-                if k:
-                    pos += cut_drop[k - 1]
-            if pos:
-                pos += first_drop
-            groups: dict[str, str] = {}
-            if m is not None and self._c[idx].has_groups:
-                for name, value in m.groupdict().items():
-                    if value is not None:
-                        key = name.decode("utf-8", "replace") if isinstance(name, bytes) else name
-                        groups[key] = value.decode("utf-8", "replace")
-            hits.append(
-                Hit(
-                    matcher=idx,
-                    line=text,
-                    line_no=base_line + 1 + nlines,
-                    offset=base_off + pos,
-                    groups=groups,
-                    truncated=ls in trunc,
-                )
-            )
-        return hits
-
-    def _hs_scan(self, sb: bytes, line_at, found: list, first: dict) -> None:
-        ends: list[tuple[int, int]] = []
-        add = ends.append
-
-        def on_match(ident, _from, to, _flags, _ctx):
-            add((to, ident))
-
-        self._hs_main.scan(sb, match_event_handler=on_match)
-        if not ends:
-            return
-        ends.sort()
+    def _hs_scan(self, buf: bytes, lo: int, hi: int, line_at, records: list) -> None:
+        """One hyperscan call over buf[lo:hi] (more only after a storm of reports on one line)."""
         rx = [c.rx for c in self._c]
-        rfind, find, n = sb.rfind, sb.find, len(sb)
+        rfind, find = buf.rfind, buf.find
         seen: set[tuple[int, int]] = set()
-        ls = le = -1
-        text = b""
-        for to, ident in ends:
-            if not ls <= to <= le:  # not in the line of the previous report
-                ls = rfind(b"\n", 0, to) + 1
-                le = find(b"\n", to)
-                if le < 0:
-                    le = n
-                text = line_at(ls, le)
-            if ident >= _SAMPLED_ID:
-                first.setdefault(ident - _SAMPLED_ID, ls)
-                continue
-            if (ls, ident) in seen:
-                continue
-            seen.add((ls, ident))
-            m = rx[ident].search(text)
-            if m is not None:
-                found.append((ls, ident, text, m))
-
-    def _re2_scan(self, g: _Re2Group, sb: bytes, line_at, found: list) -> None:
-        search = g.comb.search
-        match_set = g.set.Match
-        find, rfind = sb.find, sb.rfind
-        n = len(sb)
-        pos = 0
-        while pos < n:
-            m = search(sb, pos)
-            if m is None:
-                break
-            s = m.start()
-            ls = rfind(b"\n", 0, s) + 1
-            le = find(b"\n", s)
-            if le < 0:
-                le = n
-            text = line_at(ls, le)
-            for k in sorted(match_set(text) or ()):
-                c = g.members[k]
-                found.append((ls, c.idx, text, c.rx.search(text) if c.has_groups else None))
-            pos = le + 1
-
-    def _window_candidates(self, sb: bytes, lo: int, hi: int, want) -> dict[int, list[int]]:
-        """Line starts in [lo, hi) where the buffer search proposes each wanted sampled spec."""
-        out: dict[int, list[int]] = {}
-        rfind = sb.rfind
-        if self._hs_sampled is not None and any(i in want for i in self._hs_sampled_idx):
+        pos = lo
+        while pos < hi:
             ends: list[tuple[int, int]] = []
             add = ends.append
 
             def on_match(ident, _from, to, _flags, _ctx):
                 add((to, ident))
+                return len(ends) >= _STORM  # stop; the line is then checked with RE2
 
-            self._hs_sampled.scan(memoryview(sb)[lo:hi], match_event_handler=on_match)
+            view = buf if pos == 0 and hi == len(buf) else memoryview(buf)[pos:hi]
+            stopped = False
+            try:
+                self._hs_main.scan(view, match_event_handler=on_match)
+            except _hs.ScanTerminated:
+                stopped = True
             ends.sort()
+            ls = le = -1
+            text = b""
             for to, ident in ends:
-                if ident in want:
-                    ls = max(rfind(b"\n", lo, lo + to) + 1, lo)
-                    starts = out.setdefault(ident, [])
-                    if not starts or starts[-1] != ls:
-                        starts.append(ls)
-        for c in self._re2_sampled:
-            if c.idx not in want:
-                continue
-            starts = out.setdefault(c.idx, [])
-            pos = lo
-            while pos < hi:
-                m = c.buf_rx.search(sb, pos, hi)
-                if m is None:
-                    break
-                s = m.start()
-                starts.append(rfind(b"\n", 0, s) + 1)
-                pos = sb.find(b"\n", s) + 1
-                if pos == 0:
-                    break
-        return out
-
-    def _last_sampled(self, sb: bytes, first: dict[int, int], line_at, found: list) -> None:
-        """For each sampled spec with a candidate, add its last verified line (windows from the end)."""
-        pending = dict(first)
-        hi, width = len(sb), _WINDOW
-        while pending and hi > 0:
-            cut = hi - width
-            lo = sb.rfind(b"\n", 0, cut) + 1 if cut > 0 else 0
-            lo = max(lo, min(pending.values()))
-            for idx, starts in self._window_candidates(sb, lo, hi, pending).items():
-                if idx not in pending:
-                    continue
-                rx = self._c[idx].rx
-                for ls in reversed(starts):
-                    le = sb.find(b"\n", ls)
+                to += pos
+                if not ls <= to <= le:  # not in the line of the previous report
+                    if rfind(b"\n", 0, to) + 1 >= hi:
+                        stopped = False  # only reports after the last line are left
+                        break
+                    ls = rfind(b"\n", 0, to) + 1
+                    le = find(b"\n", to, hi)
                     text = line_at(ls, le)
+                if (ls, ident) in seen:
+                    continue
+                seen.add((ls, ident))
+                m = rx[ident].search(text)
+                if m is not None:
+                    records.append((ls, ident, text, m))
+            if not stopped or ls < 0:
+                return
+            # reports come in end-offset order: lines before the last one are complete; check
+            # every hyperscan pattern on the last line directly and resume after it
+            for c in self._c:
+                if c.idx in self.hyperscan_specs and not c.spec.sample and (ls, c.idx) not in seen:
+                    seen.add((ls, c.idx))
+                    m = c.rx.search(text)
+                    if m is not None:
+                        records.append((ls, c.idx, text, m))
+            pos = le + 1
+
+    def _re2_scan(self, g: _Re2Group, buf: bytes, lo: int, hi: int, line_at, records: list) -> None:
+        search = g.comb.search
+        match_set = g.set.Match
+        find, rfind = buf.find, buf.rfind
+        pos = lo
+        while pos < hi:
+            m = search(buf, pos, hi)
+            if m is None:
+                break
+            s = m.start()
+            ls = rfind(b"\n", 0, s) + 1
+            le = find(b"\n", s, hi)
+            if le < 0:
+                le = hi - 1
+            text = line_at(ls, le)
+            for k in sorted(match_set(text) or ()):
+                c = g.members[k]
+                records.append((ls, c.idx, text, c.rx.search(text) if c.has_groups else None))
+            pos = le + 1
+
+    def _candidates(self, idx: int, buf: bytes, lo: int, hi: int) -> list[int]:
+        """Line starts in buf[lo:hi] where the buffer search proposes sampled spec ``idx``."""
+        rfind = buf.rfind
+        starts: list[int] = []
+        db = self._hs_sampled.get(idx)
+        if db is not None:
+            ends: list[int] = []
+
+            def on_match(_ident, _from, to, _flags, _ctx):
+                ends.append(to)
+
+            db.scan(memoryview(buf)[lo:hi], match_event_handler=on_match)
+            ends.sort()
+            for to in ends:
+                ls = rfind(b"\n", 0, lo + to) + 1
+                if ls < hi and (not starts or starts[-1] != ls):
+                    starts.append(ls)
+            return starts
+        c = self._re2_sampled[idx]
+        pos = lo
+        while pos < hi:
+            m = c.buf_rx.search(buf, pos, hi)
+            if m is None:
+                break
+            s = m.start()
+            starts.append(rfind(b"\n", 0, s) + 1)
+            pos = buf.find(b"\n", s, hi) + 1
+            if pos == 0:
+                break
+        return starts
+
+    def _last_sampled(self, buf: bytes, lo: int, hi: int, floors: dict, line_at, out: dict) -> None:
+        """Last line at or above ``floors[spec]`` that each sampled spec really matches.
+
+        Windows tile the buffer from its end, each 4x the previous, so a heartbeat near the end
+        costs a few small scans and a spec that matches nowhere costs one pass in ~6 calls.
+        """
+        find = buf.find
+        for idx, floor in floors.items():
+            rx = self._c[idx].rx
+            top, width = hi, _WINDOW
+            while top > floor:
+                cut = top - width
+                wlo = max(buf.rfind(b"\n", 0, cut) + 1 if cut > floor else floor, floor)
+                for ls in reversed(self._candidates(idx, buf, wlo, top)):
+                    text = line_at(ls, find(b"\n", ls, hi))
                     m = rx.search(text)
                     if m is not None:
-                        found.append((ls, idx, text, m))
-                        del pending[idx]
+                        out[idx] = (ls, text, m)
                         break
-            for idx in [i for i, f in pending.items() if f >= lo]:
-                del pending[idx]  # no line at or after its first candidate really matches
-            hi = lo
-            width *= 4
+                if idx in out:
+                    break
+                top = wlo
+                width *= 4

@@ -1,17 +1,37 @@
 """Policy: from a fault to a decision, and the guards that may change it.
 
-Each guard that changes a decision says so in the ``guards`` list of the result, which the store
-keeps and ``explain`` prints: "why did it not restart?" must be answerable without reading code.
+Guards, in the order they apply (each configurable under ``policy:`` in the rulebook)::
+
+    silences      a silenced node's incidents are only recorded            (recover silence add)
+    retry         at most N restarts per job and per root-cause fingerprint in a window
+    no_progress   stop when the last checkpoint/step did not advance across N attempts
+    blast_radius  at most K drains (or P% of the nodes seen) in a window; past it: stop acting, notify
+    inhibit       nodes already down or drained are not drained again (their GPU faults add nothing)
+    throttle      one requeue per job attempt, one drain per node per incident
+    autonomy      per decision kind: observe | recommend | act (--dry-run forces recommend)
+
+Each guard that changes a decision or a plan says so in the ``guards`` list of the result, which
+the store keeps and ``explain`` prints: "why did it not restart?" is answered without code.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from .rulebook.compile import CompiledRulebook
+from .rulebook.schema import parse_duration
 
-__all__ = ["Decision", "decide"]
+__all__ = ["Decision", "GuardContext", "decide", "DEFAULT_GUARDS", "fingerprint"]
+
+DEFAULT_GUARDS: Mapping[str, Mapping[str, Any]] = {
+    "retry": {"max_per_job": 5, "max_per_fingerprint": 3, "window": 86400.0, "no_progress_attempts": 2},
+    "blast_radius": {"max_drains": 4, "max_fraction": 0.25, "window": 3600.0},
+    "autonomy": {"restart": "act", "isolate_and_restart": "act", "stop": "act", "observe": "recommend"},
+    "inhibit": {"drained_nodes": True},
+}
+RESTARTING = ("restart", "isolate_and_restart")
 
 
 @dataclass(frozen=True)
@@ -21,14 +41,125 @@ class Decision:
     nodes: tuple[str, ...]
     reason: str
     guards: tuple[Mapping[str, Any], ...] = field(default=())
+    autonomy: str = "recommend"  # observe | recommend | act
+    plan_only: tuple[str, ...] | None = None  # a guard replaced the plan with these actions
+    skip_targets: frozenset[tuple[str, str]] = frozenset()  # (action, target) a guard removed
 
 
-def decide(compiled: CompiledRulebook, fault_class: str, nodes: tuple[str, ...], reason: str) -> Decision:
+@dataclass
+class GuardContext:
+    """What the guards may look at; every field has a harmless default so the core can run alone."""
+
+    job: str | None = None
+    attempt: int | None = None
+    incident: int | None = None
+    now: float = field(default_factory=time.time)  # engine time: wall time live, the logs' time in replay
+    history: Sequence[Mapping[str, Any]] = ()  # earlier closed incidents of this job: {attempt, decision, fault_class, fingerprint, closed_at}
+    progress: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)  # attempt -> {step, checkpoint}
+    recent_drains: Sequence[tuple[str, float]] = ()  # (node, wall time) of drains planned or run
+    cluster_size: int = 0
+    node_states: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # node -> {drained, down}
+    silenced: Callable[[str], str | None] = lambda node: None  # reason, or None
+    requeued_attempts: frozenset[tuple[str, int]] = frozenset()
+    forced_mode: str | None = None  # "recommend" under --dry-run
+
+
+def fingerprint(fault_class: str, nodes: Sequence[str], rule: str | None) -> str:
+    return f"{fault_class}|{rule or '-'}|{','.join(sorted(nodes))}"
+
+
+def _guard_cfg(compiled: CompiledRulebook, name: str) -> dict[str, Any]:
+    cfg = dict(DEFAULT_GUARDS.get(name, {}))
+    cfg.update(dict(compiled.policy.get(name, {}) or {}))
+    for key in ("window",):
+        if key in cfg and not isinstance(cfg[key], (int, float)):
+            cfg[key] = parse_duration(cfg[key]) or DEFAULT_GUARDS.get(name, {}).get(key, 3600.0)
+    return cfg
+
+
+def _progress_value(p: Mapping[str, Any] | None) -> int | None:
+    if not p:
+        return None
+    if p.get("checkpoint") is not None:
+        return int(p["checkpoint"])
+    if p.get("step") is not None:
+        return int(p["step"])
+    return None
+
+
+def decide(compiled: CompiledRulebook, fault_class: str, nodes: tuple[str, ...], reason: str,
+           ctx: GuardContext | None = None, rule: str | None = None) -> Decision:
+    ctx = ctx or GuardContext()
     decision = compiled.policy["decisions"].get(fault_class, "restart")
     guards: list[dict[str, Any]] = []
+    plan_only: tuple[str, ...] | None = None
+    skip: set[tuple[str, str]] = set()
+
+    def change(guard: str, to: str, why: str) -> None:
+        nonlocal decision
+        guards.append({"guard": guard, "from": decision, "to": to, "why": why})
+        decision = to
+
     if decision == "isolate_and_restart" and not nodes:
-        # nothing to isolate: the attempt still deserves a restart
-        guards.append({"guard": "no_nodes", "from": decision, "to": "restart",
-                       "why": "the fault names no node to isolate"})
-        decision = "restart"
-    return Decision(fault_class, decision, nodes, reason, tuple(guards))
+        change("no_nodes", "restart", "the fault names no node to isolate")
+
+    # silences: maintenance on every implicated node -> record only
+    silenced = {n: ctx.silenced(n) for n in nodes}
+    if nodes and all(silenced.values()):
+        change("silence", "observe", "; ".join(f"{n} silenced: {r}" for n, r in silenced.items()))
+
+    retry = _guard_cfg(compiled, "retry")
+    if decision in RESTARTING and ctx.job is not None:
+        window = float(retry.get("window", 86400.0))
+        recent = [h for h in ctx.history if h.get("decision") in RESTARTING and ctx.now - float(h.get("closed_at") or 0) <= window]
+        fp = fingerprint(fault_class, nodes, rule)
+        same = [h for h in recent if h.get("fingerprint") == fp]
+        if len(recent) >= int(retry.get("max_per_job", 5)):
+            change("retry_budget", "stop", f"job {ctx.job} was already restarted {len(recent)} times "
+                                           f"(budget {retry.get('max_per_job')} per {int(window)} s)")
+        elif len(same) >= int(retry.get("max_per_fingerprint", 3)):
+            change("retry_budget", "stop", f"the same root cause ({fault_class}) already caused {len(same)} restarts "
+                                           f"(budget {retry.get('max_per_fingerprint')})")
+        else:
+            n = int(retry.get("no_progress_attempts", 2))
+            if n > 0 and ctx.attempt is not None and ctx.attempt >= n:
+                now_p = _progress_value(ctx.progress.get(ctx.attempt))
+                then_p = _progress_value(ctx.progress.get(ctx.attempt - n))
+                attempts_known = all((ctx.attempt - k) in ctx.progress for k in range(n + 1))
+                if attempts_known and (now_p is None or (then_p is not None and now_p <= then_p)):
+                    change("no_progress", "stop", f"no progress across {n} attempts: checkpoint/step "
+                                                  f"{then_p} at attempt {ctx.attempt - n}, {now_p} at attempt {ctx.attempt}")
+
+    if decision == "isolate_and_restart":
+        inhibit = _guard_cfg(compiled, "inhibit")
+        already = [n for n in nodes if ctx.node_states.get(n, {}).get("drained") or ctx.node_states.get(n, {}).get("down")]
+        if inhibit.get("drained_nodes", True) and already:
+            for n in already:
+                skip.add(("drain", n))
+            guards.append({"guard": "inhibit", "why": f"already down or drained, not drained again: {', '.join(already)}"})
+        to_drain = [n for n in nodes if n not in already]
+        blast = _guard_cfg(compiled, "blast_radius")
+        window = float(blast.get("window", 3600.0))
+        drained = {n for n, t in ctx.recent_drains if ctx.now - t <= window}
+        new = [n for n in to_drain if n not in drained]
+        limit = int(blast.get("max_drains", 4))
+        if ctx.cluster_size and blast.get("max_fraction") is not None:
+            limit = min(limit, max(1, int(float(blast["max_fraction"]) * ctx.cluster_size)))
+        if new and len(drained) + len(new) > limit:
+            change("blast_radius", "observe", f"draining {', '.join(new)} would make {len(drained) + len(new)} drains "
+                                              f"in {int(window)} s, over the limit of {limit}: stopped acting, a human is paged")
+            plan_only = ("notify",)
+
+    if decision in RESTARTING and ctx.job is not None and ctx.attempt is not None and (ctx.job, ctx.attempt) in ctx.requeued_attempts:
+        skip.add(("requeue", ctx.job))
+        guards.append({"guard": "throttle", "why": f"attempt {ctx.attempt} of job {ctx.job} was already requeued"})
+
+    autonomy_cfg = _guard_cfg(compiled, "autonomy")
+    autonomy = str(autonomy_cfg.get(decision, "recommend"))
+    if autonomy not in ("observe", "recommend", "act"):
+        autonomy = "recommend"
+    if ctx.forced_mode == "recommend" and autonomy == "act":
+        autonomy = "recommend"
+    if autonomy != "act" and ctx.forced_mode != "recommend":
+        guards.append({"guard": "autonomy", "why": f"decision {decision} is set to {autonomy} in policy.autonomy"})
+    return Decision(fault_class, decision, nodes, reason, tuple(guards), autonomy, plan_only, frozenset(skip))

@@ -41,7 +41,7 @@ CREATE TABLE IF NOT EXISTS incidents (
     detected_wall REAL NOT NULL,                   -- wall clock when it opened (latency metrics)
     fault_class TEXT, decision TEXT, nodes TEXT NOT NULL DEFAULT '[]',
     fault_fact TEXT, reason TEXT, guards TEXT NOT NULL DEFAULT '[]', mode TEXT,
-    rulebook TEXT
+    fingerprint TEXT, closed_wall REAL, rulebook TEXT
 );
 CREATE INDEX IF NOT EXISTS incidents_key ON incidents(key, status);
 CREATE TABLE IF NOT EXISTS facts (
@@ -74,6 +74,14 @@ CREATE INDEX IF NOT EXISTS actions_incident ON actions(incident);
 CREATE TABLE IF NOT EXISTS offsets (
     source TEXT PRIMARY KEY, inode INTEGER, offset INTEGER NOT NULL, line_no INTEGER NOT NULL,
     updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS progress (
+    job TEXT NOT NULL, attempt INTEGER NOT NULL, step INTEGER, checkpoint INTEGER, last_at REAL,
+    PRIMARY KEY (job, attempt)
+);
+CREATE TABLE IF NOT EXISTS silences (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    node TEXT NOT NULL, until REAL NOT NULL, reason TEXT NOT NULL, by TEXT, created_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS reviews (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -185,11 +193,54 @@ class Store:
                    (fault_class, json.dumps(sorted(set(nodes))), fault_fact, incident))
 
     def close_incident(self, incident: int, at: float, fault_class: str, decision: str, nodes: Iterable[str],
-                       fault_fact: str | None, reason: str, guards: Sequence[Any] = (), mode: str = "recommend") -> None:
+                       fault_fact: str | None, reason: str, guards: Sequence[Any] = (), mode: str = "recommend",
+                       fingerprint: str | None = None) -> None:
         self._exec(
-            "UPDATE incidents SET status='closed', closed_at=?, fault_class=?, decision=?, nodes=?, fault_fact=?, reason=?, guards=?, mode=? WHERE id=?",
-            (at, fault_class, decision, json.dumps(sorted(set(nodes))), fault_fact, reason, json.dumps(list(guards)), mode, incident),
+            "UPDATE incidents SET status='closed', closed_at=?, fault_class=?, decision=?, nodes=?, fault_fact=?, reason=?, "
+            "guards=?, mode=?, fingerprint=?, closed_wall=? WHERE id=?",
+            (at, fault_class, decision, json.dumps(sorted(set(nodes))), fault_fact, reason, json.dumps(list(guards)), mode,
+             fingerprint, time.time(), incident),
         )
+
+    def job_history(self, job: str, exclude: int | None = None) -> list[dict[str, Any]]:
+        rows = self._exec("SELECT id, attempt, decision, fault_class, fingerprint, closed_at FROM incidents "
+                          "WHERE job = ? AND status = 'closed' AND id != ? ORDER BY id", (job, exclude or -1))
+        return [dict(r) for r in rows]
+
+    def save_progress(self, job: str, attempt: int, step: int | None, checkpoint: int | None, last_at: float | None) -> None:
+        self._exec("INSERT INTO progress(job, attempt, step, checkpoint, last_at) VALUES (?,?,?,?,?) "
+                   "ON CONFLICT(job, attempt) DO UPDATE SET step=MAX(COALESCE(step, excluded.step), COALESCE(excluded.step, step)), "
+                   "checkpoint=MAX(COALESCE(checkpoint, excluded.checkpoint), COALESCE(excluded.checkpoint, checkpoint)), "
+                   "last_at=excluded.last_at", (job, attempt, step, checkpoint, last_at))
+
+    def progress_of(self, job: str) -> dict[int, dict[str, Any]]:
+        return {r["attempt"]: {"step": r["step"], "checkpoint": r["checkpoint"], "last_at": r["last_at"]}
+                for r in self._exec("SELECT * FROM progress WHERE job = ?", (job,))}
+
+    def recent_actions(self, action: str, since: float) -> list[tuple[str, float, int]]:
+        """(target, engine time of its incident's close, incident) of actions planned since ``since``
+        (engine time: wall time live, the logs' time in replay)."""
+        return [(r["target"], r["closed_at"], r["incident"]) for r in
+                self._exec("SELECT a.target, i.closed_at, a.incident FROM actions a JOIN incidents i ON a.incident = i.id "
+                           "WHERE a.action = ? AND i.closed_at >= ? AND a.status NOT IN ('skipped')", (action, since))]
+
+    def requeued_attempts(self, job: str) -> set[tuple[str, int]]:
+        rows = self._exec("SELECT i.job, i.attempt FROM actions a JOIN incidents i ON a.incident = i.id "
+                          "WHERE a.action = 'requeue' AND a.mode = 'act' AND i.job = ?", (job,))
+        return {(r[0], int(r[1] or 0)) for r in rows}
+
+    def add_silence(self, node: str, until: float, reason: str, by: str | None) -> int:
+        cur = self._exec("INSERT INTO silences(node, until, reason, by, created_at) VALUES (?,?,?,?,?)",
+                         (node, until, reason, by, time.time()))
+        return int(cur.lastrowid)
+
+    def silences(self, active_at: float | None = None) -> list[dict[str, Any]]:
+        if active_at is None:
+            return [dict(r) for r in self._exec("SELECT * FROM silences ORDER BY id")]
+        return [dict(r) for r in self._exec("SELECT * FROM silences WHERE until > ? ORDER BY id", (active_at,))]
+
+    def remove_silence(self, silence_id: int) -> bool:
+        return self._exec("DELETE FROM silences WHERE id = ?", (silence_id,)).rowcount > 0
 
     def add_fact(self, incident: int, fact: Fact, derived_by: int | None = None) -> None:
         self._exec(

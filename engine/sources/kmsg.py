@@ -29,6 +29,7 @@ from datetime import datetime
 from typing import Any, Callable
 
 from engine.facts import Fact, FactError
+from engine.sources.spool import file_head
 
 logger = logging.getLogger(__name__)
 
@@ -473,7 +474,10 @@ class _FileFollower:
     def position(self) -> dict[str, Any]:
         c = self.drain or self.cur
         if c is not None:
-            return {"path": self.path, "ino": c.ino, "dev": c.dev, "offset": c.line_start, "gen": self.gen}
+            return {
+                "path": self.path, "ino": c.ino, "dev": c.dev, "offset": c.line_start, "gen": self.gen,
+                "head": file_head(c.fd, c.line_start),
+            }
         if self._saved is not None:
             return dict(self._saved)
         return {"path": self.path, "ino": 0, "dev": 0, "offset": 0, "gen": self.gen}
@@ -483,6 +487,21 @@ class _FileFollower:
             if c is not None:
                 c.close()
         self.cur = self.drain = None
+
+    @staticmethod
+    def _same_file(c: _Cursor, saved: dict[str, Any]) -> bool:
+        """The saved inode and the bytes before the saved offset match (inode numbers are re-used)."""
+        if c.ino != _int(saved.get("ino")) or c.dev != _int(saved.get("dev")):
+            return False
+        head = saved.get("head")
+        if not isinstance(head, str):
+            return True
+        try:
+            size = os.fstat(c.fd).st_size
+        except OSError:
+            return False
+        offset = max(0, _int(saved.get("offset")))
+        return size < offset or file_head(c.fd, offset) == head  # shorter: truncated in place
 
     def _find_rotated(self, ino: int, dev: int) -> str | None:
         directory, base = os.path.split(self.path)
@@ -516,7 +535,7 @@ class _FileFollower:
             return
         ino, dev, offset = _int(saved.get("ino")), _int(saved.get("dev")), max(0, _int(saved.get("offset")))
         self.gen = _int(saved.get("gen"))
-        if opened is not None and opened[0].ino == ino and opened[0].dev == dev:
+        if opened is not None and self._same_file(opened[0], saved):
             cur, size = opened
             if offset > size:
                 logger.warning("%s: shorter than the saved offset (truncated while away); reading from 0", self.path)
@@ -526,6 +545,9 @@ class _FileFollower:
         else:
             old = self._find_rotated(ino, dev)
             old_cur = _open_cursor(old) if old else None
+            if old_cur is not None and not self._same_file(old_cur[0], saved):
+                old_cur[0].close()
+                old_cur = None
             if old_cur is not None:
                 self.drain = old_cur[0]
                 self.drain.read_pos = self.drain.line_start = offset

@@ -8,7 +8,9 @@ files when it starts, so an agent restarted after ``kill -9`` that re-reads a ke
 does not write its fact again.
 
 ``SpoolReader`` (controller side) reads every node's spool incrementally from offsets the
-caller stores (``{"<node>.jsonl": (inode, offset)}``), follows rotation without losing or
+caller stores (``{"<node>.jsonl": (inode, offset, head)}``, where ``head`` is a short hash of
+the file's first bytes that guards against a re-used inode number; a bare ``(inode, offset)``
+is accepted too), follows rotation without losing or
 repeating lines, leaves a partial last line for later, skips and counts garbage, and drops
 facts whose id it has seen recently.
 """
@@ -16,6 +18,7 @@ facts whose id it has seen recently.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -28,11 +31,29 @@ from engine.facts import Fact
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SpoolWriter", "SpoolReader", "SpoolError", "NODE_RE"]
+__all__ = ["SpoolWriter", "SpoolReader", "SpoolError", "NODE_RE", "file_head"]
 
 #: node names that may become a spool file name
 NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _FILE_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,127}\.jsonl)(?:\.([1-9][0-9]{0,5}))?$")
+
+
+#: how many leading bytes of a file identify it next to its inode (inode numbers are re-used)
+HEAD_BYTES = 256
+
+
+def file_head(fd: int, offset: int) -> str:
+    """A short hash of the first ``min(offset, HEAD_BYTES)`` bytes of an append-only file: with
+    the inode it tells the file we were reading from a new file that re-uses its inode number.
+    Those bytes were already read, so they cannot change while the file is the same."""
+    n = max(0, min(int(offset), HEAD_BYTES))
+    if n == 0:
+        return ""
+    try:
+        data = os.pread(fd, n, 0)
+    except OSError:
+        return ""
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
 class SpoolError(ValueError):
@@ -245,7 +266,8 @@ class SpoolWriter:
 class SpoolReader:
     """Reads the facts of every ``<node>.jsonl`` in ``spool_dir`` since the given offsets.
 
-    ``offsets`` maps each node's file name to ``(inode, offset)`` of the next byte to read; after
+    ``offsets`` maps each node's file name to ``(inode, offset, head)`` of the next byte to read
+    (``(inode, offset)`` is accepted); after
     ``read()`` the ``offsets`` attribute holds where to continue (store it with the facts). Garbage
     lines are skipped and counted in ``stats``; a last line without its newline waits.
     """
@@ -259,11 +281,16 @@ class SpoolReader:
         max_line: int = 1 << 20,
     ) -> None:
         self.spool_dir = os.path.abspath(spool_dir)
-        self.offsets: dict[str, tuple[int, int]] = {}
+        self.offsets: dict[str, tuple] = {}
         for name, value in (offsets or {}).items():
             try:
-                ino, off = value
-                self.offsets[str(name)] = (int(ino), max(0, int(off)))
+                if len(value) == 2:
+                    ino, off = value
+                    head = None
+                else:
+                    ino, off, head = value
+                    head = str(head)
+                self.offsets[str(name)] = (int(ino), max(0, int(off)), head)
             except (TypeError, ValueError):
                 logger.warning("spool offsets: ignoring malformed entry %r", name)
         self.window = max(1, int(dedupe_window))
@@ -341,24 +368,28 @@ class SpoolReader:
         saved = self.offsets.get(base)
         start_index, start_off = 0, 0
         if saved is not None:
-            for i, (_, ino, size, _) in enumerate(opened):
-                if ino == saved[0]:
-                    start_index, start_off = i, saved[1]
-                    if start_off > size:
-                        logger.warning("spool %s: file shorter than the saved offset; reading it from 0", base)
-                        self.stats["truncations"] += 1
-                        start_off = 0
+            for i, (fd, ino, size, _) in enumerate(opened):
+                if ino != saved[0]:
+                    continue
+                if size < saved[1]:
+                    logger.warning("spool %s: file shorter than the saved offset; reading it from 0", base)
+                    self.stats["truncations"] += 1
+                    start_index, start_off = i, 0
                     break
+                if saved[2] is None or file_head(fd, saved[1]) == saved[2]:
+                    start_index, start_off = i, saved[1]
+                    break
+                # same inode number, other content: a new file that re-uses the number
             else:
                 # the file we were in is gone: everything still here is newer than it
                 self.stats["lost_files"] += 1
-                logger.warning("spool %s: the file being read was rotated away before it was finished", base)
+                logger.warning("spool %s: the file last read is gone (rotated out); lines written to it after the last read are lost", base)
         for i in range(start_index, len(opened)):
             fd, ino, _, name = opened[i]
             live = name == base and i == len(opened) - 1
             off = start_off if i == start_index else 0
             off, done, budget = self._read_file(fd, off, live, out, budget)
-            self.offsets[base] = (ino, off)
+            self.offsets[base] = (ino, off, file_head(fd, off))
             if not done:
                 break
         return budget
@@ -370,9 +401,9 @@ class SpoolReader:
         line_start = off
         pos = off
         while True:
-            want = 1 << 20 if budget is None else min(1 << 20, budget)
-            if want <= 0:
-                return line_start, False, budget
+            if budget is not None and budget <= 0 and not pending and not skipping:
+                return line_start, False, budget  # the budget is checked at line boundaries only
+            want = 1 << 20 if budget is None else min(1 << 20, max(budget, 65536))
             try:
                 data = os.pread(fd, want, pos)
             except OSError as exc:
