@@ -23,6 +23,7 @@ from .actions import PlannedAction, plan_actions
 from .facts import Fact
 from .linefacts import NODE_RE, ClusterContext
 from .policy import Decision, GuardContext, decide, fingerprint
+from .progress import ProgressTracker
 from .rete import ReteNetwork, ReteSession
 from .rulebook.compile import CompiledRule, CompiledRulebook, Template
 from .rulebook.conditions import evaluate
@@ -97,7 +98,8 @@ class Engine:
         self.cluster = cluster or ClusterContext()
         self.on_close = on_close
         self.settle = float(compiled.policy.get("settle", 120.0))
-        self.fact_ttl = float(compiled.policy.get("hang", {}).get("fact_ttl", DEFAULT_FACT_TTL)) if isinstance(compiled.policy.get("hang"), Mapping) else DEFAULT_FACT_TTL
+        hang = compiled.policy.get("hang")
+        self.fact_ttl = float((hang or {}).get("fact_ttl", DEFAULT_FACT_TTL)) if isinstance(hang, Mapping) else DEFAULT_FACT_TTL
         self.now: float | None = None
         self.live: dict[str, _Live] = {}
         self.order: deque[tuple[float, str]] = deque()
@@ -107,7 +109,7 @@ class Engine:
         self.pending: dict[str, deque[tuple[Fact, list[tuple[CompiledRule, dict[str, str], str]]]]] = {}
         self.delayed: list[tuple[float, CompiledRule, dict[str, dict]]] = []
         self.watches: list[_Watch] = []
-        self.progress: dict[tuple[str, int], dict[str, Any]] = {}
+        self.tracker = ProgressTracker(compiled.policy)
         self.closed: list[ClosedIncident] = []
         self.node_states: dict[str, dict[str, Any]] = {}
         self.stats = {"facts": 0, "flooded": 0, "firings": 0, "derived": 0, "incidents": 0, "template_errors": 0, "rete_errors": 0}
@@ -142,12 +144,14 @@ class Engine:
             self.flood[fkey] = fact.id
         self._check_watches(fact)
         if fact.kind == "progress":
-            self._progress(fact)
+            for conclusion in self.tracker.observe(fact):
+                self._assert_chain(conclusion)
             return
         if fact.kind == "node" and fact.get("node") is not None:
             self.node_states[str(fact.get("node"))] = {"state": fact.get("state"), "drained": bool(fact.get("drained")),
                                                        "down": bool(fact.get("down"))}
         if fact.kind == "job" and fact.get("job") is not None:
+            self.tracker.job_state(str(fact.get("job")), int(fact.get("attempt") or 0), str(fact.get("state")), fact.at)
             nodes = fact.get("nodes") or ()
             self.cluster.assign(str(fact.get("job")), fact.get("attempt"), nodes if isinstance(nodes, tuple) else (), fact.at)
         skey = self._state_key(fact)
@@ -163,19 +167,6 @@ class Engine:
         if not names:
             return None
         return (fact.kind,) + tuple(fact.get(n) for n in names)
-
-    def _progress(self, fact: Fact) -> None:
-        job = fact.get("job")
-        if job is None:
-            return
-        key = (str(job), int(fact.get("attempt") or 0))
-        p = self.progress.setdefault(key, {"first_at": fact.at, "last_at": fact.at, "step": None, "checkpoint": None, "max_gap": 0.0})
-        p["max_gap"] = max(p["max_gap"], fact.at - p["last_at"])
-        p["last_at"] = max(p["last_at"], fact.at)
-        for name in ("step", "checkpoint"):
-            v = fact.get(name)
-            if isinstance(v, int) and (p[name] is None or v > p[name]):
-                p[name] = v
 
     # -- the Rete --------------------------------------------------------------------------
     def _assert_chain(self, fact: Fact) -> None:
@@ -335,7 +326,7 @@ class Engine:
         rule = next((f.get("rule") for f in inc.faults if f.id == fault_id), None)
         with self.store.transaction():
             if job_id is not None:
-                p = self.progress.get((job_id, attempt or 0))
+                p = self.tracker.get(job_id, attempt or 0)
                 if p:
                     self.store.save_progress(job_id, attempt or 0, p.get("step"), p.get("checkpoint"), p.get("last_at"))
             ctx = self._guard_context(inc, job_id, attempt, at)
@@ -430,6 +421,8 @@ class Engine:
                     derived = self._fire(w.rule, w.matched)
                     if derived is not None:
                         self._assert_chain(derived)
+        for stall in list(self.tracker.due(now)):
+            self._assert_chain(stall)
         for key, inc in list(self.open.items()):
             if now - inc.last_at >= self.settle:
                 del self.open[key]

@@ -28,7 +28,7 @@ __all__ = ["Decision", "GuardContext", "decide", "DEFAULT_GUARDS", "fingerprint"
 DEFAULT_GUARDS: Mapping[str, Mapping[str, Any]] = {
     "retry": {"max_per_job": 5, "max_per_fingerprint": 3, "window": 86400.0, "no_progress_attempts": 2},
     "blast_radius": {"max_drains": 4, "max_fraction": 0.25, "window": 3600.0},
-    "autonomy": {"restart": "act", "isolate_and_restart": "act", "stop": "act", "observe": "recommend"},
+    "autonomy": {"restart": "act", "isolate_and_restart": "act", "stop": "act", "observe": "act"},
     "inhibit": {"drained_nodes": True},
 }
 RESTARTING = ("restart", "isolate_and_restart")
@@ -160,6 +160,6 @@ def decide(compiled: CompiledRulebook, fault_class: str, nodes: tuple[str, ...],
         autonomy = "recommend"
     if ctx.forced_mode == "recommend" and autonomy == "act":
         autonomy = "recommend"
-    if autonomy != "act" and ctx.forced_mode != "recommend":
+    if autonomy != "act" and ctx.forced_mode != "recommend" and decision != "observe":
         guards.append({"guard": "autonomy", "why": f"decision {decision} is set to {autonomy} in policy.autonomy"})
     return Decision(fault_class, decision, nodes, reason, tuple(guards), autonomy, plan_only, frozenset(skip))

@@ -19,7 +19,6 @@ import threading
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
 
 import pynvml
 

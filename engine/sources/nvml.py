@@ -347,10 +347,12 @@ class NvmlPoller:
         if dev.handle is None:
             return
         if dev.lost:
-            # a call that succeeds again means the GPU came back (after a reset): start afresh
-            v = self._call(dev, "nvmlDeviceGetTemperature", getattr(nv, "NVML_TEMPERATURE_GPU", 0), skip_key="temp")
-            if v is _SKIP and ("nvmlDeviceGetTemperature", "temp") in dev.unsupported:
-                self._call(dev, "nvmlDeviceGetUUID")
+            # the identity query answering again means the GPU came back (after a reset)
+            uuid = self._call(dev, "nvmlDeviceGetUUID")  # raises _Lost while it is still gone
+            if uuid is _SKIP:
+                return
+            if not dev.uuid:
+                dev.uuid = str(uuid)
             previous, dev.lost = dev.lost, None
             dev.last.clear()
             dev.windows.clear()

@@ -289,7 +289,7 @@ class SpoolReader:
                     head = None
                 else:
                     ino, off, head = value
-                    head = str(head)
+                    head = None if head is None else str(head)
                 self.offsets[str(name)] = (int(ino), max(0, int(off)), head)
             except (TypeError, ValueError):
                 logger.warning("spool offsets: ignoring malformed entry %r", name)

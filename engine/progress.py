@@ -1,0 +1,163 @@
+"""Progress, hangs and stragglers: what high-rate progress lines say, aggregated in Python so the
+Rete only ever sees the conclusions (a ``stall`` fact, a ``slow_node`` fact).
+
+Hang: a running job attempt whose last progress is older than its bound. The bound is
+``policy.hang.bound`` when set, else learned: ``factor`` x the longest interval between progress
+points seen so far in this attempt (never below ``min_bound``), once ``min_samples`` intervals
+were seen. With ``require_running`` (default) only attempts the scheduler reports RUNNING are
+watched, so a finished job's silent log is not a hang.
+
+Straggler: progress facts that carry a per-node (or per-rank) ``step_time``: a node whose recent
+step time stays above the median of its peers by ``factor`` for ``duration`` is slow.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+from .facts import Fact
+from .rulebook.schema import parse_duration
+
+__all__ = ["ProgressTracker", "HANG_DEFAULTS", "STRAGGLER_DEFAULTS"]
+
+HANG_DEFAULTS = {"bound": None, "factor": 4.0, "min_bound": 300.0, "min_samples": 3, "require_running": True,
+                 "any_output": False, "fact_ttl": 3600.0}
+STRAGGLER_DEFAULTS = {"factor": 1.5, "duration": 300.0, "min_peers": 2, "window": 8}
+
+
+def _cfg(raw: Any, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(defaults)
+    if isinstance(raw, Mapping):
+        out.update(raw)
+    for key in ("bound", "min_bound", "duration", "fact_ttl"):
+        if key in out and isinstance(out[key], str):
+            out[key] = parse_duration(out[key])
+    return out
+
+
+@dataclass
+class _Attempt:
+    first_at: float
+    last_at: float
+    step: int | None = None
+    checkpoint: int | None = None
+    max_gap: float = 0.0
+    gaps: int = 0
+    stalled_at: float | None = None  # the last progress time a stall was reported for
+    times: dict[str, deque] = field(default_factory=dict)  # node -> recent step times
+    slow_since: dict[str, float] = field(default_factory=dict)
+    reported_slow: set[str] = field(default_factory=set)
+
+
+class ProgressTracker:
+    def __init__(self, policy: Mapping[str, Any]):
+        self.hang = _cfg(policy.get("hang"), HANG_DEFAULTS)
+        self.straggler = _cfg(policy.get("straggler"), STRAGGLER_DEFAULTS)
+        self.attempts: dict[tuple[str, int], _Attempt] = {}
+        self.running: dict[str, tuple[int, bool]] = {}  # job -> (attempt, running)
+        self._out: list[Fact] = []
+
+    def get(self, job: str, attempt: int) -> dict[str, Any] | None:
+        a = self.attempts.get((job, attempt))
+        if a is None:
+            return None
+        return {"step": a.step, "checkpoint": a.checkpoint, "last_at": a.last_at, "first_at": a.first_at, "max_gap": a.max_gap}
+
+    def job_state(self, job: str, attempt: int, state: str, at: float) -> None:
+        self.running[job] = (attempt, state == "RUNNING")
+        if state == "RUNNING" and (job, attempt) not in self.attempts:
+            # the clock of a hang starts when the attempt starts running, even before any output
+            self.attempts[(job, attempt)] = _Attempt(at, at)
+
+    def activity(self, job: str, attempt: int, at: float) -> None:
+        """Any output at all counts as progress when ``hang.any_output`` is set."""
+        if self.hang.get("any_output"):
+            self._touch(job, attempt, at)
+
+    def _touch(self, job: str, attempt: int, at: float) -> _Attempt:
+        a = self.attempts.get((job, attempt))
+        if a is None:
+            a = self.attempts[(job, attempt)] = _Attempt(at, at)
+        elif at > a.last_at:
+            gap = at - a.last_at
+            if gap > a.max_gap:
+                a.max_gap = gap
+            a.gaps += 1
+            a.last_at = at
+        return a
+
+    def observe(self, fact: Fact) -> list[Fact]:
+        """Take one progress fact; return any conclusion (slow_node facts)."""
+        job = fact.get("job")
+        if job is None:
+            return []
+        attempt = int(fact.get("attempt") or 0)
+        a = self._touch(str(job), attempt, fact.at)
+        for name in ("step", "checkpoint"):
+            v = fact.get(name)
+            if isinstance(v, int) and (getattr(a, name) is None or v > getattr(a, name)):
+                setattr(a, name, v)
+        st = fact.get("step_time")
+        who = fact.get("node") or (f"rank{fact.get('rank')}" if fact.get("rank") is not None else None)
+        if isinstance(st, (int, float)) and who is not None:
+            return self._straggler(str(job), attempt, a, str(who), float(st), fact)
+        return []
+
+    def _straggler(self, job: str, attempt: int, a: _Attempt, who: str, st: float, fact: Fact) -> list[Fact]:
+        cfg = self.straggler
+        window = int(cfg.get("window", 8))
+        a.times.setdefault(who, deque(maxlen=window)).append(st)
+        if len(a.times) < int(cfg.get("min_peers", 2)) + 1:
+            return []
+        mine = statistics.median(a.times[who])
+        peers = [statistics.median(v) for k, v in a.times.items() if k != who and v]
+        if not peers:
+            return []
+        typical = statistics.median(peers)
+        if typical <= 0:
+            return []
+        ratio = mine / typical
+        if ratio < float(cfg.get("factor", 1.5)):
+            a.slow_since.pop(who, None)
+            return []
+        since = a.slow_since.setdefault(who, fact.at)
+        if fact.at - since < float(cfg.get("duration") or 0) or who in a.reported_slow:
+            return []
+        a.reported_slow.add(who)
+        attrs = {"job": job, "attempt": attempt, "ratio": round(ratio, 3), "step_time": round(mine, 6),
+                 "peer_step_time": round(typical, 6), "slow_for_s": round(fact.at - since, 3)}
+        if fact.get("node"):
+            attrs["node"] = fact.get("node")
+        else:
+            attrs["rank"] = fact.get("rank")
+        return [Fact.make("slow_node", attrs, fact.at, "straggler-tracker")]
+
+    def bound_for(self, a: _Attempt) -> tuple[float | None, bool]:
+        if self.hang.get("bound"):
+            return float(self.hang["bound"]), False
+        if a.gaps >= int(self.hang.get("min_samples", 3)):
+            return max(float(self.hang.get("min_bound") or 0), float(self.hang.get("factor", 4.0)) * a.max_gap), True
+        return None, False
+
+    def due(self, now: float) -> Iterator[Fact]:
+        """Stall facts for attempts silent past their bound (once per silence)."""
+        for (job, attempt), a in list(self.attempts.items()):
+            if self.hang.get("require_running", True):
+                cur = self.running.get(job)
+                if cur is None or cur != (attempt, True):
+                    continue
+            bound, learned = self.bound_for(a)
+            if bound is None:
+                continue
+            idle = now - a.last_at
+            if idle > bound and a.stalled_at != a.last_at:
+                a.stalled_at = a.last_at
+                yield Fact.make("stall", {"job": job, "attempt": attempt, "idle_s": round(idle, 3), "bound_s": round(bound, 3),
+                                          "learned": learned, "last_step": a.step, "last_checkpoint": a.checkpoint},
+                                now, "hang-tracker")
+
+    def forget(self, job: str, attempt: int) -> None:
+        self.attempts.pop((job, attempt), None)
