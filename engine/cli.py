@@ -302,6 +302,16 @@ def demo(db: str = typer.Option("recover-demo.db", "--db", help="Where the demo 
         typer.echo(render_text(build(store, pick.id)))
 
 
+def _register_extensions() -> None:
+    """Operator tooling (review, report, rules schema/show/explain-line, silences) lives in its own module."""
+    from . import cli_ops
+
+    cli_ops.register(app, rules_app)
+
+
+_register_extensions()
+
+
 def main() -> None:
     app()
 
