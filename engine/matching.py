@@ -1,39 +1,38 @@
-"""Multi-pattern scanning of log bytes: the hot path from raw log data to matcher hits.
+r"""Multi-pattern scanning of log bytes: the hot path from raw log data to matcher hits.
 
-A :class:`Scanner` is fed chunks of one byte stream. It keeps the incomplete trailing line for
-the next call and reports, for every complete line, each matcher whose regex is found in it.
-Most lines match nothing, so a chunk is never walked line by line in Python: one engine call
-scans the whole buffer for candidate lines, and only those are looked at again.
+A :class:`Scanner` is fed chunks of one byte stream, keeps the incomplete trailing line for the
+next call and reports, for each complete line, every matcher whose regex is found in it. Most
+lines match nothing, so a chunk is never walked line by line in Python: one engine call over
+the whole buffer proposes candidate lines, and only those are looked at again.
 
-Matching semantics (the same for every backend):
+Semantics, identical for every backend:
 
-* A line is the bytes before ``\\n``, without one trailing ``\\r``, cut to ``max_line`` bytes.
-  A matcher hits a line when its RE2 regex is found anywhere in that line (search, not
-  fullmatch); anchors ``^ $ \\A \\z`` refer to the line.
-* Patterns work on bytes: ``.`` and classes match one byte, ``\\w \\d \\s \\b`` are ASCII, so
-  invalid UTF-8 never stops a match. A pattern that contains non-ASCII characters or Unicode
-  classes (``\\p{..}``) is compiled for UTF-8 instead and matched by character.
-* The truth for a line is always RE2 on that line. The buffer-wide scan only proposes
-  candidate lines and must never miss one; it may propose too many.
+* A line is the bytes before ``\n`` without one trailing ``\r``, cut to ``max_line`` bytes; a
+  cut line is matched on that head. A matcher hits when its RE2 regex is found in the line;
+  ``^ $ \A \z`` refer to the line. The truth is always RE2 on the line: buffer scans only
+  propose candidates and must never miss one.
+* Patterns work on bytes (RE2 Latin-1): ``.`` and classes match one byte and ``\w \d \s \b``
+  are ASCII, so invalid UTF-8 never stops a match. A pattern with non-ASCII characters or
+  ``\p{..}`` classes is compiled for UTF-8 instead and matches characters.
 
 Backends:
 
-* ``hyperscan`` (x86-64): all eligible patterns in one block-mode database over the buffer with
-  HS_FLAG_MULTILINE. Each pattern is wrapped as ``(?:P)[^\\n]*$`` so that every match is
-  reported once, at the end of its line, whatever the number of places it matches there.
-  A pattern goes to the RE2 path instead (logged at INFO) when hyperscan and RE2 could read it
-  differently or hyperscan refuses it: UTF-8 patterns, ``\\C``, ``{,n}``, numeric escapes
-  under ignore-case, and any pattern hyperscan fails to compile (e.g. ``(?U)``).
-* ``re2`` (portable): per encoding, one alternation of all patterns searched over the buffer
-  in multi-line mode; at each candidate line an ``re2.Set`` says which patterns hit, and the
-  search resumes at the next line, so the Python work is per candidate line.
-* ``auto``: hyperscan if it imports and compiles here, else re2.
+* ``hyperscan`` (x86-64): the non-sampled patterns in one block-mode database. Its copy of a
+  pattern drops ``^ $ \A \z`` (this build misses some multi-line anchor matches) and spells
+  ``\s \S \v`` the RE2 way; reports are mapped to lines, deduplicated, and checked with RE2,
+  which extracts the groups. Fallback, per pattern, to the RE2 path (logged at INFO): UTF-8
+  patterns, ``\C``, ``{,n}``, numeric escapes under ignore-case, and anything hyperscan fails
+  to compile, e.g. ``(?U)``. After 4096 reports in one call the scan stops, the line it
+  stopped in is checked with RE2, and the scan resumes after it.
+* ``re2`` (portable): per encoding, one alternation searched over the buffer in multi-line
+  mode; an ``re2.Set`` says which patterns hit each candidate line; the search resumes at the
+  next line.
+* ``auto``: hyperscan when it imports and compiles, else re2.
 
-Sampled matchers (progress heartbeats) never cost a callback per line: the buffer scan only
-says whether (and first where) they match, then growing windows from the end of the buffer find
-the last line that really matches.
-
-A Scanner is not thread-safe (hyperscan scratch space and the pending line are per object).
+Sampled matchers are searched over windows that tile the buffer from its end (16 KiB, then 4x
+larger) until a line really matches: no callback per heartbeat line. Patterns that can match a
+cut head but not the whole line (``$ \z \b \B``, UTF-8) are also checked on each cut head.
+A Scanner is not thread-safe.
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ except Exception:  # pragma: no cover - depends on the platform
 __all__ = ["MatcherSpec", "Hit", "Scanner", "check_pattern", "hyperscan_available"]
 
 _WINDOW = 16 * 1024  # first tail window for sampled matchers; grows x4
-_COMBINED_MAX_MEM = 256 << 20  # RE2 memory budget for the combined alternation (DFA cache)
+_COMBINED_MAX_MEM = 64 << 20  # RE2 memory budget of the combined alternation (mostly DFA cache)
 _STORM = 4096  # hyperscan reports in one call before the scan stops and resumes after the line
 
 
@@ -152,10 +151,8 @@ def _walk(p: str, target: str) -> tuple[str, set[str]]:
                 feats.add("anybyte")
             elif d == "x" or d in "01234567":
                 feats.add("numeric")
-            if buf and d == "A":
-                out.append("(?m:^)")
-            elif buf and d == "z":
-                out.append("(?m:\\r?$)")
+            if buf and d in ("A", "z"):
+                out.append("" if hs else "(?m:^)" if d == "A" else "(?m:\\r?$)")
             elif hs and d in _HS_ESCAPES:
                 out.append(_HS_ESCAPES[d])
             else:
@@ -204,11 +201,11 @@ def _walk(p: str, target: str) -> tuple[str, set[str]]:
                 out.append("(?:" if buf else "(")
                 i += 1
         elif buf and c == "^":
-            out.append("(?m:^)")
+            out.append("" if hs else "(?m:^)")
             i += 1
         elif c == "$":
             feats.add("cut")
-            out.append("(?m:\\r?$)" if buf else c)
+            out.append(c if not buf else "" if hs else "(?m:\\r?$)")
             i += 1
         else:
             if c == "{" and p.startswith("{,", i):
@@ -286,9 +283,8 @@ def check_pattern(pattern: str) -> str | None:
 class _Compiled:
     """One spec, compiled for the line (truth) and for the buffer-wide search."""
 
-    __slots__ = (
-        "idx", "spec", "utf8", "truth", "rx", "has_groups", "buf_src", "buf_rx", "hs_src", "cut_sensitive"
-    )
+    __slots__ = ("idx", "spec", "utf8", "truth", "rx", "has_groups", "buf_src", "buf_rx", "hs_src",
+                 "cut_sensitive")
 
     def __init__(self, idx: int, spec: MatcherSpec):
         msg = check_pattern(spec.pattern)
@@ -323,6 +319,10 @@ class _Re2Group:
         for c in members:
             self.set.Add(c.truth)
         self.set.Compile()
+
+
+def _log_fallback(c: _Compiled, err: Exception) -> None:
+    logger.info("matcher %r: hyperscan cannot compile it (%s); matched with RE2", c.spec.id, err)
 
 
 def _hs_compile(expressions: list[bytes], ids: list[int], flags: list[int]):
@@ -376,42 +376,49 @@ class Scanner:
 
     def _build_hyperscan(self, strict: bool) -> set[int]:
         """Compile what hyperscan can take; return the spec indexes it took."""
-        base = _hs.HS_FLAG_MULTILINE
-        main: list[tuple[_Compiled, bytes, int]] = []
-        sampled: dict[int, object] = {}
+        todo: list[tuple[_Compiled, int]] = []
         for c in self._c:
             if c.hs_src is None:
                 logger.info("matcher %r: matched with RE2 (pattern needs RE2 semantics)", c.spec.id)
-                continue
-            flags = base | (_hs.HS_FLAG_CASELESS if c.spec.ignore_case else 0)
-            # non-sampled: bare, the fastest over healthy text; sampled: stretched to the end of
-            # the line when hyperscan accepts it, so that a window reports each line once
-            exprs = [c.hs_src] if not c.spec.sample else [b"(?:" + c.hs_src + b")[^\\n]*$", c.hs_src]
-            err: Exception | None = None
-            for expr in exprs:
-                try:
-                    db = _hs_compile([expr], [c.idx], [flags])
-                except Exception as e:  # hyperscan refuses some RE2 syntax, e.g. (?U)
-                    err = e
-                    continue
-                if c.spec.sample:
-                    sampled[c.idx] = db
-                else:
-                    main.append((c, expr, flags))
-                break
             else:
-                logger.info("matcher %r: hyperscan cannot compile it (%s); matched with RE2", c.spec.id, err)
+                todo.append((c, _hs.HS_FLAG_CASELESS if c.spec.ignore_case else 0))
+        main = [(c, f) for c, f in todo if not c.spec.sample]
+        sampled: dict[int, object] = {}
+        for c, f in todo:
+            if not c.spec.sample:
+                continue
+            # stretched over the newline that ends its line, a pattern reports each line once
+            try:
+                sampled[c.idx] = _hs_compile([b"(?:" + c.hs_src + b")[^\\n]*\\n"], [c.idx], [f])
+            except Exception as e:  # hyperscan refuses some RE2 syntax, e.g. (?U)
+                _log_fallback(c, e)
+        # non-sampled: bare patterns in one database, the fastest over healthy text
+        db = None
         if main:
             try:
-                self._hs_main = _hs_compile([e for _, e, _ in main], [c.idx for c, _, _ in main],
-                                            [f for _, _, f in main])
-            except Exception as e:
-                if strict:
-                    raise
-                logger.warning("hyperscan database failed (%s); those matchers use RE2", e)
-                main = []
+                db = _hs_compile([c.hs_src for c, _ in main], [c.idx for c, _ in main],
+                                 [f for _, f in main])
+            except Exception:  # find the patterns it refuses, keep the rest
+                keep = []
+                for c, f in main:
+                    try:
+                        _hs_compile([c.hs_src], [c.idx], [f])
+                        keep.append((c, f))
+                    except Exception as e:
+                        _log_fallback(c, e)
+                main = keep
+                if main:
+                    try:
+                        db = _hs_compile([c.hs_src for c, _ in main], [c.idx for c, _ in main],
+                                         [f for _, f in main])
+                    except Exception as e:
+                        if strict:
+                            raise
+                        logger.warning("hyperscan database failed (%s); those matchers use RE2", e)
+                        main = []
+        self._hs_main = db if main else None
         self._hs_sampled = sampled
-        return {c.idx for c, _, _ in main} | set(sampled)
+        return {c.idx for c, _ in main} | set(sampled)
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -442,7 +449,8 @@ class Scanner:
         if nl < 0:
             self._keep(data)
             return []
-        parts: list[tuple[bytes, int, int, int, int]] = []  # (buf, lo, hi, offset of buf[0], lines before)
+        # parts: (buffer, lo, hi, stream offset of buffer[0], lines before buffer[lo])
+        parts: list[tuple[bytes, int, int, int, int]] = []
         start = 0
         if self._pend_total:  # the pending line ends in this chunk: join just that line
             f = data.find(b"\n")
@@ -677,8 +685,8 @@ class Scanner:
 
             db.scan(memoryview(buf)[lo:hi], match_event_handler=on_match)
             ends.sort()
-            for to in ends:
-                ls = rfind(b"\n", 0, lo + to) + 1
+            for to in ends:  # each report ends just after a newline
+                ls = rfind(b"\n", 0, lo + to - 1) + 1
                 if ls < hi and (not starts or starts[-1] != ls):
                     starts.append(ls)
             return starts

@@ -1,0 +1,444 @@
+"""Slurm behind the scheduler adapter protocol.
+
+Usage::
+
+    adapter = SlurmAdapter()                       # runs squeue, sinfo, scontrol
+    running = [j for j in adapter.jobs() if j.state == "RUNNING"]
+    adapter.run(["scontrol", "update", "NodeName=n2", "State=DRAIN", "Reason=xid 79"])
+
+Job state comes from ``squeue --json`` (openapi v0.0.38 in Slurm 22.05; later shapes are read
+too), node state from ``sinfo --json``. Two 22.05 quirks are mended here: ``exit_code`` is a raw
+wait status (256 means exit 1), and ``standard_output`` is the unexpanded pattern (``%j.out``),
+so the expanded StdOut/StdErr come from ``scontrol show job -o``. Where ``--json`` is not
+understood, ``scontrol show job -o`` and ``sinfo -N -o`` text are parsed instead.
+
+Tests pass ``runner=``: a plain function ``(argv, timeout) -> CommandResult``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NoReturn
+
+from ..base import (
+    CommandFailed,
+    CommandResult,
+    JobInfo,
+    NodeInfo,
+    Runner,
+    SchedulerUnavailable,
+)
+from .hostlist import HostlistError, expand_hostlist
+
+__all__ = ["SlurmAdapter", "parse_scontrol_line", "split_wait_status", "subprocess_runner"]
+
+logger = logging.getLogger(__name__)
+
+#: states after which a job attempt has an exit status
+FINISHED_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "SPECIAL_EXIT",
+    }
+)
+
+# sinfo's base node states; everything else in a state list is a flag
+_BASE_NODE_STATES = frozenset({"IDLE", "ALLOCATED", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN"})
+# the one-character suffixes of sinfo's %T, and the flag each stands for
+_SINFO_SUFFIX_FLAGS = {
+    "*": "NOT_RESPONDING",
+    "~": "POWERED_DOWN",
+    "#": "POWERING_UP",
+    "!": "POWER_DOWN",
+    "%": "POWERING_DOWN",
+    "$": "MAINTENANCE",
+    "@": "REBOOT_REQUESTED",
+    "^": "REBOOT_ISSUED",
+    "-": "PLANNED",
+}
+_JOB_ID = re.compile(r"[0-9]+(?:[_+][0-9]+)?")
+# "Key=value Key=value": a key starts after white space and ends at "="; values may hold spaces
+_SCONTROL_FIELD = re.compile(r"(?:^|\s)([A-Za-z][\w/:.-]*)=")
+# what the commands print when the option itself is unknown (a Slurm older than 21.08)
+_NO_JSON = re.compile(r"unrecognized option|invalid option|unknown option", re.IGNORECASE)
+_NULLS = ("", "(null)", "None", "N/A")
+
+
+def subprocess_runner(argv: Sequence[str], timeout: float) -> CommandResult:
+    """Run argv without a shell. rc 124 (timed_out) on timeout, 127 when the program is missing."""
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        return CommandResult(
+            rc=124,
+            stdout=_text(exc.stdout),
+            stderr=_text(exc.stderr) or f"timed out after {timeout:g} s",
+            timed_out=True,
+            duration_s=time.monotonic() - started,
+        )
+    except FileNotFoundError as exc:
+        return CommandResult(rc=127, stderr=str(exc), duration_s=time.monotonic() - started)
+    except PermissionError as exc:
+        return CommandResult(rc=126, stderr=str(exc), duration_s=time.monotonic() - started)
+    return CommandResult(
+        rc=done.returncode,
+        stdout=done.stdout,
+        stderr=done.stderr,
+        duration_s=time.monotonic() - started,
+    )
+
+
+def _text(data: str | bytes | None) -> str:
+    if data is None:
+        return ""
+    return data.decode(errors="replace") if isinstance(data, bytes) else data
+
+
+def split_wait_status(status: int) -> tuple[int, int | None]:
+    """A raw wait status → (exit code, signal or None): 256 → (1, None), 9 → (0, 9)."""
+    signal = status & 0x7F
+    return (status >> 8) & 0xFF, (signal or None)
+
+
+def parse_scontrol_line(line: str) -> dict[str, str]:
+    """One line of ``scontrol show job -o`` (or ``show node -o``) → its fields."""
+    fields: dict[str, str] = {}
+    matches = list(_SCONTROL_FIELD.finditer(line))
+    for here, after in zip(matches, [*matches[1:], None], strict=False):
+        end = after.start() if after is not None else len(line)
+        fields[here.group(1)] = line[here.end() : end].strip()
+    return fields
+
+
+class SlurmAdapter:
+    """Jobs, nodes and commands of one Slurm cluster, through its command-line tools."""
+
+    name = "slurm"
+
+    def __init__(
+        self, runner: Runner | None = None, timeout: float = 30.0, use_json: bool = True
+    ) -> None:
+        """``use_json=False`` reads text output only; otherwise ``--json`` is tried first and
+        text is read from then on if this Slurm does not know the option."""
+        self._runner: Runner = runner or subprocess_runner
+        self._timeout = timeout
+        # None: --json not tried yet; True: it works; False: text output only
+        self._json: bool | None = None if use_json else False
+
+    # -- the protocol -------------------------------------------------------------------------
+
+    def run(self, argv: Sequence[str], timeout: float = 30.0) -> CommandResult:
+        if isinstance(argv, (str, bytes)) or not argv:
+            raise TypeError("argv must be a non-empty list of strings (no shell is used)")
+        if not all(isinstance(a, str) for a in argv):
+            raise TypeError(f"every argv element must be a str: {argv!r}")
+        result = self._runner(list(argv), timeout)
+        logger.debug("ran %s: rc=%s in %.2fs", argv, result.rc, result.duration_s)
+        return result
+
+    def jobs(self) -> list[JobInfo]:
+        if self._json is not False:
+            records = self._squeue_json()
+            if records is not None:
+                return self._jobs_from_json(records, job_id=None)
+        return [_job_from_scontrol(f) for f in self._scontrol_jobs(None)]
+
+    def job(self, job_id: str) -> JobInfo | None:
+        job_id = str(job_id)
+        if not _JOB_ID.fullmatch(job_id):
+            raise ValueError(f"not a Slurm job id: {job_id!r}")
+        if self._json is not False:
+            records = self._squeue_json()
+            if records is not None:
+                # 22.05 ignores squeue -j with --json, so the filtering is ours
+                mine = [r for r in records if job_id in _record_ids(r)]
+                found = self._jobs_from_json(mine, job_id=job_id)
+                return found[0] if found else None
+        fields = self._scontrol_jobs(job_id)
+        return _job_from_scontrol(fields[0]) if fields else None
+
+    def nodes(self) -> list[NodeInfo]:
+        if self._json is not False:
+            data = self._query_json(["sinfo", "--json"])
+            if data is not None:
+                return [_node_from_json(n) for n in data.get("nodes", [])]
+        return self._nodes_from_text()
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def _query(self, argv: list[str]) -> CommandResult:
+        result = self.run(argv, self._timeout)
+        if result.rc == 127:
+            raise SchedulerUnavailable(
+                f"{argv[0]} not found: is Slurm installed? ({result.stderr.strip()})"
+            )
+        if result.timed_out:
+            raise SchedulerUnavailable(f"{argv[0]} timed out after {self._timeout:g} s")
+        return result
+
+    def _query_json(self, argv: list[str]) -> dict[str, Any] | None:
+        """Parsed JSON, or None when this Slurm has no --json (remembered)."""
+        result = self._query(argv)
+        if result.rc != 0:
+            if _NO_JSON.search(result.stderr):
+                logger.info("%s has no --json here; falling back to text output", argv[0])
+                self._json = False
+                return None
+            _raise_failed(argv, result)
+        try:
+            data = json.loads(result.stdout)
+        except ValueError as exc:
+            raise CommandFailed(argv, _with_stderr(result, f"output is not JSON: {exc}")) from None
+        if not isinstance(data, dict):
+            raise CommandFailed(argv, _with_stderr(result, "JSON output is not an object"))
+        for error in data.get("errors") or []:
+            logger.warning("%s reported: %s", argv[0], error)
+        self._json = True
+        return data
+
+    def _squeue_json(self) -> list[dict[str, Any]] | None:
+        data = self._query_json(["squeue", "--json", "--states=all"])
+        return None if data is None else list(data.get("jobs") or [])
+
+    def _scontrol_jobs(self, job_id: str | None) -> list[dict[str, str]]:
+        """``scontrol show job -o [ID]`` as field dicts; [] when the job is unknown."""
+        argv = ["scontrol", "show", "job", "-o"] + ([job_id] if job_id else [])
+        result = self._query(argv)
+        if result.rc != 0:
+            if "Invalid job id" in result.stderr:
+                return []
+            _raise_failed(argv, result)
+        return [
+            parse_scontrol_line(line)
+            for line in result.stdout.splitlines()
+            if line.startswith("JobId=")
+        ]
+
+    def _jobs_from_json(self, records: list[dict[str, Any]], job_id: str | None) -> list[JobInfo]:
+        """JobInfo for each record, with output paths expanded by scontrol where needed."""
+        paths: dict[str, dict[str, str]] = {}
+        if any(_needs_expansion(r) for r in records):
+            try:
+                paths = {f.get("JobId", ""): f for f in self._scontrol_jobs(job_id)}
+            except (CommandFailed, SchedulerUnavailable) as exc:
+                logger.warning("could not expand job output paths: %s", exc)
+        jobs = []
+        for record in records:
+            try:
+                jobs.append(_job_from_json(record, paths.get(str(_num(record.get("job_id"))))))
+            except (HostlistError, TypeError, ValueError) as exc:
+                logger.warning("skipping job record %s: %s", record.get("job_id"), exc)
+        return jobs
+
+    def _nodes_from_text(self) -> list[NodeInfo]:
+        argv = ["sinfo", "-N", "-h", "-o", "%N|%T|%P|%E"]
+        result = self._query(argv)
+        if result.rc != 0:
+            _raise_failed(argv, result)
+        return _nodes_from_sinfo_text(result.stdout)
+
+
+# -- parsing (pure functions) -----------------------------------------------------------------
+
+
+def _raise_failed(argv: list[str], result: CommandResult) -> NoReturn:
+    text = result.stderr + result.stdout
+    if (
+        "Unable to contact slurm controller" in text
+        or "Could not establish a configuration" in text
+    ):
+        raise SchedulerUnavailable(f"Slurm does not answer: {result.stderr.strip()[:200]}")
+    raise CommandFailed(argv, result)
+
+
+def _with_stderr(result: CommandResult, message: str) -> CommandResult:
+    return CommandResult(result.rc, result.stdout, message, result.timed_out, result.duration_s)
+
+
+def _num(value: Any) -> Any:
+    """Unwrap later openapi numbers ({"set": true, "number": 3}); None when unset."""
+    if isinstance(value, Mapping):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        return value.get("number")
+    return value
+
+
+def _first_word(value: Any) -> str:
+    """A state that is a word (v0.0.38) or a list of words (later versions)."""
+    if isinstance(value, (list, tuple)):
+        return str(value[0]) if value else ""
+    return str(value or "")
+
+
+def _hosts(value: Any) -> tuple[str, ...]:
+    return tuple(expand_hostlist(value if isinstance(value, str) else None))
+
+
+def _clean(value: Any) -> str:
+    text = str(value) if value is not None else ""
+    return "" if text in _NULLS else text
+
+
+def _record_ids(record: Mapping[str, Any]) -> set[str]:
+    """The names a job answers to: 17, and 12_5 (array task) or 12+1 (het component)."""
+    ids = {str(_num(record.get("job_id")))}
+    for first, second, sep in (
+        ("array_job_id", "array_task_id", "_"),
+        ("het_job_id", "het_job_offset", "+"),
+    ):
+        lead, index = _num(record.get(first)), _num(record.get(second))
+        if lead and index is not None:
+            ids.add(f"{lead}{sep}{index}")
+    return ids
+
+
+def _needs_expansion(record: Mapping[str, Any]) -> bool:
+    out, err = record.get("standard_output") or "", record.get("standard_error") or ""
+    return "%" in out or "%" in err or not out
+
+
+def _exit_status(record: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    raw = record.get("exit_code")
+    if isinstance(raw, Mapping):  # v0.0.39+: {"return_code": ..., "signal": {"id": ...}}
+        code = _num(raw.get("return_code"))
+        sig = _num((raw.get("signal") or {}).get("id"))
+        return code, (sig or None)
+    raw = _num(raw)
+    return split_wait_status(int(raw)) if raw is not None else (None, None)
+
+
+def _job_from_json(record: Mapping[str, Any], scontrol: Mapping[str, str] | None) -> JobInfo:
+    state = _first_word(record.get("job_state")).upper()
+    exit_code, signal = _exit_status(record) if state in FINISHED_STATES else (None, None)
+    stdout = record.get("standard_output") or ""
+    stderr = record.get("standard_error") or ""
+    if scontrol is not None:
+        stdout = _clean(scontrol.get("StdOut")) or stdout
+        stderr = _clean(scontrol.get("StdErr")) or stderr
+    stderr = stderr or stdout  # no -e: stderr goes where stdout goes
+    return JobInfo(
+        job_id=str(_num(record["job_id"])),
+        attempt=int(_num(record.get("restart_cnt")) or 0),
+        state=state,
+        reason=_clean(record.get("state_reason")),
+        nodes=_hosts(record.get("nodes")),
+        name=str(record.get("name") or ""),
+        exit_code=exit_code,
+        signal=signal,
+        stdout=None if "%" in stdout or not stdout else stdout,
+        stderr=None if "%" in stderr or not stderr else stderr,
+        excluded_nodes=_hosts(record.get("excluded_nodes")),
+        requeue=bool(record.get("requeue", True)),
+        user=str(record.get("user_name") or ""),
+        partition=str(record.get("partition") or ""),
+    )
+
+
+def _job_from_scontrol(fields: Mapping[str, str]) -> JobInfo:
+    state = fields.get("JobState", "").upper()
+    exit_code: int | None = None
+    signal: int | None = None
+    if state in FINISHED_STATES:
+        code, _, sig = fields.get("ExitCode", "0:0").partition(":")
+        exit_code = int(code) if code.isdigit() else None
+        signal = int(sig) if sig.isdigit() and int(sig) else None
+    stdout = _clean(fields.get("StdOut")) or None
+    return JobInfo(
+        job_id=fields["JobId"],
+        attempt=int(fields.get("Restarts", "0") or 0),
+        state=state,
+        reason=_clean(fields.get("Reason")),
+        nodes=_hosts(_clean(fields.get("NodeList"))),
+        name=_clean(fields.get("JobName")),
+        exit_code=exit_code,
+        signal=signal,
+        stdout=stdout,
+        stderr=_clean(fields.get("StdErr")) or stdout,
+        excluded_nodes=_hosts(_clean(fields.get("ExcNodeList"))),
+        requeue=fields.get("Requeue", "1") != "0",
+        user=fields.get("UserId", "").split("(", 1)[0],
+        partition=_clean(fields.get("Partition")),
+    )
+
+
+def _node_state(words: Iterable[str]) -> tuple[str, tuple[str, ...]]:
+    """Slurm's state words → sinfo's word for the node (lower case) and the flags."""
+    base, flags = "unknown", []
+    for word in words:
+        word = word.upper()
+        if word in _BASE_NODE_STATES and base == "unknown":
+            base = word.lower()
+        elif word not in _BASE_NODE_STATES and word not in flags:
+            flags.append(word)
+    if "DRAIN" in flags:
+        # as sinfo says it: still running jobs → draining; otherwise (idle, even down) → drained
+        busy = base in ("allocated", "mixed", "completing") or "COMPLETING" in flags
+        base = "draining" if busy else "drained"
+    return base, tuple(flags)
+
+
+def _node_from_json(record: Mapping[str, Any]) -> NodeInfo:
+    raw_state = record.get("state")
+    words = (
+        list(raw_state) if isinstance(raw_state, (list, tuple)) else [str(raw_state or "unknown")]
+    )
+    state, flags = _node_state(words + list(record.get("state_flags") or []))
+    return NodeInfo(
+        name=str(record["name"]),
+        state=state,
+        flags=flags,
+        reason=_clean(record.get("reason")),
+        partitions=tuple(record.get("partitions") or ()),
+    )
+
+
+def _nodes_from_sinfo_text(text: str) -> list[NodeInfo]:
+    """``sinfo -N -h -o '%N|%T|%P|%E'``: one row per node and partition."""
+    by_name: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines():
+        parts = line.split("|", 3)
+        if len(parts) != 4:
+            continue
+        name, word, partition, reason = (p.strip() for p in parts)
+        flags = []
+        while word and word[-1] in _SINFO_SUFFIX_FLAGS:
+            flags.append(_SINFO_SUFFIX_FLAGS[word[-1]])
+            word = word[:-1]
+        if word in ("drained", "draining", "drain"):
+            flags.append("DRAIN")
+        node = by_name.setdefault(
+            name, {"state": word, "flags": flags, "reason": reason, "parts": []}
+        )
+        node["parts"].append(partition.rstrip("*"))
+    return [
+        NodeInfo(
+            name=name,
+            state="drained" if n["state"] == "drain" else n["state"],
+            flags=tuple(n["flags"]),
+            reason="" if n["reason"] == "none" else n["reason"],
+            partitions=tuple(n["parts"]),
+        )
+        for name, n in by_name.items()
+    ]
