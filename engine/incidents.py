@@ -24,6 +24,7 @@ from .facts import Fact
 from .linefacts import NODE_RE, ClusterContext
 from .policy import Decision, GuardContext, decide, fingerprint
 from .progress import ProgressTracker
+from .rulebook.schema import parse_duration
 from .rete import ReteNetwork, ReteSession
 from .rulebook.compile import CompiledRule, CompiledRulebook, Template
 from .rulebook.conditions import evaluate
@@ -35,6 +36,7 @@ __all__ = ["Engine", "ClosedIncident", "incident_key"]
 
 _STATE_KEYS = {"job": ("job",), "node": ("node",), "gpu_state": ("node", "gpu", "signal")}
 _OPENING = ("error", "fatal")
+_DISPLAY_ONLY = frozenset({"text", "evidence", "reason", "logged_at"})
 DEFAULT_FACT_TTL = 3600.0
 
 
@@ -53,6 +55,7 @@ class _Live:
     fact: Fact
     incident: int | None = None
     count: int = 1
+    asserted: bool = False
 
 
 @dataclass
@@ -63,6 +66,8 @@ class _Open:
     last_at: float
     faults: list[Fact] = field(default_factory=list)
     facts: set[str] = field(default_factory=set)
+    best: Fact | None = None
+    closed_at: float | None = None
 
 
 @dataclass
@@ -98,6 +103,9 @@ class Engine:
         self.cluster = cluster or ClusterContext()
         self.on_close = on_close
         self.settle = float(compiled.policy.get("settle", 120.0))
+        cascade = compiled.policy.get("cascade", 900.0)
+        self.cascade = float(parse_duration(cascade) if isinstance(cascade, str) else cascade)
+        self.recent: dict[str, _Open] = {}
         hang = compiled.policy.get("hang")
         self.fact_ttl = float((hang or {}).get("fact_ttl", DEFAULT_FACT_TTL)) if isinstance(hang, Mapping) else DEFAULT_FACT_TTL
         self.now: float | None = None
@@ -112,7 +120,7 @@ class Engine:
         self.tracker = ProgressTracker(compiled.policy)
         self.closed: list[ClosedIncident] = []
         self.node_states: dict[str, dict[str, Any]] = {}
-        self.stats = {"facts": 0, "flooded": 0, "firings": 0, "derived": 0, "incidents": 0, "template_errors": 0, "rete_errors": 0}
+        self.stats = {"facts": 0, "flooded": 0, "firings": 0, "derived": 0, "rederived": 0, "incidents": 0, "template_errors": 0, "rete_errors": 0}
         self._absent_rules = {id(cr) for cr in compiled.rules if any(c.absent_for is not None for c in cr.rule.conditions)}
 
     def resume(self) -> int:
@@ -121,8 +129,9 @@ class Engine:
         n = 0
         for row in self.store.incidents(status="open"):
             facts = [f for f, _, _ in self.store.facts(row.id)]
-            self.open[row.key] = _Open(row.id, row.key, row.opened_at, row.last_evidence_at,
-                                       [f for f in facts if f.kind == "fault"], {f.id for f in facts})
+            faults = [f for f in facts if f.kind == "fault"]
+            self.open[row.key] = _Open(row.id, row.key, row.opened_at, row.last_evidence_at, faults, {f.id for f in facts},
+                                       _best_fault(faults) if faults else None)
             n += 1
         return n
 
@@ -131,6 +140,7 @@ class Engine:
         """Take one fact from a source (not a derived one)."""
         self.advance(fact.at)
         self.stats["facts"] += 1
+        fact = self._with_job(fact)
         if fact.kind in ("log", "xid"):
             fkey = (fact.kind, tuple(sorted((k, v) for k, v in fact.attrs.items() if k != "text")))
             known = self.flood.get(fkey)
@@ -162,6 +172,19 @@ class Engine:
                 self._retract(old)
         self._assert_chain(fact)
 
+    def _with_job(self, fact: Fact) -> Fact:
+        """A node's fact (a Xid, a counter) belongs to the job attempt running on that node then."""
+        node = fact.get("node")
+        if node is None or fact.get("job") is not None or fact.kind in ("node", "job"):
+            return fact
+        known = self.cluster.job_on(str(node))
+        if not known:
+            return fact
+        attrs = dict(fact.attrs)
+        attrs["job"], attempt = known
+        attrs["attempt"] = attempt or 0
+        return Fact.make(fact.kind, attrs, fact.at, fact.origin)
+
     def _state_key(self, fact: Fact) -> tuple | None:
         names = _STATE_KEYS.get(fact.kind)
         if not names:
@@ -173,9 +196,12 @@ class Engine:
         queue: deque[Fact] = deque([fact])
         while queue:
             f = queue.popleft()
-            if f.id in self.live:
+            live = self.live.get(f.id)
+            if live is not None and live.asserted:
                 continue
-            self.live[f.id] = _Live(f)
+            if live is None:
+                live = self.live[f.id] = _Live(f)
+            live.asserted = True
             self.order.append((f.at, f.id))
             try:
                 firings = self.session.assert_fact(f)
@@ -239,10 +265,21 @@ class Engine:
         attrs["rule"] = rule.id
         at = max(float(m.get("at", 0.0)) for m in matched.values())
         try:
-            derived = Fact.make(rule.then_kind, attrs, at, f"rule:{rule.id}")
+            # the same conclusion drawn again (64 ranks printing one error) is one fact with a
+            # count: its identity leaves out the time and the display-only text
+            ident = {k: v for k, v in attrs.items() if k not in _DISPLAY_ONLY}
+            derived = Fact.make(rule.then_kind, attrs, at, f"rule:{rule.id}",
+                                id=Fact.make(rule.then_kind, ident, 0.0, f"rule:{rule.id}").id)
         except Exception as exc:
             self.stats["template_errors"] += 1
             logger.warning("rule %s derived a malformed fact: %s", rule.id, exc)
+            return None
+        again = self.live.get(derived.id)
+        if again is not None:
+            again.count += 1
+            self.stats["rederived"] += 1
+            if again.incident is not None:
+                self.store.bump_fact(derived.id)
             return None
         matched_ids = {alias: str(m.get("id")) for alias, m in matched.items()}
         self.stats["derived"] += 1
@@ -262,6 +299,14 @@ class Engine:
         key = inc.key if inc is not None else (incident_key(derived.attrs) or self._scope_of(firing[1]) or f"origin:{derived.origin}")
         opens = derived.kind == "fault" or derived.get("severity") in _OPENING
         inc = inc or self.open.get(key)
+        if inc is None:
+            # the cascade of a root cause that already closed (the NCCL watchdog firing minutes
+            # after the Xid) is late evidence of that incident, unless it is a stronger fault
+            late = self.recent.get(key)
+            if late is not None and derived.at - late.last_at <= self.cascade:
+                if not (derived.kind == "fault" and late.best is not None and _rank(derived) < _rank(late.best)):
+                    self._attach(late, derived, [firing])
+                    return
         if inc is None and not opens:
             self.pending.setdefault(key, deque(maxlen=256)).append((derived, [firing]))
             return
@@ -301,20 +346,20 @@ class Engine:
         if fact.id not in inc.facts:
             self.store.add_fact(inc.id, fact, derived_by=firing_id if firings else None)
             inc.facts.add(fact.id)
-        live = self.live.get(fact.id)
-        if live is not None:
-            live.incident = inc.id
+        # a derived fact is attached before it is asserted: register it now, so that what is
+        # derived from it finds this incident
+        self.live.setdefault(fact.id, _Live(fact)).incident = inc.id
         if fact.kind == "fault":
             inc.faults.append(fact)
-            best = _best_fault(inc.faults)
-            if best is fact:
+            if inc.best is None or _rank(fact) < _rank(inc.best):
+                inc.best = fact
                 self.store.set_provisional(inc.id, str(fact.get("fault_class")), fact.get("nodes") or (), fact.id)
         inc.last_at = max(inc.last_at, fact.at)
         self.store.touch_incident(inc.id, fact.at)
 
     def _close(self, inc: _Open, at: float) -> ClosedIncident:
         if inc.faults:
-            best = _best_fault(inc.faults)
+            best = inc.best or _best_fault(inc.faults)
             fault_class, nodes, reason, fault_id = best.get("fault_class"), tuple(best.get("nodes") or ()), str(best.get("reason", "")), best.id
         else:
             fault_class, nodes, reason, fault_id = "unknown", (), "no rule could tell what caused this failure", None
@@ -342,8 +387,9 @@ class Engine:
                 for p in plan:
                     self.store.add_action(inc.id, p.idem_key, p.name, p.target, p.argv, mode,
                                           "recommended" if mode == "recommend" else "planned")
-        for fid in list(inc.facts):
-            self._retract(fid)
+        # its facts stay in the Rete for the cascade window, so late evidence still correlates
+        self.recent[inc.key] = inc
+        inc.closed_at = at
         closed = ClosedIncident(inc.id, inc.key, job_id, attempt, decision, tuple(plan), tuple(problems), at)
         self.closed.append(closed)
         if self.on_close is not None:
@@ -421,6 +467,11 @@ class Engine:
                     derived = self._fire(w.rule, w.matched)
                     if derived is not None:
                         self._assert_chain(derived)
+        for key, inc in list(self.recent.items()):
+            if now - max(inc.last_at, inc.closed_at or 0.0) > self.cascade:
+                del self.recent[key]
+                for fid in list(inc.facts):
+                    self._retract(fid)
         for stall in list(self.tracker.due(now)):
             self._assert_chain(stall)
         for key, inc in list(self.open.items()):
@@ -439,15 +490,26 @@ class Engine:
         """End of input (replay, tests): fire what is due and close every open incident."""
         # an absence is only proven by time passing: the end of a file proves nothing
         at = self.now if self.now is not None else 0.0
+        for key, inc in list(self.recent.items()):
+            del self.recent[key]
+            for fid in list(inc.facts):
+                self._retract(fid)
         for key, inc in list(self.open.items()):
             del self.open[key]
             self._close(inc, max(at, inc.last_at))
+            self.recent.pop(key, None)
+            for fid in list(inc.facts):
+                self._retract(fid)
         return list(self.closed)
+
+
+def _rank(f: Fact) -> tuple[int, float]:
+    return (-int(f.get("priority", 0)), f.at)
 
 
 def _best_fault(faults: list[Fact]) -> Fact:
     """The strongest fault: highest priority, the earliest on a tie."""
-    return min(faults, key=lambda f: (-int(f.get("priority", 0)), f.at))
+    return min(faults, key=_rank)
 
 
 class _View(dict):

@@ -177,6 +177,7 @@ class HitConverter:
         self.matchers = list(matchers)
         self.cluster = cluster or ClusterContext()
         self.clock = clock  # live: facts are stamped on arrival; the line's own time is kept as logged_at
+        self.on_context: Callable[[float, str, int | None, frozenset], None] | None = None
         self.dropped_values = 0
 
     def _typed(self, m: Matcher, groups: Mapping[str, str]) -> dict[str, Any]:
@@ -202,9 +203,19 @@ class HitConverter:
             self.dropped_values += 1
         return out
 
-    def convert(self, index: int, groups: Mapping[str, str], line: str, line_no: int, ctx: FileContext) -> Fact | None:
+    def convert(self, index: int, groups: Mapping[str, str], line: str, line_no: int, ctx: FileContext,
+                before: bytes | None = None) -> Fact | None:
+        """``before``: some bytes that precede the line in the file (to date an untimestamped line
+        by the last timestamp before it, as a person reading the log would)."""
         m = self.matchers[index]
         logged = parse_line_time(line, ctx.year)
+        if logged is None and before:
+            for prev in reversed(before.split(b"\n")[-64:]):
+                t = parse_line_time(prev[:128].decode("utf-8", "replace"), ctx.year)
+                if t is not None:
+                    if ctx.last_at is None or t > ctx.last_at:
+                        ctx.last_at = t
+                    break
         if logged is not None:
             if ctx.year is None:
                 ctx.year = time.gmtime(logged).tm_year
@@ -228,7 +239,10 @@ class HitConverter:
                 new_nodes.update(expand_hostlist(str(attrs["nodes"])))
             ctx.nodes |= new_nodes
             if ctx.job:
-                self.cluster.assign(ctx.job, ctx.attempt, ctx.nodes, at)
+                if self.on_context is not None:  # replay: applied in time order with the facts
+                    self.on_context(at, ctx.job, ctx.attempt, frozenset(ctx.nodes))
+                else:
+                    self.cluster.assign(ctx.job, ctx.attempt, ctx.nodes, at)
             return None
         fact_attrs: dict[str, Any] = dict(m.attrs)
         fact_attrs.update(attrs)
@@ -243,12 +257,7 @@ class HitConverter:
         node = fact_attrs.get("node")
         if node is None and len(ctx.nodes) == 1 and m.emit != "xid":
             fact_attrs["node"] = next(iter(ctx.nodes))
-        if node is not None and "job" not in fact_attrs:
-            known = self.cluster.job_on(str(node))
-            if known:
-                fact_attrs["job"], att = known
-                if att is not None:
-                    fact_attrs["attempt"] = att
+        # a node's fact without a job gets the job that ran there from the engine, in time order
         if "job" in fact_attrs and "attempt" not in fact_attrs:
             fact_attrs["attempt"] = self.cluster.job_attempt.get(str(fact_attrs["job"]), 0)
         if m.emit != "progress":

@@ -21,16 +21,33 @@ class Metrics:
         r = self.registry = CollectorRegistry()
         self.incidents = Counter("recover_incidents_total", "Incidents closed, by fault class and decision",
                                  ["fault_class", "decision"], registry=r)
-        self.latency = Histogram("recover_detection_latency_seconds", "From reading a fault line to its incident being committed",
+        self.latency = Histogram("recover_detection_latency_seconds",
+                                 "From the last write of a followed file (its mtime, or the read when earlier) to the "
+                                 "commit of the incident its new lines opened",
                                  buckets=LATENCY_BUCKETS, registry=r)
         self.lines = Counter("recover_lines_total", "Log lines read", registry=r)
         self.facts = Counter("recover_facts_total", "Facts taken by the engine", registry=r)
+        self.lines_rate = Gauge("recover_lines_per_second", "Log lines read per second (over the last few seconds)", registry=r)
+        self.facts_rate = Gauge("recover_facts_per_second", "Facts taken per second (over the last few seconds)", registry=r)
         self.sources = Gauge("recover_sources", "Sources followed", ["kind"], registry=r)
+        self.sources_healthy = Gauge("recover_sources_healthy", "Sources that could be read at their last try", ["kind"], registry=r)
+        self.sources_unhealthy = Gauge("recover_sources_unhealthy", "Sources that could not be read at their last try "
+                                       "(unreadable, vanished, failing)", ["kind"], registry=r)
         self.source_health = Gauge("recover_source_healthy", "1 when the source answered at its last read", ["source"], registry=r)
+        self.source_errors = Counter("recover_source_errors_total", "Problems met reading sources (unreadable, vanished, "
+                                     "read_error, rotated, truncated, long_line, garbage)", ["kind", "reason"], registry=r)
         self.reloads = Counter("recover_rulebook_reloads_total", "Rulebook reloads", ["result"], registry=r)
         self.store_errors = Counter("recover_store_errors_total", "Failed writes to the incident store", registry=r)
+        self.store_healthy = Gauge("recover_store_healthy", "1 while the incident store accepts writes", registry=r)
         self.spool_garbage = Gauge("recover_spool_garbage_lines", "Spool lines that were not facts", registry=r)
+        self.errors = Counter("recover_internal_errors_total", "Unexpected errors survived by the controller loop", registry=r)
         self.actions = Counter("recover_actions_total", "Actions by name and outcome", ["action", "status"], registry=r)
+        self.store_healthy.set(1)
+        for reason in ("unreadable", "vanished", "read_error", "rotated", "truncated", "long_line"):
+            self.source_errors.labels(kind="file", reason=reason)
+        self.source_errors.labels(kind="spool", reason="garbage")
+        self.reloads.labels(result="ok")
+        self.reloads.labels(result="rejected")
         self._server = None
         if port:
             from prometheus_client import start_http_server
@@ -42,6 +59,14 @@ class Metrics:
         return generate_latest(self.registry).decode()
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server = None
+        """Stop serving. Does not wait for the server loop (it polls every 0.5 s): the process
+        is about to end and the server thread is a daemon."""
+        server, self._server = self._server, None
+        if server is not None:
+            import threading
+
+            def close() -> None:
+                server.shutdown()
+                server.server_close()
+
+            threading.Thread(target=close, name="metrics-stop", daemon=True).start()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from .facts import Fact
 from .incidents import ClosedIncident, Engine
@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["replay", "replay_inputs", "Input", "file_input", "ReplayResult", "scan_chunks", "matcher_specs", "CHUNK"]
 
 CHUNK = 4 * 1024 * 1024
+BEFORE_BYTES = 8192  # how far back an untimestamped hit looks for the last timestamp
 
 
 @dataclass
@@ -66,17 +67,23 @@ def scan_chunks(chunks: Iterable[bytes], scanner: Scanner, converter: HitConvert
                 index_map: Sequence[int], on_bytes: Callable[[int], None] | None = None) -> Iterator[Fact]:
     """Yield the facts of one stream (context lines update ``ctx``); ``index_map`` maps the
     scanner's matcher numbers to the converter's."""
-    def convert(hits):
+    def convert(hits, data: bytes, start: int):
         for hit in hits:
-            fact = converter.convert(index_map[hit.matcher], hit.groups, hit.line.decode("utf-8", errors="replace"), hit.line_no, ctx)
+            local = hit.offset - start
+            before = data[max(0, local - BEFORE_BYTES):local] if 0 < local <= len(data) else None
+            fact = converter.convert(index_map[hit.matcher], hit.groups, hit.line.decode("utf-8", errors="replace"),
+                                     hit.line_no, ctx, before)
             if fact is not None:
                 yield fact
 
+    start = scanner.position[0]
+    data = b""
     for data in chunks:
         if on_bytes:
             on_bytes(len(data))
-        yield from convert(scanner.feed(data))
-    yield from convert(scanner.flush())
+        yield from convert(scanner.feed(data), data, start)
+        start += len(data)
+    yield from convert(scanner.flush(), data, start - len(data))
 
 
 @dataclass(frozen=True)
@@ -107,7 +114,15 @@ def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: St
     matchers = list(compiled.matchers)
     converter = HitConverter(matchers, cluster)
     specs = matcher_specs(compiled)
-    collected: list[tuple[float, int, int, Fact]] = []
+    collected: list[tuple[float, int, int, Any]] = []
+    context_seq = [0]
+
+    def on_context(at: float, job: str, att: int | None, nodes: frozenset) -> None:
+        # which job ran where is learned while scanning, but applied in time order with the facts
+        context_seq[0] += 1
+        collected.append((at, -2, context_seq[0], ("context", job, att, nodes)))
+
+    converter.on_context = on_context
     for index, inp in enumerate(inputs):
         ctx = FileContext(path=inp.name, source=inp.source, job=job or job_from_filename(os.path.basename(inp.name)),
                           attempt=attempt)
@@ -130,10 +145,14 @@ def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: St
     for fact in extra_facts:
         collected.append((fact.at, -1, 0, fact))
     collected.sort(key=lambda t: (t[0], t[1], t[2]))
-    result.hits = len(collected)
+    result.hits = sum(1 for c in collected if not isinstance(c[3], tuple))
     engine = Engine(compiled, store, scheduler=scheduler, cluster=cluster, network=network)
-    for _, _, _, fact in collected:
-        engine.ingest(fact)
+    for at, _, _, item in collected:
+        if isinstance(item, tuple):
+            _, cjob, catt, cnodes = item
+            cluster.assign(cjob, catt, cnodes, at)
+        else:
+            engine.ingest(item)
     result.incidents = engine.finish()
     result.facts = engine.stats["facts"]
     result.stats = dict(engine.stats) | {"dropped_values": converter.dropped_values}

@@ -40,7 +40,7 @@ ITEM_KEYS = {
     "action": ("argv", "scheduler", "per", "verify", "timeout", "description", "override"),
     "test": ("name", "input", "context", "facts", "expect"),
     "input": ("file", "source", "lines"),
-    "policy": ("settle", "decisions", "plans", "priorities", "retry", "blast_radius", "throttle",
+    "policy": ("settle", "cascade", "decisions", "plans", "priorities", "retry", "blast_radius", "throttle",
                "autonomy", "inhibit", "notify", "hang", "straggler", "thresholds"),
 }
 _ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,127}$")
@@ -347,8 +347,8 @@ class _Checker:
         out: dict[str, Any] = {}
         for key, value in node.items():
             marks[key] = mark_of(node, key)
-            if key == "settle":
-                d = self.duration(node, "settle", "policy")
+            if key in ("settle", "cascade"):
+                d = self.duration(node, key, "policy")
                 if d is not None:
                     out[key] = d
             elif key == "decisions":

@@ -3,9 +3,13 @@ scheduler poller, tailed with watchdog (inotify, or its polling observer for NFS
 other hosts' writes raise no events here).
 
 Rotation (the path now names another inode), truncation (the file shrank), deletion and
-re-creation are handled: the old file is read to its end before the new one is started. The
-read position is the scanner's: the start of the first line not yet complete, so a restart that
-resumes from a saved position neither repeats nor skips a line.
+re-creation are handled: the old file is read to its end before the new one is started. A
+rotated file that is renamed to a name the globs also match (``*.log*``) continues where it was
+read under its old name (its inode is kept open for a while to recognise it). The read position
+is the scanner's: the start of the first line not yet complete, so a restart that resumes from a
+saved position neither repeats nor skips a line. A file that cannot be read (gone, unreadable,
+not a regular file) is logged once, counted in ``stats`` and tried again; ``health()`` says how
+many are in that state. One thread reads (``read_ready``); watchdog's only marks paths dirty.
 
 Usage::
 
@@ -17,10 +21,13 @@ Usage::
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import logging
 import os
+import stat
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping
 
@@ -33,6 +40,16 @@ logger = logging.getLogger(__name__)
 __all__ = ["Follower", "Tailed", "glob_base"]
 
 READ_BYTES = 1 << 20
+#: at most this much is read from one file per read_ready() call, so that a file written faster
+#: than it is read cannot starve the others (or a stop request); the rest waits for the next call
+FILE_BUDGET = 8 << 20
+#: a followed path that has been gone this long is forgotten (job logs come and go)
+FORGET_GONE_S = 600.0
+#: how long a rotated file's position is kept for a path that may turn out to be it
+HANDOFF_S = 120.0
+#: a file that keeps growing is checked for rotation and truncation at least this often
+CHECK_S = 1.0
+HANDOFF_MAX = 1024
 
 
 def glob_base(pattern: str) -> str:
@@ -46,16 +63,48 @@ def glob_base(pattern: str) -> str:
     return os.sep.join(base) or os.sep
 
 
+def _glob_match(pattern: str, path: str) -> bool:
+    """Does ``path`` match ``pattern`` the way ``glob.glob`` would (``*`` stays inside one path
+    component and skips names starting with a dot)? Patterns with ``**`` are left to rescan()."""
+    if "**" in pattern:
+        return False  # left to rescan()
+    pp, sp = pattern.split(os.sep), path.split(os.sep)
+    if len(pp) != len(sp):
+        return False
+    for a, b in zip(pp, sp):
+        if a == b:
+            continue
+        if b.startswith(".") and not a.startswith("."):
+            return False
+        if not fnmatch.fnmatchcase(b, a):
+            return False
+    return True
+
+
+def _recursive(pattern: str) -> bool:
+    """Watch below the glob's base too when a folder part of the glob has a wildcard."""
+    return glob_base(pattern) != os.path.dirname(os.path.abspath(pattern))
+
+
 @dataclass
 class Tailed:
     path: str
     fh: object | None = None
     inode: int | None = None
-    offset: int = 0  # bytes read from the current inode
+    offset: int = 0  # bytes consumed from the current inode (the caller sets it)
     line_no: int = 0
     meta: dict = field(default_factory=dict)  # the caller's context (job, attempt, scanner...)
-    gone: bool = False
-    errors: int = 0
+    gone: bool = False  # the path does not exist (deleted, not yet re-created)
+    errors: int = 0  # failed opens/reads in a row (0: healthy)
+    read_pos: int = 0  # file offset of the first byte of the data last yielded
+    read_at: float = 0.0  # wall time of the last read that returned data
+    checked_at: float = 0.0  # monotonic time of the last check for rotation/truncation
+    gone_since: float | None = None
+    last_error: str | None = None
+
+    @property
+    def healthy(self) -> bool:
+        return self.errors == 0 and not self.gone
 
 
 class _Handler(FileSystemEventHandler):
@@ -84,13 +133,21 @@ class Follower:
         self.wake = threading.Event()
         self._observer = None
         self._watched: set[str] = set()
-        self.stats = {"read_bytes": 0, "rotations": 0, "truncations": 0, "unreadable": 0}
+        self._watched_below: list[str] = []
+        self._watches: dict[str, tuple[object, int, bool]] = {}  # folder -> (watch, its inode, recursive)
+        # inodes of rotated files (renamed away, still linked) that were read to a known position:
+        # {inode: (open file, offset, line_no, since)}. The open file keeps the inode number from
+        # being re-used, so a path that turns out to be that inode (a glob that matches rotated
+        # names, e.g. *.log*) continues from there instead of reading it all again.
+        self._handoff: dict[int, tuple[object, int, int, float]] = {}
+        self.stats = {"read_bytes": 0, "rotations": 0, "truncations": 0, "unreadable": 0, "vanished": 0,
+                      "read_errors": 0, "forgotten": 0, "handoffs": 0}
 
     # -- watching ----------------------------------------------------------------------------
     def start(self) -> None:
         self._observer = PollingObserver(timeout=self.poll) if self.poll else Observer()
         for g in self.globs:
-            self._watch_dir(glob_base(g), recursive="**" in g)
+            self._watch_dir(glob_base(g), recursive=_recursive(g))
         self._observer.start()
         self.rescan()
 
@@ -100,6 +157,17 @@ class Follower:
             self._observer.join(timeout=2)
         for t in self.files.values():
             self._close(t)
+        self._expire_handoffs(0.0)
+
+    def _expire_handoffs(self, max_age: float = HANDOFF_S) -> None:
+        now = time.time()
+        for ino, (fh, _, _, since) in list(self._handoff.items()):
+            if now - since >= max_age or len(self._handoff) > HANDOFF_MAX:
+                del self._handoff[ino]
+                try:
+                    fh.close()
+                except OSError:
+                    pass
 
     def _watch_dir(self, directory: str, recursive: bool = False) -> None:
         if self._observer is None or directory in self._watched:
@@ -107,8 +175,12 @@ class Follower:
         if not os.path.isdir(directory):
             return  # rescan() retries: the folder may appear later
         try:
-            self._observer.schedule(_Handler(self), directory, recursive=recursive)
+            ino = os.stat(directory).st_ino
+            watch = self._observer.schedule(_Handler(self), directory, recursive=recursive)
             self._watched.add(directory)
+            self._watches[directory] = (watch, ino, recursive)
+            if recursive:
+                self._watched_below.append(directory.rstrip(os.sep) + os.sep)
         except OSError as exc:
             logger.warning("cannot watch %s: %s", directory, exc)
 
@@ -123,27 +195,75 @@ class Follower:
         t = self.files.get(path)
         if t is None:
             t = Tailed(path, meta=dict(meta or {}))
-            saved = self.saved.get(path)
+            saved = self.saved.pop(path, None)  # only the first time: later it is stale
             if saved is not None:
                 t.inode, t.offset, t.line_no = saved
             self.files[path] = t
             if self.on_new is not None:
                 self.on_new(t)
-            self._watch_dir(os.path.dirname(path))
+            d = os.path.dirname(path)
+            if not any(d.startswith(w) for w in self._watched_below):
+                self._watch_dir(d)
         elif meta:
             t.meta.update(meta)
         self._mark(path)
         return t
 
+    def matches(self, path: str) -> bool:
+        """Does this path match one of the globs (without touching the file system)?"""
+        return any(_glob_match(g, path) for g in self.globs)
+
+    def _check_watches(self) -> None:
+        """A watched folder that was removed (or replaced) is watched again once it is back."""
+        for directory, (watch, ino, recursive) in list(self._watches.items()):
+            try:
+                same = os.stat(directory).st_ino == ino
+            except OSError:
+                same = False
+            if same:
+                continue
+            logger.info("%s: the watched folder was removed or replaced; watching it again when it is there", directory)
+            try:
+                self._observer.unschedule(watch)
+            except Exception:  # the watch may be gone with its folder already
+                pass
+            del self._watches[directory]
+            self._watched.discard(directory)
+            below = directory.rstrip(os.sep) + os.sep
+            if below in self._watched_below:
+                self._watched_below.remove(below)
+            self._watch_dir(directory, recursive)
+
     def rescan(self) -> None:
         """Pick up files that match a glob now (also the ones no event told us about)."""
+        if self._observer is not None:
+            self._check_watches()
         for g in self.globs:
-            self._watch_dir(glob_base(g), recursive="**" in g)
+            self._watch_dir(glob_base(g), recursive=_recursive(g))
             for p in glob.glob(g, recursive=True):
                 if os.path.isfile(p):
                     self.add(p)
+        now = time.time()
+        for path, t in list(self.files.items()):
+            if t.gone and t.fh is None and t.gone_since is not None and now - t.gone_since > FORGET_GONE_S:
+                del self.files[path]
+                self.stats["forgotten"] += 1
+        self._expire_handoffs()
         with self._lock:
             self._dirty.update(self.files)
+
+    def rewind(self, t: Tailed) -> None:
+        """Read this file again from ``t.offset``/``t.line_no`` (after the caller set them back,
+        e.g. to the last committed position): the open file is closed, the next read reopens it
+        and the caller's scanner is reset (``t.meta['reset']``)."""
+        self._close(t)
+        t.meta["reset"] = True
+        self._mark(t.path)
+
+    def health(self) -> tuple[int, int]:
+        """(healthy, unhealthy) followed files."""
+        bad = sum(1 for t in self.files.values() if not t.healthy)
+        return len(self.files) - bad, bad
 
     # -- reading -----------------------------------------------------------------------------
     def _close(self, t: Tailed) -> None:
@@ -154,77 +274,184 @@ class Follower:
                 pass
             t.fh = None
 
+    def _fail(self, t: Tailed, what: str, exc: OSError) -> None:
+        why = f"{what}: {exc.strerror or exc}"
+        if isinstance(exc, FileNotFoundError):
+            if not t.gone:
+                self.stats["vanished"] += 1
+                logger.warning("%s: gone (%s); following it again if it reappears", t.path, why)
+            t.gone = True
+            t.gone_since = t.gone_since or time.time()
+            t.errors = 0
+            t.last_error = why
+            return
+        t.gone, t.gone_since = False, None
+        if t.errors == 0 or t.last_error != why:
+            logger.warning("%s: unreadable (%s); retrying", t.path, why)
+        self.stats["unreadable" if what == "open" else "read_errors"] += 1
+        t.errors += 1
+        t.last_error = why
+
     def _open(self, t: Tailed) -> bool:
         try:
-            fh = open(t.path, "rb")
-            st = os.fstat(fh.fileno())
+            fd = os.open(t.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError as exc:
-            if not t.gone:
-                logger.info("%s: %s", t.path, exc.strerror or exc)
-            t.gone = True
-            self.stats["unreadable"] += 0 if isinstance(exc, FileNotFoundError) else 1
+            self._fail(t, "open", exc)
             return False
-        t.gone = False
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end
+                raise OSError(0, "not a regular file")
+            fh = os.fdopen(fd, "rb", buffering=0)
+        except OSError as exc:
+            os.close(fd)
+            self._fail(t, "open", exc)
+            return False
+        if t.errors or t.gone:
+            logger.warning("%s: readable again", t.path)
+        t.gone, t.gone_since, t.errors, t.last_error = False, None, 0, None
+        handed = self._handoff.pop(st.st_ino, None) if (t.inode is None and t.offset == 0) else None
+        if handed is not None:
+            old_fh, offset, line_no, _ = handed
+            try:
+                same = os.fstat(old_fh.fileno()).st_dev == st.st_dev
+                old_fh.close()
+            except OSError:
+                same = False
+            if same and st.st_size >= offset:
+                # a rotated file under its new name: what was read under the old one is not read again
+                self.stats["handoffs"] += 1
+                logger.info("%s: a rotated file already read to byte %d; continuing there", t.path, offset)
+                t.inode, t.offset, t.line_no = st.st_ino, offset, line_no
         if t.inode is not None and t.inode != st.st_ino:
             t.offset, t.line_no = 0, 0  # a new file under the old name
-            t.meta["reset"] = True
         elif st.st_size < t.offset:
+            if t.inode is not None:
+                logger.warning("%s: shorter (%d bytes) than the position read (%d): truncated, reading it from the start",
+                               t.path, st.st_size, t.offset)
             t.offset, t.line_no = 0, 0
-            t.meta["reset"] = True
         t.inode = st.st_ino
         fh.seek(t.offset)
         t.fh = fh
+        t.meta["reset"] = True  # the caller's scanner starts again at (offset, line_no)
         return True
 
     def read_ready(self, max_bytes: int = READ_BYTES) -> Iterator[tuple[Tailed, bytes]]:
         """Yield (file, bytes) for every followed file that has new data. The caller must set
-        ``t.offset``/``t.line_no`` to what it consumed (the scanner's position) before the next call.
-        An empty bytes object with ``t.meta['eof_old']`` set means: the old inode is finished."""
+        ``t.offset``/``t.line_no`` to what it consumed (the scanner's position) before the next call,
+        and reset its scanner to them when ``t.meta['reset']`` is set.
+        An empty bytes object (with ``t.meta['eof_old']`` set) means: the old inode is finished
+        (rotated, deleted or truncated); the caller flushes its last partial line.
+        The caller may stop iterating at any time; what it did not get is read again later."""
         with self._lock:
             dirty, self._dirty = self._dirty, set()
-        for path in sorted(dirty):
-            t = self.files.get(path)
-            if t is None:
-                continue
-            if t.fh is None and not self._open(t):
-                continue
-            while True:
-                try:
-                    data = t.fh.read(max_bytes)
-                except OSError as exc:
-                    logger.warning("%s: read failed: %s", t.path, exc)
-                    self._close(t)
-                    break
-                if data:
-                    self.stats["read_bytes"] += len(data)
-                    yield t, data
-                    if len(data) == max_bytes:
+        todo = sorted(dirty, reverse=True)
+        try:
+            while todo:
+                path = todo[-1]
+                t = self.files.get(path)
+                if t is None:
+                    if not self.matches(path) or not os.path.isfile(path):
+                        todo.pop()
                         continue
-                # at the end of what the open file has: has the name moved on?
-                try:
-                    st = os.stat(t.path)
-                except FileNotFoundError:
-                    st = None
-                except OSError:
-                    break
-                cur = os.fstat(t.fh.fileno()) if t.fh is not None else None
-                if st is None or (cur is not None and st.st_ino != cur.st_ino):
-                    self.stats["rotations"] += 1
-                    t.meta["eof_old"] = True
-                    yield t, b""
-                    t.meta.pop("eof_old", None)
-                    self._close(t)
-                    t.inode = None if st is None else t.inode
-                    if st is not None and self._open(t):
-                        continue
-                    break
-                if cur is not None and st.st_size < t.fh.tell():
-                    self.stats["truncations"] += 1
-                    t.meta["eof_old"] = True
-                    yield t, b""
-                    t.meta.pop("eof_old", None)
-                    self._close(t)
-                    t.offset = st.st_size + 1  # force _open to start again at 0
-                    if self._open(t):
-                        continue
-                break
+                    t = self.add(path)  # a new file that an event told us about
+                    with self._lock:
+                        self._dirty.discard(path)
+                if t.fh is None and t.inode is None:
+                    other = self._holder_of(t)
+                    if other is not None:  # renamed to here and not noticed there yet
+                        yield from self._read_file(other, max_bytes)
+                yield from self._read_file(t, max_bytes)
+                todo.pop()
+        finally:
+            if todo:  # the caller stopped early: keep the rest (and the file it was in) for next time
+                with self._lock:
+                    self._dirty.update(todo)
+
+    def _holder_of(self, t: Tailed) -> Tailed | None:
+        try:
+            ino = os.stat(t.path).st_ino
+        except OSError:
+            return None
+        for o in self.files.values():
+            if o is not t and o.fh is not None and o.inode == ino:
+                return o
+        return None
+
+    def _read_file(self, t: Tailed, max_bytes: int) -> Iterator[tuple[Tailed, bytes]]:
+        if t.fh is None and not self._open(t):
+            return
+        budget = FILE_BUDGET
+        while t.fh is not None:
+            try:
+                pos = t.fh.tell()
+                data = t.fh.read(max_bytes)
+            except OSError as exc:
+                self._fail(t, "read", exc)
+                t.meta["reset"] = True
+                self._close(t)  # reopened at t.offset next time
+                return
+            if data:
+                self.stats["read_bytes"] += len(data)
+                t.read_pos, t.read_at = pos, time.time()
+                budget -= len(data)
+                yield t, data
+                if t.fh is None:  # the caller rewound it
+                    return
+                if len(data) == max_bytes:
+                    if budget <= 0:
+                        self._mark(t.path)  # more to read: next call
+                        return
+                    continue
+            # at the end of what the open file has: has the name moved on? (checked when a read
+            # finds nothing new, and at least every CHECK_S while a file keeps growing)
+            now = time.monotonic()
+            if data and now - t.checked_at < CHECK_S:
+                return
+            t.checked_at = now
+            try:
+                st = os.stat(t.path)
+            except FileNotFoundError:
+                st = None
+            except OSError:
+                return
+            try:
+                cur = os.fstat(t.fh.fileno())
+            except OSError:
+                cur = None
+            if st is None or (cur is not None and st.st_ino != cur.st_ino):
+                self.stats["rotations"] += 1
+                renamed = cur is not None and cur.st_nlink > 0  # still linked: it lives on under another name
+                if st is None and not renamed:
+                    self.stats["vanished"] += 1
+                    logger.warning("%s: deleted; read to its end, following it again if it reappears", t.path)
+                else:
+                    logger.info("%s: rotated; the old file was read to its end", t.path)
+                if st is None:
+                    t.gone, t.gone_since = True, time.time()
+                t.meta["eof_old"] = True
+                yield t, b""
+                t.meta.pop("eof_old", None)
+                eof = t.meta.pop("eof_position", None)
+                if renamed and eof is not None and cur is not None and t.fh is not None:
+                    self._handoff[cur.st_ino] = (t.fh, eof[0], eof[1], time.time())
+                    t.fh = None
+                    if len(self._handoff) > HANDOFF_MAX:
+                        self._expire_handoffs()
+                self._close(t)
+                t.inode = None if st is None else t.inode
+                if st is not None and self._open(t):
+                    continue
+                return
+            if cur is not None and st.st_size < t.fh.tell():
+                self.stats["truncations"] += 1
+                logger.warning("%s: truncated to %d bytes; reading it again from the start", t.path, st.st_size)
+                t.meta["eof_old"] = True
+                yield t, b""
+                t.meta.pop("eof_old", None)
+                t.meta.pop("eof_position", None)
+                self._close(t)
+                t.offset, t.line_no = 0, 0
+                if self._open(t):
+                    continue
+            return

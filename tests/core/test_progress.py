@@ -85,7 +85,8 @@ def test_a_stall_is_reported_once_per_silence(make_engine):
     assert e.stats["derived"] == 1
     e.ingest(prog(300, 2))  # progress resumes, then stops again
     e.advance(420)
-    assert e.stats["derived"] == 2
+    # the same conclusion for the same attempt within the cascade window: one fault, counted twice
+    assert e.stats["derived"] + e.stats["rederived"] == 2
 
 
 def test_straggler_names_the_slow_node(make_engine):
