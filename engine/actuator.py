@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from typing import Any, Callable
 
@@ -96,6 +97,8 @@ class Actuator:
         self.max_attempts = max_attempts
         self.verify_timeout = verify_timeout
         self.retry_delay = retry_delay
+        self.pending = False
+        self.hold_after_run = float(os.environ.get("RECOVER_TEST_HOLD_AFTER_RUN", "0") or 0)
 
     @classmethod
     def for_controller(cls, controller) -> "Actuator":
@@ -104,8 +107,10 @@ class Actuator:
         return cls(controller.store, controller.adapter, controller.compiled, controller.metrics)
 
     def submit(self, closed) -> None:
-        """The journal already holds the planned actions; run them now rather than next tick."""
-        self.step()
+        """An incident closed with planned actions. They are already in the journal (committed with
+        the incident); the controller's loop runs them on its next ``step()``, outside any
+        transaction, so that "started" is on disk before a command runs."""
+        self.pending = True
 
     def _verify_name(self, action: dict) -> str:
         a = self.compiled.actions.get(action["action"])
@@ -134,6 +139,8 @@ class Actuator:
         # journal first: if we die after this line, the restart verifies before running again
         self.store.update_action(action["id"], "started", attempt=True)
         result = self.adapter.run(action["argv"], timeout)
+        if self.hold_after_run:  # test seam: widen the crash window between running and journaling
+            time.sleep(self.hold_after_run)
         output = (result.stdout + result.stderr)[-2000:]
         status = "succeeded" if result.rc == 0 else "failed"
         self.store.update_action(action["id"], status, rc=result.rc, output=output)
@@ -169,8 +176,8 @@ class Actuator:
                 if action["mode"] != "act" or action["status"] in TERMINAL:
                     continue
                 try:
-                    with self.store.transaction():
-                        done = self._advance(action, inc)
+                    # no enclosing transaction: "started" must be committed before the command runs
+                    done = self._advance(action, inc)
                 except Exception as exc:  # never let one action stop the loop
                     logger.exception("action %s: %s", action["id"], exc)
                     done = False

@@ -213,6 +213,7 @@ def run(dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: rec
         scheduler: str = typer.Option("none", "--scheduler", help="slurm | none"),
         poll: Optional[float] = typer.Option(None, "--poll", help="Poll files every SECONDS instead of inotify (NFS, Lustre)."),
         metrics_port: Optional[int] = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on this port."),
+        scheduler_interval: float = typer.Option(5.0, "--scheduler-interval", help="Seconds between scheduler polls."),
         verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the controller: follow logs, the agents' spool and the scheduler; record or act."""
     from .controller import Controller, ControllerConfig
@@ -235,7 +236,7 @@ def run(dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: rec
             raise typer.Exit(2)
     cfg = ControllerConfig(rules=rules or [], defaults=not no_defaults, db=_db(db), follow=follow or [], spool=spool,
                            scheduler=scheduler, dry_run=dry_run, poll=poll, metrics_port=metrics_port,
-                           actuator_factory=actuator_factory)
+                           scheduler_interval=scheduler_interval, actuator_factory=actuator_factory)
     try:
         controller = Controller(cfg, compiled)
     except StoreError as exc:

@@ -21,7 +21,7 @@ import signal
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .facts import Fact
@@ -115,7 +115,9 @@ class Controller:
             self.spool = self._new_spool_reader()
         self._rule_mtimes = self._rulebook_mtimes()
         self._last_sched = 0.0
-        self._job_states: dict[str, tuple] = {}
+        # the last job states seen, kept in the store: a job that ended while the controller was
+        # down is still noticed, while the history a fresh database finds is not acted on
+        self._job_states, self._states_known = self._saved_job_states()
         self._node_states: dict[str, tuple] = {}
         # the transaction in progress (see _tx_begin/_tx_commit) and what it holds
         self._tx = None
@@ -208,6 +210,18 @@ class Controller:
             except OSError:
                 out[p] = -1.0
         return out
+
+    def _saved_job_states(self) -> tuple[dict[str, tuple], bool]:
+        saved = self._load_meta("job_states")
+        if not isinstance(saved, dict):
+            return {}, False
+        out = {}
+        for k, v in saved.items():
+            try:
+                out[str(k)] = (v[0], int(v[1]), tuple(v[2]), v[3])
+            except (TypeError, ValueError, IndexError):
+                continue
+        return out, True
 
     def _load_meta(self, key: str) -> Any:
         row = self.store._exec("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -479,8 +493,21 @@ class Controller:
             self._log_every("scheduler", logging.WARNING, "scheduler poll failed: %s", exc)
             return
         self._tx_begin()
+        states_changed = False
+        # nodes first: a node that died is seen while its job is still assigned to it
+        first_poll = not self._node_states
+        for n in nodes:
+            state = (n.state, n.flags, n.reason)
+            if self._node_states.get(n.name) != state:
+                self._node_states[n.name] = state
+                if first_poll:  # how nodes were when we started is state to know, not an event to act on
+                    self.engine.node_states[n.name] = {"state": n.state, "drained": n.drained, "down": n.down}
+                    continue
+                self.engine.ingest(Fact.make("node", {"node": n.name, "state": n.state, "flags": list(n.flags),
+                                                      "reason": n.reason or "", "drained": n.drained, "down": n.down},
+                                             now, f"{self.cfg.scheduler}:nodes"))
         for j in jobs:
-            state = (j.state, j.attempt, j.nodes, j.reason)
+            state = (j.state, j.attempt, tuple(j.nodes), j.reason or "")
             if j.state == "RUNNING":
                 self.cluster.assign(j.job_id, j.attempt, j.nodes, now)
                 for path in {j.stdout, j.stderr} - {None, ""}:
@@ -491,19 +518,19 @@ class Controller:
                     if ctx is not None:
                         ctx.nodes = set(j.nodes)
             if self._job_states.get(j.job_id) != state:
+                first_time = j.job_id not in self._job_states
                 self._job_states[j.job_id] = state
+                states_changed = True
+                if first_time and not self._states_known and j.state not in ("RUNNING", "PENDING", "COMPLETING", "CONFIGURING"):
+                    continue  # it ended before this controller ever watched: history, not an event
                 attrs = {"job": j.job_id, "attempt": j.attempt, "state": j.state, "reason": j.reason or "",
                          "nodes": list(j.nodes)}
                 if j.exit_code is not None:
                     attrs["exit_code"] = j.exit_code
                 self.engine.ingest(Fact.make("job", attrs, now, f"{self.cfg.scheduler}:jobs"))
-        for n in nodes:
-            state = (n.state, n.flags, n.reason)
-            if self._node_states.get(n.name) != state:
-                self._node_states[n.name] = state
-                self.engine.ingest(Fact.make("node", {"node": n.name, "state": n.state, "flags": list(n.flags),
-                                                      "reason": n.reason or "", "drained": n.drained, "down": n.down},
-                                             now, f"{self.cfg.scheduler}:nodes"))
+        self._states_known = True
+        if states_changed:
+            self._save_meta("job_states", {k: [v[0], v[1], list(v[2]), v[3]] for k, v in self._job_states.items()})
 
     # -- the store refusing writes -----------------------------------------------------------
     def _store_failed(self, exc: BaseException) -> None:
@@ -547,7 +574,7 @@ class Controller:
             self.spool = self._new_spool_reader()
             self._spool_garbage = self.spool.stats.get("garbage", 0)
             self._tx_spool_last = dict(self.spool.offsets)
-        self._job_states.clear()
+        self._job_states, self._states_known = self._saved_job_states()
         self._node_states.clear()
         logger.warning("%s: reading again from the last committed positions",
                        self._resync_reason or f"incident store {self.store.path} accepts writes again after {down:.1f} s")

@@ -120,6 +120,7 @@ class Engine:
         self.tracker = ProgressTracker(compiled.policy)
         self.closed: list[ClosedIncident] = []
         self.node_states: dict[str, dict[str, Any]] = {}
+        self.job_states: dict[str, str] = {}
         self.stats = {"facts": 0, "flooded": 0, "firings": 0, "derived": 0, "rederived": 0, "incidents": 0, "template_errors": 0, "rete_errors": 0}
         self._absent_rules = {id(cr) for cr in compiled.rules if any(c.absent_for is not None for c in cr.rule.conditions)}
 
@@ -161,9 +162,13 @@ class Engine:
             self.node_states[str(fact.get("node"))] = {"state": fact.get("state"), "drained": bool(fact.get("drained")),
                                                        "down": bool(fact.get("down"))}
         if fact.kind == "job" and fact.get("job") is not None:
+            self.job_states[str(fact.get("job"))] = str(fact.get("state"))
             self.tracker.job_state(str(fact.get("job")), int(fact.get("attempt") or 0), str(fact.get("state")), fact.at)
             nodes = fact.get("nodes") or ()
-            self.cluster.assign(str(fact.get("job")), fact.get("attempt"), nodes if isinstance(nodes, tuple) else (), fact.at)
+            if fact.get("state") in ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", None):
+                self.cluster.assign(str(fact.get("job")), fact.get("attempt"), nodes if isinstance(nodes, tuple) else (), fact.at)
+            else:
+                self.cluster.release(str(fact.get("job")))
         skey = self._state_key(fact)
         if skey is not None:
             old = self.state_of.get(skey)
@@ -175,7 +180,7 @@ class Engine:
     def _with_job(self, fact: Fact) -> Fact:
         """A node's fact (a Xid, a counter) belongs to the job attempt running on that node then."""
         node = fact.get("node")
-        if node is None or fact.get("job") is not None or fact.kind in ("node", "job"):
+        if node is None or fact.get("job") is not None or fact.kind == "job":
             return fact
         known = self.cluster.job_on(str(node))
         if not known:
@@ -189,6 +194,8 @@ class Engine:
         names = _STATE_KEYS.get(fact.kind)
         if not names:
             return None
+        if fact.kind == "gpu_state":  # the agent names the signal `state`; rules may say `signal`
+            return (fact.kind, fact.get("node"), fact.get("gpu"), fact.get("signal") or fact.get("state"))
         return (fact.kind,) + tuple(fact.get(n) for n in names)
 
     # -- the Rete --------------------------------------------------------------------------
@@ -412,6 +419,7 @@ class Engine:
         silences = {s["node"]: s["reason"] for s in self.store.silences(active_at=_time.time())}
         drains = [(t, w) for t, w, _ in self.store.recent_actions("drain", now - 86400)]
         return GuardContext(job=job, attempt=attempt, incident=inc.id, now=now, history=history, progress=progress,
+                            job_state=self.job_states.get(job) if job is not None else None,
                             recent_drains=drains, cluster_size=len(self.node_states), node_states=self.node_states,
                             silenced=silences.get, requeued_attempts=frozenset(requeued),
                             forced_mode="recommend" if self.mode == "recommend" else None)

@@ -149,6 +149,11 @@ class ClusterContext:
         for n in nodes:
             self.node_job[n] = (job, attempt if attempt is not None else self.job_attempt.get(job), at)
 
+    def release(self, job: str) -> None:
+        """The job ended: its nodes no longer belong to it."""
+        for node in [n for n, (j, _, _) in self.node_job.items() if j == job]:
+            del self.node_job[node]
+
     def job_on(self, node: str) -> tuple[str, int | None] | None:
         entry = self.node_job.get(node)
         return (entry[0], entry[1]) if entry else None

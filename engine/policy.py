@@ -62,6 +62,7 @@ class GuardContext:
     silenced: Callable[[str], str | None] = lambda node: None  # reason, or None
     requeued_attempts: frozenset[tuple[str, int]] = frozenset()
     forced_mode: str | None = None  # "recommend" under --dry-run
+    job_state: str | None = None  # the scheduler's last word on this job
 
 
 def fingerprint(fault_class: str, nodes: Sequence[str], rule: str | None) -> str:
@@ -103,6 +104,10 @@ def decide(compiled: CompiledRulebook, fault_class: str, nodes: tuple[str, ...],
     if decision == "isolate_and_restart" and not nodes:
         change("no_nodes", "restart", "the fault names no node to isolate")
 
+    if decision in RESTARTING and ctx.job_state == "CANCELLED":
+        change("cancelled", "observe", f"the scheduler says job {ctx.job} was cancelled (by a user or an operator): "
+                                       "it is not restarted")
+
     # silences: maintenance on every implicated node -> record only
     silenced = {n: ctx.silenced(n) for n in nodes}
     if nodes and all(silenced.values()):
@@ -125,7 +130,9 @@ def decide(compiled: CompiledRulebook, fault_class: str, nodes: tuple[str, ...],
             if n > 0 and ctx.attempt is not None and ctx.attempt >= n:
                 now_p = _progress_value(ctx.progress.get(ctx.attempt))
                 then_p = _progress_value(ctx.progress.get(ctx.attempt - n))
-                attempts_known = all((ctx.attempt - k) in ctx.progress for k in range(n + 1))
+                # an attempt we know failed, with no progress on record, made none
+                seen = set(ctx.progress) | {int(h.get("attempt") or 0) for h in ctx.history} | {ctx.attempt}
+                attempts_known = all((ctx.attempt - k) in seen for k in range(n + 1))
                 if attempts_known and (now_p is None or (then_p is not None and now_p <= then_p)):
                     change("no_progress", "stop", f"no progress across {n} attempts: checkpoint/step "
                                                   f"{then_p} at attempt {ctx.attempt - n}, {now_p} at attempt {ctx.attempt}")

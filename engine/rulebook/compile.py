@@ -26,7 +26,8 @@ DEFAULT_POLICY: Mapping[str, Any] = {
     "settle": 120.0,
     "decisions": {fc: dec for fc, (_, dec) in FAULT_CLASSES.items()},
     "priorities": {fc: pri for fc, (pri, _) in FAULT_CLASSES.items()},
-    "plans": {"restart": ("requeue",), "isolate_and_restart": ("drain", "exclude", "requeue"), "stop": ("notify",), "observe": ()},
+    # requeue before exclude: Slurm changes ExcNodeList only on a pending job
+    "plans": {"restart": ("requeue",), "isolate_and_restart": ("drain", "requeue", "exclude"), "stop": ("notify",), "observe": ()},
 }
 
 _ENV = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)

@@ -1,0 +1,306 @@
+"""End to end against the real Slurm of scripts/slurm-up.sh: the real `recover run --scheduler slurm`
+and `recover agent` commands, real jobs, real drains and requeues.
+
+Each test layers a small site rulebook over the defaults (short settle, so a test takes seconds)
+and cleans up after itself (jobs cancelled, nodes resumed, killed nodes restarted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scheduler_adapters.slurm import SlurmAdapter
+from scheduler_adapters.slurm.adapter import subprocess_runner
+
+pytestmark = pytest.mark.slurm
+REPO = Path(__file__).resolve().parents[2]
+NODES = ("n1", "n2", "n3", "n4")
+SITE = """
+policy:
+  settle: 3s
+  retry: {max_per_job: 5, max_per_fingerprint: 5, no_progress_attempts: 2}
+  blast_radius: {max_drains: 2, max_fraction: 1.0, window: 1h}
+"""
+JOB = """#!/bin/bash
+echo "SLURM_JOB_ID=$SLURM_JOB_ID SLURM_RESTART_COUNT=${SLURM_RESTART_COUNT:-0} SLURM_JOB_NODELIST=$SLURM_JOB_NODELIST"
+for i in $(seq 1 900); do
+  echo "$(date -u +%Y-%m-%dT%H:%M:%S) [Rank 0] step=$((i + ${SLURM_RESTART_COUNT:-0} * 1000)), skipped=0, lr=[0.0001]"
+  sleep 1
+done
+"""
+TRACEBACK_JOB = """#!/bin/bash
+echo "SLURM_JOB_ID=$SLURM_JOB_ID SLURM_RESTART_COUNT=${SLURM_RESTART_COUNT:-0}"
+sleep 2
+echo 'Traceback (most recent call last):'
+echo '  File "/workspace/train.py", line 212, in <module>'
+echo '    main(cfg)'
+echo "KeyError: 'lr_schedule'"
+exit 1
+"""
+HANG_THEN_TIMEOUT_JOB = """#!/bin/bash
+echo "SLURM_JOB_ID=$SLURM_JOB_ID SLURM_RESTART_COUNT=${SLURM_RESTART_COUNT:-0}"
+sleep 2
+echo "[rank0]:[E1129 10:00:00.000000000 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out."
+exit 1
+"""
+
+
+def xid_line(node: str, code: int = 79) -> str:
+    stamp = time.strftime("%b %d %H:%M:%S", time.gmtime())
+    return f"{stamp} {node} kernel: NVRM: Xid (PCI:0000:3b:00): {code}, pid=4242, name=python, GPU has fallen off the bus.\n"
+
+
+@pytest.fixture(scope="module")
+def slurm() -> SlurmAdapter:
+    probe = subprocess_runner(["sinfo", "-h", "-o", "%N %T"], 15)
+    if probe.rc != 0 or not probe.stdout.strip():
+        why = f"no Slurm cluster answers (sinfo rc={probe.rc}); start one with scripts/slurm-up.sh"
+        if os.environ.get("CI"):
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
+    return SlurmAdapter(timeout=20)
+
+
+def wait_for(what, probe, timeout, every=0.3):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(every)
+    pytest.fail(f"waited {timeout} s for {what}; last seen: {last!r}", pytrace=False)
+
+
+class Harness:
+    """One test's world: folders, a site rulebook, agents, the controller, jobs; all cleaned up."""
+
+    def __init__(self, tmp: Path, slurm: SlurmAdapter):
+        self.tmp, self.slurm = tmp, slurm
+        self.logs = tmp / "logs"
+        self.spool = tmp / "spool"
+        self.logs.mkdir()
+        self.spool.mkdir()
+        self.db = tmp / "recover.db"
+        self.site = tmp / "site.yaml"
+        self.site.write_text(SITE)
+        self.procs: list[subprocess.Popen] = []
+        self.controller: subprocess.Popen | None = None
+        self.jobs: list[str] = []
+        self.killed_nodes: list[str] = []
+        for n in NODES:
+            (tmp / f"kern-{n}.log").write_text("")
+
+    def cli(self, *args: str, env: dict | None = None, log: str = "out") -> subprocess.Popen:
+        out = open(self.tmp / f"{log}.log", "ab")
+        p = subprocess.Popen([sys.executable, "-m", "engine.cli", *args], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                             env=dict(os.environ, **(env or {})))
+        self.procs.append(p)
+        return p
+
+    def start_agents(self, nodes=NODES) -> None:
+        for n in nodes:
+            self.cli("agent", "--node", n, "--kernel-log", str(self.tmp / f"kern-{n}.log"), "--no-nvml",
+                     "--spool", str(self.spool), log=f"agent-{n}")
+
+    def start_controller(self, *extra: str, env: dict | None = None) -> subprocess.Popen:
+        self.controller = self.cli("run", "--scheduler", "slurm", "--spool", str(self.spool), "--db", str(self.db),
+                                   "-r", str(self.site), "--scheduler-interval", "1", *extra, env=env, log="controller")
+        return self.controller
+
+    def stop_controller(self, sig=signal.SIGTERM) -> None:
+        if self.controller is not None and self.controller.poll() is None:
+            self.controller.send_signal(sig)
+            self.controller.wait(timeout=10)
+
+    def submit(self, script: str, *opts: str) -> str:
+        path = self.tmp / f"job-{len(self.jobs)}.sh"
+        path.write_text(script)
+        r = subprocess.run(["sbatch", "--parsable", "--requeue", "--open-mode=append", "-o", str(self.logs / "slurm-%j.out"),
+                            *opts, str(path)], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        job = r.stdout.strip().split(";")[0]
+        self.jobs.append(job)
+        return job
+
+    def running(self, job: str):
+        j = self.slurm.job(job)
+        return j if j is not None and j.state == "RUNNING" else None
+
+    def inject_xid(self, node: str, code: int = 79) -> None:
+        with open(self.tmp / f"kern-{node}.log", "a") as fh:
+            fh.write(xid_line(node, code))
+
+    def query(self, sql: str, *args):
+        try:
+            con = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=10)
+        except sqlite3.OperationalError:  # the controller has not created it yet
+            return []
+        try:
+            return con.execute(sql, args).fetchall()
+        except sqlite3.OperationalError:
+            return []
+        finally:
+            con.close()
+
+    def incidents(self):
+        return self.query("SELECT id, job, attempt, status, fault_class, decision, nodes, guards FROM incidents ORDER BY id")
+
+    def actions(self):
+        return self.query("SELECT incident, action, target, mode, status, attempts, argv FROM actions ORDER BY id")
+
+    def node(self, name: str):
+        return next(n for n in self.slurm.nodes() if n.name == name)
+
+    def close(self) -> None:
+        self.stop_controller()
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        for job in self.jobs:
+            subprocess.run(["scancel", job], capture_output=True, timeout=30)
+        for n in self.killed_nodes:
+            subprocess.run(["bash", str(REPO / "scripts" / "slurm-node.sh"), "start", n], capture_output=True, timeout=60)
+        for n in NODES:
+            subprocess.run(["scontrol", "update", f"NodeName={n}", "State=RESUME"], capture_output=True, timeout=30)
+        wait_for("all nodes idle again", lambda: all(x.state == "idle" for x in self.slurm.nodes() if x.name in NODES), 60)
+
+
+@pytest.fixture
+def h(tmp_path, slurm):
+    harness = Harness(tmp_path, slurm)
+    yield harness
+    harness.close()
+
+
+def test_fatal_xid_drains_the_node_and_the_job_runs_again_elsewhere(h):
+    h.start_agents()
+    h.start_controller()
+    job = h.submit(JOB, "-N", "2")
+    first = wait_for("job running", lambda: h.running(job), 30)
+    bad = first.nodes[-1]
+    time.sleep(2.5)  # the controller has seen the job on its nodes
+    t0 = time.monotonic()
+    h.inject_xid(bad)
+    drained = wait_for(f"{bad} drained", lambda: (n := h.node(bad)).drained and n, 40)
+    t_drain = time.monotonic() - t0
+    inc = wait_for("incident closed", lambda: [i for i in h.incidents() if i[3] == "closed"], 10)[0]
+    assert (inc[1], inc[4], inc[5], json.loads(inc[6])) == (job, "gpu_fell_off_bus", "isolate_and_restart", [bad])
+    assert f"incident {inc[0]}" in drained.reason
+    again = wait_for("job running again", lambda: (j := h.running(job)) and j.attempt >= 1 and j, 60)
+    t_back = time.monotonic() - t0
+    assert bad not in again.nodes
+    assert bad in h.slurm.job(job).excluded_nodes
+    acts = {(a[1], a[4]) for a in h.actions()}
+    assert {("drain", "verified"), ("requeue", "verified"), ("exclude", "verified")} <= acts
+    print(f"\nfault line -> drained: {t_drain:.1f} s; -> running again on {','.join(again.nodes)}: {t_back:.1f} s")
+
+
+def test_traceback_stops_without_requeue(h):
+    h.start_controller()
+    job = h.submit(TRACEBACK_JOB)
+    inc = wait_for("incident closed", lambda: [i for i in h.incidents() if i[3] == "closed" and i[1] == job], 60)[0]
+    assert (inc[4], inc[5]) == ("app_error", "stop")
+    time.sleep(3)
+    j = h.slurm.job(job)
+    assert j.state == "FAILED" and j.attempt == 0
+    assert [a[1] for a in h.actions()] == ["notify"]
+    reason = h.query("SELECT reason FROM incidents WHERE id = ?", inc[0])[0][0]
+    assert "lr_schedule" in reason or "KeyError" in reason
+
+
+def test_repeated_failures_without_progress_stop_at_the_budget(h):
+    h.start_controller()
+    job = h.submit(HANG_THEN_TIMEOUT_JOB)
+
+    def settled():
+        rows = [i for i in h.incidents() if i[1] == job and i[3] == "closed"]
+        return rows if rows and rows[-1][5] == "stop" else None
+
+    rows = wait_for("the requeues to stop", settled, 150, every=1)
+    assert [r[5] for r in rows] == ["restart", "restart", "stop"]
+    assert [r[2] for r in rows] == [0, 1, 2]
+    guards = json.loads(rows[-1][7])
+    assert any(g["guard"] == "no_progress" for g in guards), guards
+    time.sleep(4)
+    assert h.slurm.job(job).attempt == 2  # no further requeue
+
+
+def test_dry_run_changes_nothing_in_slurm(h):
+    h.start_agents()
+    h.start_controller("--dry-run")
+    job = h.submit(JOB, "-N", "2")
+    first = wait_for("job running", lambda: h.running(job), 30)
+    bad = first.nodes[0]
+    time.sleep(2.5)
+    h.inject_xid(bad)
+    wait_for("incident closed", lambda: [i for i in h.incidents() if i[3] == "closed"], 40)
+    acts = h.actions()
+    assert acts and {a[3] for a in acts} == {"recommend"} and {a[4] for a in acts} == {"recommended"}
+    assert any(a[1] == "drain" and json.loads(a[6])[:3] == ["scontrol", "update", f"NodeName={bad}"] for a in acts)
+    time.sleep(3)
+    assert not h.node(bad).drained
+    j = h.slurm.job(job)
+    assert j.state == "RUNNING" and j.attempt == 0 and j.nodes == first.nodes
+
+
+def test_controller_killed_between_running_and_verifying_resumes_without_repeating(h):
+    h.start_agents()
+    h.start_controller(env={"RECOVER_TEST_HOLD_AFTER_RUN": "60"})
+    job = h.submit(JOB, "-N", "2")
+    first = wait_for("job running", lambda: h.running(job), 30)
+    bad = first.nodes[-1]
+    time.sleep(2.5)
+    h.inject_xid(bad)
+    wait_for("the drain to run", lambda: h.node(bad).drained, 40)
+    assert [a[4] for a in h.actions() if a[1] == "drain"] == ["started"]  # ran, result not journaled
+    h.stop_controller(signal.SIGKILL)
+    h.start_controller()  # no hold this time
+    again = wait_for("job running again", lambda: (j := h.running(job)) and j.attempt >= 1 and j, 60)
+    assert again.attempt == 1  # requeued exactly once
+    drains = [a for a in h.actions() if a[1] == "drain"]
+    assert len(drains) == 1 and drains[0][4] == "verified" and drains[0][5] == 1  # not run a second time
+    assert {a[1]: a[4] for a in h.actions()} == {"drain": "verified", "requeue": "verified", "exclude": "verified"}
+
+
+def test_burst_of_xids_stops_draining_at_the_blast_radius(h):
+    h.start_agents()
+    h.start_controller()
+    jobs = [h.submit(JOB) for _ in NODES]
+    wait_for("4 jobs running", lambda: all(h.running(j) for j in jobs), 40)
+    time.sleep(2.5)
+    for n in NODES:
+        h.inject_xid(n)
+    wait_for("4 incidents closed", lambda: len([i for i in h.incidents() if i[3] == "closed"]) >= 4, 60)
+    time.sleep(4)
+    drained = [n for n in NODES if h.node(n).drained]
+    assert len(drained) == 2
+    stopped = [i for i in h.incidents() if i[5] == "observe"]
+    assert len(stopped) == 2
+    assert all(any(g["guard"] == "blast_radius" for g in json.loads(i[7])) for i in stopped)
+
+
+def test_node_death_is_a_node_failure(h):
+    h.start_controller()
+    job = h.submit(JOB)
+    first = wait_for("job running", lambda: h.running(job), 30)
+    victim = first.nodes[0]
+    time.sleep(2.5)
+    h.killed_nodes.append(victim)
+    subprocess.run(["bash", str(REPO / "scripts" / "slurm-node.sh"), "kill", victim], check=True, timeout=60)
+    rows = wait_for("a node_failure incident", lambda: [i for i in h.incidents() if i[4] == "node_failure" and i[3] == "closed"], 90, every=1)
+    assert victim in json.loads(rows[0][6])
+    assert rows[0][1] == job

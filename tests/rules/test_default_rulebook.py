@@ -1,0 +1,40 @@
+"""The shipped rulebook loads without problems and every embedded test passes, through the real
+pipeline (the same as `recover rules check` and `recover rules test`)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("engine.ruletest")
+from engine.rulebook import load_rulebook  # noqa: E402
+from engine.ruletest import run_tests  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    result = load_rulebook()
+    assert result.ok, "\n".join(str(d) for d in result.errors)
+    assert not result.diagnostics, "\n".join(str(d) for d in result.diagnostics)  # no warnings either
+    return result.compiled
+
+
+def test_embedded_tests_pass(compiled):
+    outcomes = run_tests(compiled)
+    assert len(outcomes) >= 70
+    failed = [f"{o.test.name} ({o.test.mark}): {'; '.join(o.problems)}" for o in outcomes if not o.passed]
+    assert not failed, "\n".join(failed)
+
+
+def test_policy_is_the_documented_one(compiled):
+    p = compiled.policy
+    assert p["settle"] == 120.0
+    assert p["decisions"] == {
+        "gpu_fell_off_bus": "isolate_and_restart", "gpu_memory_uncorrectable": "isolate_and_restart",
+        "nvlink_error": "isolate_and_restart", "gpu_hardware_other": "isolate_and_restart",
+        "node_failure": "isolate_and_restart", "job_time_limit": "observe", "preempted": "observe",
+        "host_oom": "stop", "straggler": "isolate_and_restart", "storage_io_error": "restart",
+        "nccl_network_error": "restart", "cuda_oom": "stop", "cuda_illegal_access_app": "stop",
+        "app_error": "stop", "nccl_timeout": "restart", "unknown": "restart"}
+    assert tuple(p["plans"]["isolate_and_restart"]) == ("drain", "requeue", "exclude")
+    assert tuple(p["plans"]["restart"]) == ("requeue",)
+    assert set(compiled.actions) >= {"drain", "exclude", "requeue", "hold", "release", "cancel", "resume", "notify"}
