@@ -4,6 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+if [ "$(id -u)" = 0 ] && ! command -v chromium >/dev/null; then
+  # the report test opens the HTML report in a real headless browser
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null \
+    || echo "test.sh: could not install chromium; the browser test will say so" >&2
+fi
 if [ "$(id -u)" = 0 ]; then
   if ! bash scripts/slurm-up.sh; then
     echo "test.sh: the Slurm cluster did not come up" >&2
