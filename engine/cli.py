@@ -267,40 +267,40 @@ def agent(node: str = typer.Option(..., "--node", help="This node's name, as the
     raise typer.Exit(run_agent(node, spool, kernel_log=kernel_log, kmsg=kmsg, nvml=nvml, poll_interval=interval))
 
 
-def _examples_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "examples"
-
-
 @app.command()
 def demo(db: str = typer.Option("recover-demo.db", "--db", help="Where the demo writes its incidents (recreated)."),
+         seed: int = typer.Option(7, "--seed", help="Which failures are drawn from the failure mix."),
+         jobs: int = typer.Option(6, "--jobs", help="Training jobs on the simulated cluster."),
+         keep: Optional[str] = typer.Option(None, "--keep", help="Keep the demo's logs, kernel logs and spool in this folder."),
          json_out: bool = JsonOpt) -> None:
-    """Replay the bundled example incidents (examples/) with the default rulebook, then explain one."""
+    """Monitor mode on a SIMULATED cluster: real controller and agents, injected failures, then explain one."""
+    from .demo import run_demo
     from .explain import build, render_text
-    from .replay import replay as do_replay
     from .store import Store
 
-    ex = _examples_dir()
-    logs = sorted(str(p) for p in ex.iterdir() if p.suffix in (".out", ".err", ".log")) if ex.is_dir() else []
-    if not logs:
-        _err(f"no example logs in {ex}")
-        raise typer.Exit(2)
-    compiled = _load_or_exit([], False)
-    for suffix in ("", "-wal", "-shm"):
-        Path(db + suffix).unlink(missing_ok=True)
-    store = Store(db)
-    result = do_replay(logs, compiled, store)
-    rows = [store.incident(c.id) for c in result.incidents]
+    _setup_logging(False)
+    logging.getLogger().setLevel(logging.ERROR)
+    if not json_out:
+        typer.echo("recover demo: a SIMULATED 8-node cluster with fake GPUs (no Slurm, no GPU, no network); the real controller "
+                   "and node agents watch it in monitor mode while failures drawn from the published failure mix are injected.")
+    result = run_demo(db, jobs=jobs, seed=seed, keep=keep)
+    store = Store(db, readonly=True)
     if json_out:
-        for r in rows:
-            typer.echo(json.dumps(r.to_dict()))
+        for r in result.incidents:
+            typer.echo(json.dumps(r.to_dict() | {"rules": store.rules_fired(r.id)}))
         return
-    typer.echo(f"Replaying {len(logs)} example logs from {ex} with the default rulebook (monitor mode: nothing is executed).")
-    _print_incident_table(rows, title=f"{len(rows)} incident(s)")
-    pick = next((r for r in rows if r.decision == "isolate_and_restart"), rows[0] if rows else None)
+    typer.echo("")
+    typer.echo("Injected (component of the failure mix -> job, node):")
+    for comp, job, node in result.injected:
+        typer.echo(f"  {comp:28} job {job} on {node}")
+    _print_incident_table(result.incidents, title=f"{len(result.incidents)} incident(s) in {result.seconds:.0f} s")
+    pick = next((r for r in result.incidents if r.decision == "isolate_and_restart"), result.incidents[0] if result.incidents else None)
     if pick is not None:
         typer.echo("")
         typer.echo(f"$ recover explain {pick.id} --db {db}")
         typer.echo(render_text(build(store, pick.id)))
+    typer.echo("")
+    typer.echo(f"Recommendations were recorded, nothing was executed. Explore: recover incidents --db {db}")
 
 
 def _register_extensions() -> None:

@@ -145,7 +145,7 @@ class Controller:
 
     # -- setup -----------------------------------------------------------------------------
     def _new_engine(self, compiled: CompiledRulebook) -> Engine:
-        engine = Engine(compiled, self.store, scheduler=self.cfg.scheduler if self.cfg.scheduler != "none" else "slurm",
+        engine = Engine(compiled, self.store, scheduler=self._template_scheduler(),
                         mode=self.mode, cluster=self.cluster, on_close=self._on_close)
         # only once the engine exists (a rulebook the Rete refuses leaves everything as it was)
         self.converter = HitConverter(list(compiled.matchers), self.cluster, clock=_clock)
@@ -210,6 +210,13 @@ class Controller:
             except OSError:
                 out[p] = -1.0
         return out
+
+    def _template_scheduler(self) -> str:
+        """Whose command templates to render: the adapter may speak another's (the simulation speaks Slurm)."""
+        speaks = getattr(self.adapter, "template_scheduler", None)
+        if speaks:
+            return str(speaks)
+        return self.cfg.scheduler if self.cfg.scheduler not in ("none", "", None) else "slurm"
 
     def _saved_job_states(self) -> tuple[dict[str, tuple], bool]:
         saved = self._load_meta("job_states")
@@ -288,6 +295,8 @@ class Controller:
             return False
         self.compiled = result.compiled
         self.engine = engine
+        if self.actuator is not None and hasattr(self.actuator, "compiled"):
+            self.actuator.compiled = result.compiled  # it renders and verifies with the rulebook's actions
         for t in list(self.follower.files.values()):
             self.follower.rewind(t)  # new scanners, from the consumed position (a partial line is read again)
         self.metrics.reloads.labels(result="ok").inc()

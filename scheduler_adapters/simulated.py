@@ -37,6 +37,7 @@ class SimJob:
 
 class SimulatedCluster:
     name = "simulated"
+    template_scheduler = "slurm"  # it understands the Slurm command templates
 
     def __init__(self, nodes: Sequence[str] = ("n1", "n2", "n3", "n4"), clock=time.time):
         self.clock = clock

@@ -71,11 +71,18 @@ def _expand(paths: Iterable[str | os.PathLike], diags: list[Diagnostic]) -> list
     return out
 
 
+_SHIPPED = Path(__file__).resolve().parent.parent.parent
+
+
 def _display(path: Path) -> str:
+    """How a rulebook file is named in messages: shipped files as rules/NAME, others as given."""
     try:
+        resolved = path.resolve()
+        if resolved.parent == (_SHIPPED / "rules"):
+            return f"rules/{resolved.name}"
         rel = os.path.relpath(path)
-        return rel if not rel.startswith("../..") else str(path)
-    except ValueError:
+        return rel if not rel.startswith("..") else str(path)
+    except (ValueError, OSError):
         return str(path)
 
 
