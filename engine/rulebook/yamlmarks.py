@@ -47,6 +47,9 @@ def _mark(node: yaml.Node, path: str) -> Mark:
     return Mark(path, node.start_mark.line + 1, node.start_mark.column + 1)
 
 
+_PLAIN_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
+
+
 class _Builder:
     def __init__(self, path: str):
         self.path = path
@@ -54,6 +57,9 @@ class _Builder:
         self._scalar_loader = yaml.SafeLoader("")
 
     def build(self, node: yaml.Node) -> Any:
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in _PLAIN_TAGS:
+            self.problems.append(YamlProblem(_mark(node, self.path), "E-YAML", f"YAML tag {node.tag!r} is not allowed in a rulebook"))
+            return None
         if isinstance(node, yaml.MappingNode):
             out = MDict()
             out.mark = _mark(node, self.path)
