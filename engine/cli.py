@@ -27,16 +27,55 @@ DbOpt = typer.Option(None, "--db", help="SQLite incident store (default: $RECOVE
 JsonOpt = typer.Option(False, "--json", help="Machine-readable output: one JSON object per line.")
 
 
+_SETTINGS = None
+
+
+def _settings():
+    """recover.toml (or --config / $RECOVER_CONFIG), with the environment over it."""
+    global _SETTINGS
+    if _SETTINGS is None:
+        from .config import ConfigError, load_settings
+
+        try:
+            _SETTINGS = load_settings()
+        except ConfigError as exc:
+            _err(f"config: {exc}")
+            raise typer.Exit(2)
+    return _SETTINGS
+
+
+@app.callback()
+def _main(config: Optional[str] = typer.Option(None, "--config", help="Settings file (default: $RECOVER_CONFIG or ./recover.toml).")) -> None:
+    """Recover: detect, attribute, isolate and restart failed GPU training jobs."""
+    global _SETTINGS
+    from .config import ConfigError, load_settings
+
+    try:
+        _SETTINGS = load_settings(config)
+    except ConfigError as exc:
+        _err(f"config: {exc}")
+        raise typer.Exit(2)
+
+
 def _db(path: Optional[str]) -> str:
-    return path or os.environ.get("RECOVER_DB") or DEFAULT_DB
+    return path or _settings().db or DEFAULT_DB
 
 
 def _err(msg: str) -> None:
     typer.echo(msg, err=True)
 
 
-def _load_or_exit(paths: List[str], no_defaults: bool):
-    result = load_rulebook(paths, defaults=not no_defaults)
+def _rule_args(paths: Optional[List[str]], no_defaults: bool):
+    """(paths, defaults, overlays): flags win over the settings."""
+    from .config import autonomy_overlay
+
+    s = _settings()
+    return (list(paths) if paths else list(s.rules)), not (no_defaults or s.no_defaults), autonomy_overlay(s)
+
+
+def _load_or_exit(paths: Optional[List[str]], no_defaults: bool):
+    paths, defaults, overlays = _rule_args(paths, no_defaults)
+    result = load_rulebook(paths, defaults=defaults, overlays=overlays)
     for d in result.diagnostics:
         _err(str(d))
     if not result.ok:
@@ -55,7 +94,8 @@ def _setup_logging(verbose: bool = False) -> None:
 def rules_check(paths: List[str] = typer.Argument(None, help="Site rulebook files or folders."), no_defaults: bool = NoDefaultsOpt,
                 json_out: bool = JsonOpt) -> None:
     """Validate the layered rulebook; print every problem as file:line:col: CODE message."""
-    result = load_rulebook(paths or [], defaults=not no_defaults)
+    paths, defaults, overlays = _rule_args(paths, no_defaults)
+    result = load_rulebook(paths, defaults=defaults, overlays=overlays)
     if json_out:
         for d in result.diagnostics:
             typer.echo(json.dumps({"file": d.mark.file, "line": d.mark.line, "col": d.mark.col, "code": d.code,
@@ -108,7 +148,7 @@ def replay(logs: List[str] = typer.Argument(..., help="Log files: job stdout/std
     from .store import Store, StoreError
 
     _setup_logging(verbose)
-    compiled = _load_or_exit(rules or [], no_defaults)
+    compiled = _load_or_exit(rules, no_defaults)
     missing = [p for p in logs if not Path(p).is_file()]
     for p in missing:
         _err(f"{p}: no such file")
@@ -210,7 +250,7 @@ def run(dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: rec
         rules: Optional[List[str]] = RulesOpt, no_defaults: bool = NoDefaultsOpt, db: Optional[str] = DbOpt,
         follow: Optional[List[str]] = typer.Option(None, "--follow", help="Glob of log files to tail, also files that appear later (repeatable)."),
         spool: Optional[str] = typer.Option(None, "--spool", help="Spool folder the node agents write to."),
-        scheduler: str = typer.Option("none", "--scheduler", help="slurm | none"),
+        scheduler: Optional[str] = typer.Option(None, "--scheduler", help="slurm | none (default: the settings', else none)"),
         poll: Optional[float] = typer.Option(None, "--poll", help="Poll files every SECONDS instead of inotify (NFS, Lustre)."),
         metrics_port: Optional[int] = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on this port."),
         scheduler_interval: float = typer.Option(5.0, "--scheduler-interval", help="Seconds between scheduler polls."),
@@ -221,7 +261,11 @@ def run(dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: rec
 
     _setup_logging(verbose)
     logging.getLogger().setLevel(logging.INFO if verbose else logging.WARNING)
-    compiled = _load_or_exit(rules or [], no_defaults)
+    compiled = _load_or_exit(rules, no_defaults)
+    settings = _settings()
+    follow = follow or settings.follow
+    spool = spool or settings.spool
+    scheduler = scheduler or settings.scheduler or "none"
     if not follow and not spool and scheduler == "none":
         _err("nothing to watch: give --follow GLOB, --spool DIR or --scheduler slurm")
         raise typer.Exit(2)
@@ -234,7 +278,8 @@ def run(dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: rec
         except ImportError:  # pragma: no cover - the action layer is part of the package
             _err("acting needs engine.actuator; run with --dry-run")
             raise typer.Exit(2)
-    cfg = ControllerConfig(rules=rules or [], defaults=not no_defaults, db=_db(db), follow=follow or [], spool=spool,
+    rule_paths, defaults, overlays = _rule_args(rules, no_defaults)
+    cfg = ControllerConfig(rules=rule_paths, defaults=defaults, overlays=overlays, db=_db(db), follow=follow or [], spool=spool,
                            scheduler=scheduler, dry_run=dry_run, poll=poll, metrics_port=metrics_port,
                            scheduler_interval=scheduler_interval, actuator_factory=actuator_factory)
     try:

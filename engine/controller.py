@@ -75,6 +75,7 @@ def _describe(exc: BaseException) -> str:
 class ControllerConfig:
     rules: Sequence[str] = ()
     defaults: bool = True
+    overlays: Sequence[tuple[str, str]] = ()  # in-memory rulebook layers (autonomy from recover.toml)
     db: str = "recover.db"
     follow: Sequence[str] = ()
     spool: str | None = None
@@ -274,7 +275,7 @@ class Controller:
     def reload(self) -> bool:
         self._rule_mtimes = self._rulebook_mtimes()
         try:
-            result = load_rulebook(self.cfg.rules, defaults=self.cfg.defaults)
+            result = load_rulebook(self.cfg.rules, defaults=self.cfg.defaults, overlays=self.cfg.overlays)
         except Exception as exc:  # a loader bug must not stop the service either
             logger.error("rulebook reload rejected, keeping the current rulebook: %s", exc)
             self.metrics.reloads.labels(result="rejected").inc()

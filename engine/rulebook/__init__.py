@@ -86,7 +86,9 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-def load_rulebook(paths: Iterable[str | os.PathLike] = (), defaults: bool = True) -> LoadResult:
+def load_rulebook(paths: Iterable[str | os.PathLike] = (), defaults: bool = True,
+                  overlays: Sequence[tuple[str, str]] = ()) -> LoadResult:
+    """``overlays``: (name, YAML text) layers after the files (e.g. autonomy from recover.toml)."""
     diags: list[Diagnostic] = []
     files = (default_rule_files() if defaults else []) + _expand(paths, diags)
     models: list[FileModel] = []
@@ -108,16 +110,24 @@ def load_rulebook(paths: Iterable[str | os.PathLike] = (), defaults: bool = True
         model, file_diags = check_file(tree, name)
         diags.extend(file_diags)
         models.append(model)
+    for name, text in overlays:
+        tree, problems = load_marked(text, name)
+        diags.extend(Diagnostic(p.mark, p.code, p.message) for p in problems)
+        model, file_diags = check_file(tree, name)
+        diags.extend(file_diags)
+        models.append(model)
     book, layer_diags = layer(models)
     diags.extend(layer_diags)
     compiled, compile_diags = compile_rulebook(book)
     diags.extend(compile_diags)
     has_errors = any(d.severity == "error" for d in diags)
-    return LoadResult(None if has_errors else compiled, tuple(diags), tuple(_display(f) for f in files))
+    return LoadResult(None if has_errors else compiled, tuple(diags),
+                      tuple(_display(f) for f in files) + tuple(name for name, _ in overlays))
 
 
-def require_rulebook(paths: Iterable[str | os.PathLike] = (), defaults: bool = True) -> CompiledRulebook:
-    result = load_rulebook(paths, defaults)
+def require_rulebook(paths: Iterable[str | os.PathLike] = (), defaults: bool = True,
+                     overlays: Sequence[tuple[str, str]] = ()) -> CompiledRulebook:
+    result = load_rulebook(paths, defaults, overlays)
     if not result.ok:
         raise RulebookError(result.diagnostics)
     assert result.compiled is not None

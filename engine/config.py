@@ -1,0 +1,99 @@
+"""Settings: ``recover.toml``, then environment variables, then command-line flags (which win).
+
+    # recover.toml (found via --config, $RECOVER_CONFIG, or ./recover.toml)
+    db = "/var/lib/recover/recover.db"
+    rules = ["/etc/recover/site"]
+    spool = "/shared/recover/spool"
+    scheduler = "slurm"
+    follow = ["/shared/logs/*.out"]
+    no_defaults = false
+    [autonomy]                 # per decision kind: observe | recommend | act
+    isolate_and_restart = "recommend"
+    restart = "act"
+
+Environment: RECOVER_DB, RECOVER_RULES and RECOVER_FOLLOW (lists separated by ':'),
+RECOVER_SPOOL, RECOVER_SCHEDULER.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+__all__ = ["Settings", "ConfigError", "load_settings", "autonomy_overlay"]
+
+KEYS = {"db": str, "rules": list, "spool": str, "scheduler": str, "follow": list, "no_defaults": bool, "autonomy": dict}
+AUTONOMY = ("observe", "recommend", "act")
+DECISIONS = ("restart", "isolate_and_restart", "stop", "observe")
+
+
+class ConfigError(ValueError):
+    """The config file cannot be read or has a wrong key or value."""
+
+
+@dataclass
+class Settings:
+    path: str | None = None
+    db: str | None = None
+    rules: list[str] = field(default_factory=list)
+    spool: str | None = None
+    scheduler: str | None = None
+    follow: list[str] = field(default_factory=list)
+    no_defaults: bool = False
+    autonomy: dict[str, str] = field(default_factory=dict)
+
+
+def load_settings(path: str | None = None, env: dict[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    path = path or env.get("RECOVER_CONFIG") or ("recover.toml" if Path("recover.toml").is_file() else None)
+    s = Settings(path=path)
+    if path:
+        try:
+            data: dict[str, Any] = tomllib.loads(Path(path).read_text())
+        except OSError as exc:
+            raise ConfigError(f"{path}: {exc.strerror or exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        for key, value in data.items():
+            if key not in KEYS:
+                raise ConfigError(f"{path}: unknown key {key!r} (known: {', '.join(KEYS)})")
+            if not isinstance(value, KEYS[key]):
+                raise ConfigError(f"{path}: {key} must be a {KEYS[key].__name__}")
+            if key in ("rules", "follow") and not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{path}: {key} must be a list of strings")
+            setattr(s, key, value)
+        base = Path(path).resolve().parent  # relative paths in the file are relative to it
+        s.rules = [str(base / r) if not os.path.isabs(r) else r for r in s.rules]
+        if s.db and not os.path.isabs(s.db):
+            s.db = str(base / s.db)
+        for dec, mode in s.autonomy.items():
+            if dec not in DECISIONS or mode not in AUTONOMY:
+                raise ConfigError(f"{path}: autonomy.{dec} = {mode!r}: decisions are {', '.join(DECISIONS)}, "
+                                  f"modes {', '.join(AUTONOMY)}")
+    if env.get("RECOVER_DB"):
+        s.db = env["RECOVER_DB"]
+    if env.get("RECOVER_RULES"):
+        s.rules = [p for p in env["RECOVER_RULES"].split(":") if p]
+    if env.get("RECOVER_FOLLOW"):
+        s.follow = [p for p in env["RECOVER_FOLLOW"].split(":") if p]
+    if env.get("RECOVER_SPOOL"):
+        s.spool = env["RECOVER_SPOOL"]
+    if env.get("RECOVER_SCHEDULER"):
+        s.scheduler = env["RECOVER_SCHEDULER"]
+    return s
+
+
+def autonomy_overlay(settings: Settings) -> list[tuple[str, str]]:
+    """The config's autonomy as a rulebook layer (validated like any site file)."""
+    if not settings.autonomy:
+        return []
+    body = "".join(f"    {dec}: {mode}\n" for dec, mode in settings.autonomy.items())
+    return [(f"{settings.path or 'recover.toml'}[autonomy]", f"policy:\n  autonomy:\n{body}")]
