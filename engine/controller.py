@@ -450,18 +450,6 @@ class Controller:
         nl = data.find(b"\n", max(0, k))
         return t.read_pos + nl + 1
 
-    def _enrich(self, fact: Fact) -> Fact:
-        node = fact.get("node")
-        if node is None or fact.get("job") is not None:
-            return fact
-        known = self.cluster.job_on(str(node))
-        if not known:
-            return fact
-        attrs = dict(fact.attrs)
-        attrs["job"], attempt = known
-        attrs["attempt"] = attempt or 0
-        return Fact.make(fact.kind, attrs, fact.at, fact.origin)
-
     def _process_spool(self) -> None:
         if self.spool is None:
             return
@@ -478,7 +466,7 @@ class Controller:
             return
         self._tx_begin()
         for f in facts:
-            self.engine.ingest(self._enrich(f))
+            self.engine.ingest(f)  # the engine gives a node's fact the job running there
             self._tx_facts += 1
         offsets = {k: list(v) for k, v in self.spool.offsets.items()}
         self._tx_spool = offsets

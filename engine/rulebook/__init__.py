@@ -80,10 +80,9 @@ def _display(path: Path) -> str:
         resolved = path.resolve()
         if resolved.parent == (_SHIPPED / "rules"):
             return f"rules/{resolved.name}"
-        rel = os.path.relpath(path)
-        return rel if not rel.startswith("..") else str(path)
     except (ValueError, OSError):
-        return str(path)
+        pass
+    return str(path)  # as the user named it
 
 
 def load_rulebook(paths: Iterable[str | os.PathLike] = (), defaults: bool = True,
