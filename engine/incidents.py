@@ -118,6 +118,7 @@ class Engine:
         self.delayed: list[tuple[float, CompiledRule, dict[str, dict]]] = []
         self.watches: list[_Watch] = []
         self.tracker = ProgressTracker(compiled.policy)
+        self._last_due = float("-inf")
         self.closed: list[ClosedIncident] = []
         self.node_states: dict[str, dict[str, Any]] = {}
         self.job_states: dict[str, str] = {}
@@ -480,8 +481,16 @@ class Engine:
                 del self.recent[key]
                 for fid in list(inc.facts):
                     self._retract(fid)
-        for stall in list(self.tracker.due(now)):
-            self._assert_chain(stall)
+        if now - self._last_due >= 0.5:  # hang bounds are minutes: checking twice a second is plenty
+            self._last_due = now
+            for stall in list(self.tracker.due(now)):
+                self._assert_chain(stall)
+            # warnings that never opened an incident are forgotten after the settle window
+            for key, q in list(self.pending.items()):
+                while q and q[0][0].at < now - self.settle:
+                    q.popleft()
+                if not q:
+                    del self.pending[key]
         for key, inc in list(self.open.items()):
             if now - inc.last_at >= self.settle:
                 del self.open[key]

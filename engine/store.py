@@ -170,7 +170,7 @@ class Store:
         with self._lock:
             try:
                 return self.db.execute(sql, args)
-            except sqlite3.OperationalError as exc:
+            except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
                 raise StoreError(f"{self.path}: {exc}") from None
 
     def transaction(self):
@@ -367,10 +367,18 @@ class _Tx:
                 if exc_type is None:
                     try:
                         st.db.execute("COMMIT")
-                    except sqlite3.OperationalError as e:
+                    except sqlite3.Error as e:
+                        # a failed COMMIT (disk full, I/O error) may already have rolled back
+                        if st.db.in_transaction:
+                            try:
+                                st.db.execute("ROLLBACK")
+                            except sqlite3.Error:
+                                pass
+                        raise StoreError(f"{st.path}: {e}") from e
+                elif st.db.in_transaction:
+                    try:
                         st.db.execute("ROLLBACK")
-                        raise StoreError(f"{st.path}: {e}") from None
-                else:
-                    st.db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass  # the original exception is the one to see
         finally:
             st._lock.release()

@@ -70,12 +70,17 @@ class _Checker:
     def __init__(self, path: str):
         self.path = path
         self.diags: list[Diagnostic] = []
+        self.section_mark: Mark | None = None
+
+    def _where(self, mark: Mark) -> Mark:
+        # a scalar has no mark of its own: point at the section it sits in
+        return mark if mark.file != "?" else (self.section_mark or Mark(self.path, 1, 1))
 
     def err(self, mark: Mark, code: str, message: str, hint: str = "") -> None:
-        self.diags.append(Diagnostic(mark, code, message, hint))
+        self.diags.append(Diagnostic(self._where(mark), code, message, hint))
 
     def warn(self, mark: Mark, code: str, message: str, hint: str = "") -> None:
-        self.diags.append(Diagnostic(mark, code, message, hint, "warning"))
+        self.diags.append(Diagnostic(self._where(mark), code, message, hint, "warning"))
 
     def report(self, mark: Mark, code: str, message: str, hint: str) -> None:
         self.err(mark, code, message, hint)
@@ -442,14 +447,17 @@ def check_file(tree: Any, path: str) -> tuple[FileModel, list[Diagnostic]]:
     else:
         c.keys(tree, SECTION_KEYS, "the rulebook file")
         if "lists" in tree:
+            c.section_mark = mark_of(tree, "lists")
             lists = c.lists(tree["lists"], overrides, marks)
         if "macros" in tree:
+            c.section_mark = mark_of(tree, "macros")
             macros = c.macros(tree["macros"], overrides, marks)
         seen: dict[str, Mark] = {}
         for section, fn, out in (("matchers", c.matcher, matchers), ("rules", c.rule, rules)):
             seen = {}
             if section not in tree:
                 continue
+            c.section_mark = mark_of(tree, section)
             items = tree[section]
             if not isinstance(items, list):
                 c.err(mark_of(tree, section), "E-TYPE", f"{section} must be a list")
@@ -464,6 +472,7 @@ def check_file(tree: Any, path: str) -> tuple[FileModel, list[Diagnostic]]:
                 seen[item.id] = item.mark
                 out.append(item)
         if "actions" in tree:
+            c.section_mark = mark_of(tree, "actions")
             if not isinstance(tree["actions"], dict):
                 c.err(mark_of(tree, "actions"), "E-TYPE", "actions must be a mapping of name -> action")
             else:
@@ -472,8 +481,10 @@ def check_file(tree: Any, path: str) -> tuple[FileModel, list[Diagnostic]]:
                     if a is not None:
                         actions[name] = a
         if "policy" in tree:
+            c.section_mark = mark_of(tree, "policy")
             policy = c.policy(tree["policy"], policy_marks)
         if "tests" in tree:
+            c.section_mark = mark_of(tree, "tests")
             if not isinstance(tree["tests"], list):
                 c.err(mark_of(tree, "tests"), "E-TYPE", "tests must be a list")
             else:

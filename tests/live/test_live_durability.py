@@ -1,0 +1,156 @@
+"""recover run under kill -9, SIGTERM and a store that refuses writes: no line lost or doubled."""
+
+from __future__ import annotations
+
+import resource
+import signal
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from .conftest import append, assert_exactly_once, evts, wait_for
+
+
+def _writer(paths, total: int, chunk: int, pause: float, done: threading.Event):
+    """Append EVT 0..total-1, spread over ``paths`` round-robin, in chunks."""
+    i = 0
+    k = 0
+    while i < total:
+        j = min(total, i + chunk)
+        append(paths[k % len(paths)], evts(i, j))
+        i, k = j, k + 1
+        time.sleep(pause)
+    done.set()
+
+
+def _origins(live) -> Counter:
+    return Counter(o for a, o, _ in live.log_facts())
+
+
+def test_kill_9_mid_burst_loses_and_doubles_no_line(live):
+    paths = [live.logs / "slurm-101.out", live.logs / "slurm-102.out"]
+    total = 5000
+    live.start()
+    done = threading.Event()
+    w = threading.Thread(target=_writer, args=(paths, total, 50, 0.004, done), daemon=True)
+    w.start()
+    kills = 0
+    behind = []
+    for threshold in (400, 1500, 3000):  # kill -9 three times while lines keep coming
+        wait_for(lambda: len(live.evt_numbers()) >= threshold, 20, what=f"{threshold} facts")
+        live.kill()
+        kills += 1
+        # it died in the middle: the files hold more than it committed as read
+        committed = sum(o for o, in live.query("SELECT offset FROM offsets"))
+        behind.append(sum(p.stat().st_size for p in paths if p.exists()) - committed)
+        time.sleep(0.1)
+        live.start()
+    done.wait(20)
+    got = live.wait_evts(set(range(total)), timeout=25)
+    time.sleep(0.5)
+    got = live.evt_numbers()
+    assert_exactly_once(got, set(range(total)))
+    origins = _origins(live)
+    assert all(c == 1 for c in origins.values()), [o for o, c in origins.items() if c > 1][:10]
+    assert len(origins) == total
+    # each fact's origin names its file and line: line k of a file holds the k-th EVT written there
+    for attrs, origin, _ in live.log_facts()[:200]:
+        path, _, line = origin.rpartition(":")
+        assert path.endswith((".out",)) and int(line) >= 1
+    assert kills == 3 and live.alive()
+    assert any(b > 0 for b in behind), behind
+
+
+def test_kill_9_with_a_partial_last_line_pending(live):
+    log = live.logs / "slurm-103.out"
+    live.start()
+    append(log, evts(0, 10) + "2026-11-29T17:00:00 EVT 10 half a li")
+    live.wait_evts(set(range(10)))
+    time.sleep(0.3)
+    live.kill()
+    append(log, "ne\n" + evts(11, 12))
+    live.start()
+    live.wait_evts(set(range(12)))
+    time.sleep(0.3)
+    assert_exactly_once(live.evt_numbers(), set(range(12)))
+    facts = {a["n"]: o for a, o, _ in live.log_facts()}
+    assert facts[10].endswith(":11") and facts[11].endswith(":12")
+
+
+def test_sigterm_and_sigint_stop_within_a_second_even_mid_burst(live):
+    log = live.logs / "slurm-111.out"
+    live.start(metrics=True)
+    time.sleep(0.5)
+    took = live.stop()
+    assert took < 1.0, took
+    assert live.proc.returncode == 0
+    # in the middle of a burst of matching lines
+    live.start(metrics=True)
+    append(log, evts(0, 20000))
+    wait_for(lambda: len(live.evt_numbers()) > 0, 15, what="the burst to start")
+    took = live.stop()
+    assert took < 1.0, took
+    assert live.proc.returncode == 0
+    first = live.evt_numbers()
+    assert_exactly_once(first, set(first))  # stopped cleanly: what it committed is whole
+    live.start()
+    live.signal(signal.SIGINT)
+    t0 = time.monotonic()
+    live.proc.wait(5)
+    assert time.monotonic() - t0 < 1.0
+    assert live.proc.returncode == 0
+
+
+def test_restart_after_sigterm_resumes_where_it_stopped(live):
+    log = live.logs / "slurm-112.out"
+    live.start()
+    append(log, evts(0, 100))
+    live.wait_evts(set(range(100)))
+    live.stop()
+    append(log, evts(100, 150))  # written while it was down
+    live.start()
+    append(log, evts(150, 160))
+    live.wait_evts(set(range(160)))
+    time.sleep(0.5)
+    assert_exactly_once(live.evt_numbers(), set(range(160)))
+
+
+def test_store_that_refuses_writes_loses_nothing(live):
+    """A full disk, simulated with RLIMIT_FSIZE on the controller: every write of the store fails
+    with EFBIG while it lasts. Input pauses; it is logged and counted; once writes work again,
+    everything written meanwhile is recorded exactly once."""
+    if not hasattr(resource, "prlimit"):
+        pytest.skip("needs resource.prlimit (Linux)")
+    log = live.logs / "slurm-121.out"
+    live.start(metrics=True)
+    append(log, evts(0, 50))
+    live.wait_evts(set(range(50)))
+    pid = live.proc.pid
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_FSIZE)
+    resource.prlimit(pid, resource.RLIMIT_FSIZE, (0, hard))  # no byte may be written to any file
+    try:
+        append(log, evts(50, 300))
+        wait_for(lambda: live.metric("recover_store_errors_total") >= 1, 10, what="a store error")
+        assert live.metric("recover_store_healthy") == 0
+        assert "refused a write" in live.output()
+        append(log, evts(300, 400))
+        time.sleep(1.5)
+        assert live.alive()
+        before = live.evt_numbers()
+        assert set(before) <= set(range(300))  # nothing after the outage began is recorded yet
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, (soft, hard))
+    live.wait_evts(set(range(400)), timeout=15)
+    wait_for(lambda: live.metric("recover_store_healthy") == 1, 5, what="the store to be healthy again")
+    assert "accepts writes again" in live.output()
+    time.sleep(0.5)
+    assert_exactly_once(live.evt_numbers(), set(range(400)))
+    # and after a restart, nothing is read twice either
+    live.stop()
+    live.start()
+    append(log, evts(400, 410))
+    live.wait_evts(set(range(410)))
+    time.sleep(0.5)
+    assert_exactly_once(live.evt_numbers(), set(range(410)))
