@@ -230,30 +230,30 @@ class Engine:
                 if derived is not None:
                     queue.append(derived)
 
+    def _render(self, rule_id: str, value: Any, variables: Mapping[str, Any]) -> Any:
+        if isinstance(value, Template):
+            try:
+                return value.render(variables)
+            except Exception as exc:
+                self.stats["template_errors"] += 1
+                logger.warning("rule %s: template failed: %s", rule_id, exc)
+                return None
+        if isinstance(value, tuple):
+            items = (self._render(rule_id, v, variables) for v in value)
+            return tuple(i for i in items if i not in ("", None))
+        return value
+
     def _fire(self, cr: CompiledRule, matched: Mapping[str, dict]) -> Fact | None:
         rule = cr.rule
         variables = {alias: _view(m) for alias, m in matched.items()}
         attrs: dict[str, Any] = {}
+        # identity first: a conclusion drawn again (64 ranks printing one error) is counted, and
+        # its display-only text (reason, evidence) is not even rendered
         for key, value in cr.then_templates.items():
-            if isinstance(value, Template):
-                try:
-                    attrs[key] = value.render(variables)
-                except Exception as exc:
-                    self.stats["template_errors"] += 1
-                    logger.warning("rule %s: template for %s failed: %s", rule.id, key, exc)
-            elif isinstance(value, tuple):
-                items = []
-                for v in value:
-                    if isinstance(v, Template):
-                        try:
-                            items.append(v.render(variables))
-                        except Exception:
-                            self.stats["template_errors"] += 1
-                    else:
-                        items.append(v)
-                attrs[key] = tuple(i for i in items if i not in ("", None))
-            else:
-                attrs[key] = value
+            if key not in _DISPLAY_ONLY:
+                rendered = self._render(rule.id, value, variables)
+                if rendered is not None:
+                    attrs[key] = rendered
         ordered = [matched[c.alias] for c in rule.conditions if c.alias in matched]
         for name in ("job", "attempt") + (("node",) if rule.then_kind == "symptom" else ()):
             if name not in attrs:
@@ -267,27 +267,35 @@ class Engine:
                 nodes = (nodes,)
             attrs["nodes"] = tuple(sorted({n for n in nodes if isinstance(n, str) and NODE_RE.match(n)}))
             attrs["priority"] = cr.priority
-            attrs.setdefault("reason", rule.description)
         else:
             attrs.setdefault("severity", "error")
         attrs["rule"] = rule.id
         at = max(float(m.get("at", 0.0)) for m in matched.values())
         try:
-            # the same conclusion drawn again (64 ranks printing one error) is one fact with a
-            # count: its identity leaves out the time and the display-only text
-            ident = {k: v for k, v in attrs.items() if k not in _DISPLAY_ONLY}
-            derived = Fact.make(rule.then_kind, attrs, at, f"rule:{rule.id}",
-                                id=Fact.make(rule.then_kind, ident, 0.0, f"rule:{rule.id}").id)
+            ident = Fact.make(rule.then_kind, attrs, 0.0, f"rule:{rule.id}").id
         except Exception as exc:
             self.stats["template_errors"] += 1
             logger.warning("rule %s derived a malformed fact: %s", rule.id, exc)
             return None
-        again = self.live.get(derived.id)
+        again = self.live.get(ident)
         if again is not None:
             again.count += 1
             self.stats["rederived"] += 1
             if again.incident is not None:
-                self.store.bump_fact(derived.id)
+                self.store.bump_fact(ident)
+            return None
+        for key, value in cr.then_templates.items():
+            if key in _DISPLAY_ONLY:
+                rendered = self._render(rule.id, value, variables)
+                if rendered is not None:
+                    attrs[key] = rendered
+        if rule.then_kind == "fault":
+            attrs.setdefault("reason", rule.description)
+        try:
+            derived = Fact.make(rule.then_kind, attrs, at, f"rule:{rule.id}", id=ident)
+        except Exception as exc:
+            self.stats["template_errors"] += 1
+            logger.warning("rule %s derived a malformed fact: %s", rule.id, exc)
             return None
         matched_ids = {alias: str(m.get("id")) for alias, m in matched.items()}
         self.stats["derived"] += 1

@@ -50,6 +50,7 @@ CREATE TABLE IF NOT EXISTS facts (
     origin TEXT NOT NULL, count INTEGER NOT NULL DEFAULT 1, derived_by INTEGER,
     PRIMARY KEY (incident, id)
 );
+CREATE INDEX IF NOT EXISTS facts_id ON facts(id);
 CREATE TABLE IF NOT EXISTS firings (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     incident INTEGER REFERENCES incidents(id),
@@ -71,6 +72,8 @@ CREATE TABLE IF NOT EXISTS actions (
     created_at REAL NOT NULL, updated_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS actions_incident ON actions(incident);
+CREATE INDEX IF NOT EXISTS actions_action ON actions(action);
+CREATE INDEX IF NOT EXISTS incidents_job ON incidents(job);
 CREATE TABLE IF NOT EXISTS offsets (
     source TEXT PRIMARY KEY, inode INTEGER, offset INTEGER NOT NULL, line_no INTEGER NOT NULL,
     updated_at REAL NOT NULL
