@@ -110,7 +110,8 @@ class Controller:
         self._closed_pending: list[ClosedIncident] = []
         self.engine = self._new_engine(compiled)
         self.engine.resume()
-        self.follower = Follower(list(config.follow), poll=config.poll, offsets=self.store.offsets(), on_new=self._on_new_file)
+        self.follower = Follower(list(config.follow), poll=config.poll, offsets=self.store.offsets(), on_new=self._on_new_file,
+                                 heads=self.store.offset_heads())
         self.spool = None
         if config.spool:
             self.spool = self._new_spool_reader()
@@ -211,6 +212,20 @@ class Controller:
             except OSError:
                 out[p] = -1.0
         return out
+
+    @staticmethod
+    def _head_of(t: Tailed) -> str | None:
+        """The fingerprint of the followed file's first bytes, taken once per inode (and again while
+        the file is still shorter than the fingerprint's span)."""
+        from .sources.follow import HEAD_BYTES, file_head
+
+        cached = t.meta.get("head")
+        if cached is not None and cached[0] == t.inode and cached[1].startswith(f"{HEAD_BYTES}:"):
+            return cached[1]  # a full-length fingerprint of this inode never changes
+        head = file_head(t.path)
+        if head is not None:
+            t.meta["head"] = (t.inode, head)
+        return head
 
     def _template_scheduler(self) -> str:
         """Whose command templates to render: the adapter may speak another's (the simulation speaks Slurm)."""
@@ -327,7 +342,7 @@ class Controller:
                           if t.meta.get("committed") != (t.inode, t.offset, t.line_no)}
         try:
             for t in self._tx_files.values():
-                self.store.save_offset(t.path, t.inode, t.offset, t.line_no)
+                self.store.save_offset(t.path, t.inode, t.offset, t.line_no, self._head_of(t))
             if self._tx_spool is not None:
                 self._save_meta("spool_offsets", self._tx_spool)
         except BaseException as exc:

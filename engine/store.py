@@ -76,7 +76,7 @@ CREATE INDEX IF NOT EXISTS actions_action ON actions(action);
 CREATE INDEX IF NOT EXISTS incidents_job ON incidents(job);
 CREATE TABLE IF NOT EXISTS offsets (
     source TEXT PRIMARY KEY, inode INTEGER, offset INTEGER NOT NULL, line_no INTEGER NOT NULL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL, head TEXT
 );
 CREATE TABLE IF NOT EXISTS progress (
     job TEXT NOT NULL, attempt INTEGER NOT NULL, step INTEGER, checkpoint INTEGER, last_at REAL,
@@ -156,6 +156,10 @@ class Store:
                 self.db.execute("PRAGMA synchronous=NORMAL")
                 self.db.execute("PRAGMA foreign_keys=ON")
                 self.db.executescript(_SCHEMA)
+                try:  # databases from before the offsets had a head fingerprint
+                    self.db.execute("ALTER TABLE offsets ADD COLUMN head TEXT")
+                except sqlite3.OperationalError:
+                    pass
                 self.db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             else:
                 self.db.execute("SELECT 1 FROM incidents LIMIT 1")
@@ -285,12 +289,18 @@ class Store:
             (status, rc, output, None if verified is None else int(verified), note, 1 if attempt else 0, time.time(), action_id),
         )
 
-    def save_offset(self, source: str, inode: int | None, offset: int, line_no: int) -> None:
+    def save_offset(self, source: str, inode: int | None, offset: int, line_no: int, head: str | None = None) -> None:
+        """``head``: a fingerprint of the file's first bytes, so that a new file that got the old
+        one's inode number is not taken for it after a restart."""
         self._exec(
-            "INSERT INTO offsets(source, inode, offset, line_no, updated_at) VALUES (?,?,?,?,?) "
-            "ON CONFLICT(source) DO UPDATE SET inode=excluded.inode, offset=excluded.offset, line_no=excluded.line_no, updated_at=excluded.updated_at",
-            (source, inode, offset, line_no, time.time()),
+            "INSERT INTO offsets(source, inode, offset, line_no, updated_at, head) VALUES (?,?,?,?,?,?) "
+            "ON CONFLICT(source) DO UPDATE SET inode=excluded.inode, offset=excluded.offset, line_no=excluded.line_no, "
+            "updated_at=excluded.updated_at, head=COALESCE(excluded.head, head)",
+            (source, inode, offset, line_no, time.time(), head),
         )
+
+    def offset_heads(self) -> dict[str, str]:
+        return {r["source"]: r["head"] for r in self._exec("SELECT source, head FROM offsets WHERE head IS NOT NULL")}
 
     def add_review(self, incident: int, verdict: str, did: str | None, by: str | None, at: float | None = None) -> int:
         cur = self._exec("INSERT INTO reviews(incident, verdict, did, by, at) VALUES (?,?,?,?,?)",

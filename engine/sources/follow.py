@@ -119,13 +119,39 @@ class _Handler(FileSystemEventHandler):
                 self.follower._mark(os.fsdecode(p))
 
 
+HEAD_BYTES = 256
+
+
+def file_head(path: str, length: int = HEAD_BYTES) -> str | None:
+    """A fingerprint of a file's first ``length`` bytes (fewer if it is shorter): "N:hash"."""
+    import hashlib
+
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(length)
+    except OSError:
+        return None
+    return f"{len(data)}:{hashlib.blake2b(data, digest_size=8).hexdigest()}"
+
+
+def same_head(path: str, head: str) -> bool | None:
+    """Does the file at ``path`` still begin as it did when ``head`` was taken? None: unreadable."""
+    try:
+        length = int(head.split(":", 1)[0])
+    except ValueError:
+        return None
+    now = file_head(path, length)
+    return None if now is None else now == head
+
+
 class Follower:
     def __init__(self, globs: list[str], poll: float | None = None,
                  offsets: Mapping[str, tuple[int | None, int, int]] | None = None,
-                 on_new: Callable[[Tailed], None] | None = None):
+                 on_new: Callable[[Tailed], None] | None = None, heads: Mapping[str, str] | None = None):
         self.globs = [os.path.abspath(g) for g in globs]
         self.poll = poll
         self.saved = dict(offsets or {})
+        self.heads = dict(heads or {})  # path -> file_head() when its offset was saved
         self.on_new = on_new
         self.files: dict[str, Tailed] = {}
         self._dirty: set[str] = set()
@@ -198,6 +224,11 @@ class Follower:
             saved = self.saved.pop(path, None)  # only the first time: later it is stale
             if saved is not None:
                 t.inode, t.offset, t.line_no = saved
+                head = self.heads.pop(path, None)
+                if head is not None and same_head(path, head) is False:
+                    # same name, maybe even the same inode number, but another file: start it at 0
+                    logger.warning("%s: not the file whose position was saved; reading it from the start", path)
+                    t.inode, t.offset, t.line_no = None, 0, 0
             self.files[path] = t
             if self.on_new is not None:
                 self.on_new(t)

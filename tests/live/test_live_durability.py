@@ -154,3 +154,30 @@ def test_store_that_refuses_writes_loses_nothing(live):
     live.wait_evts(set(range(410)))
     time.sleep(0.5)
     assert_exactly_once(live.evt_numbers(), set(range(410)))
+
+
+def test_a_new_file_with_the_old_inode_number_is_read_from_the_start(tmp_path):
+    """Saved offsets carry a fingerprint of the file's first bytes: a file deleted and re-created
+    while the controller was down (the new one may get the same inode number) starts at 0."""
+    from engine.sources.follow import Follower, file_head
+    from engine.store import Store
+
+    log = tmp_path / "slurm-1.out"
+    log.write_bytes(b"first file line 1\nfirst file line 2\n")
+    store = Store(str(tmp_path / "r.db"))
+    ino = log.stat().st_ino
+    store.save_offset(str(log), ino, 36, 2, file_head(str(log)))
+    # same path, same size and inode number forced to match: only the content differs
+    log.write_bytes(b"OTHER file line 1\nOTHER file line 2\nline 3\n")
+    f = Follower([str(tmp_path / "*.out")], offsets={str(log): (log.stat().st_ino, 36, 2)}, heads=store.offset_heads())
+    t = f.add(str(log))
+    assert (t.offset, t.line_no) == (0, 0)
+    # the same file, grown since: it resumes where it was
+    log2 = tmp_path / "slurm-2.out"
+    log2.write_bytes(b"short\n")
+    store.save_offset(str(log2), log2.stat().st_ino, 6, 1, file_head(str(log2)))
+    with open(log2, "ab") as fh:
+        fh.write(b"more\n" * 100)
+    f2 = Follower([str(tmp_path / "*.out")], offsets={str(log2): (log2.stat().st_ino, 6, 1)}, heads=store.offset_heads())
+    t2 = f2.add(str(log2))
+    assert (t2.offset, t2.line_no) == (6, 1)
