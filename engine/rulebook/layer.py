@@ -66,51 +66,42 @@ def layer(files: Sequence[FileModel]) -> tuple[Rulebook, list[Diagnostic]]:
     def note(section: str, name: str, mark: Mark) -> None:
         origins[(section, name)] = origins.get((section, name), ()) + (mark,)
 
+    def merge_list(old, new, modes, fm, section, name, mark):
+        return old + new if next(iter(modes.values())) == "append" and section == "lists" else new
+
+    def merge_fields(fields):
+        def merge(old, new, modes, fm, section, name, mark):
+            given = fm.overrides.get((section + ".fields", name), {})
+            return _merge_item(old, new, given, modes, fields, f"{section[:-1]} {name}", mark, diags)
+        return merge
+
+    hints = {"lists": "write {name}: {{override: replace|append, items: [...]}}",
+             "macros": "write {name}: {{override: true, where: ...}}"}
     for fm in files:
-        # lists and macros: whole-value replace or append
-        for section, store in (("lists", lists), ("macros", macros)):
-            for name, value in getattr(fm, section).items():
-                mark = fm.marks[(section, name)]
-                ov = fm.overrides.get((section, name))
-                if name in store:
-                    if ov is None:
-                        first = origins[(section, name)][0]
-                        diags.append(Diagnostic(mark, "E-DUP-ID", f"{section[:-1]} {name!r} is already defined at {first}",
-                                                f"to change it, write {name}: {{override: replace|append, items: [...]}}" if section == "lists"
-                                                else f"to change it, write {name}: {{override: true, where: ...}}"))
-                        continue
-                    mode = next(iter(ov.values()))
-                    if mode == "append" and section == "lists":
-                        store[name] = store[name] + value
-                    else:
-                        store[name] = value
-                else:
-                    if ov is not None:
-                        diags.append(Diagnostic(mark, "E-OVERRIDE-NOTHING", f"override of {section[:-1]} {name!r}, which no earlier file defines",
-                                                "remove override: to define it"))
-                    store[name] = value
-                note(section, name, mark)
-        # matchers, rules, actions: per-field merge
-        for section, items, store, fields in (
-            ("matchers", {m.id: m for m in fm.matchers}, matchers, _MATCHER_FIELDS),
-            ("rules", {r.id: r for r in fm.rules}, rules, _RULE_FIELDS),
-            ("actions", dict(fm.actions), actions, _ACTION_FIELDS),
+        # lists and macros are replaced (lists may be appended to) whole; matchers, rules and
+        # actions are merged field by field
+        for section, items, store, merge in (
+            ("lists", dict(fm.lists), lists, merge_list),
+            ("macros", dict(fm.macros), macros, merge_list),
+            ("matchers", {m.id: m for m in fm.matchers}, matchers, merge_fields(_MATCHER_FIELDS)),
+            ("rules", {r.id: r for r in fm.rules}, rules, merge_fields(_RULE_FIELDS)),
+            ("actions", dict(fm.actions), actions, merge_fields(_ACTION_FIELDS)),
         ):
             for name, item in items.items():
                 mark = fm.marks[(section, name)]
                 ov = fm.overrides.get((section, name))
+                if name in store and ov is None:
+                    first = origins[(section, name)][0]
+                    hint = hints.get(section, "add override: true (or override: {{field: append}})").format(name=name)
+                    diags.append(Diagnostic(mark, "E-DUP-ID", f"{section[:-1]} {name!r} is already defined at {first}",
+                                            f"to change it, {hint}"))
+                    continue
                 if name in store:
-                    if ov is None:
-                        first = origins[(section, name)][0]
-                        diags.append(Diagnostic(mark, "E-DUP-ID", f"{section[:-1]} {name!r} is already defined at {first}",
-                                                "to change it, add override: true (or override: {field: append})"))
-                        continue
-                    given = fm.overrides.get((section + ".fields", name), {})
-                    store[name] = _merge_item(store[name], item, given, ov, fields, f"{section[:-1]} {name}", mark, diags)
+                    store[name] = merge(store[name], item, ov, fm, section, name, mark)
                 else:
                     if ov is not None:
                         diags.append(Diagnostic(mark, "E-OVERRIDE-NOTHING", f"override of {section[:-1]} {name!r}, which no earlier file defines",
-                                                "remove override: to define a new one"))
+                                                "remove override: to define it"))
                     store[name] = item
                 note(section, name, mark)
         for key, value in fm.policy.items():
