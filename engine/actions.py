@@ -21,6 +21,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["PlannedAction", "PlanError", "plan_actions", "safe_reason", "idem_key"]
 
 _REASON_BAD = re.compile(r"[^A-Za-z0-9 _.:/,()#+-]")
+_JOB_ARG = re.compile(r"^(?:\w+=)?\{\{-?\s*job\s*-?\}\}$")
 MAX_REASON = 120
 
 
@@ -91,7 +92,9 @@ def plan_actions(compiled: CompiledRulebook, decision: str, incident: int, job: 
             continue
         if action.scheduler not in (scheduler, "any"):
             continue
-        needs_job = any("job" in t.source for t in action.argv)
+        # an argument that IS the job id (`{{ job }}`, `JobId={{ job }}`) needs a valid one; a
+        # message that merely mentions it (notify) does not
+        needs_job = any(_JOB_ARG.match(t.source) for t in action.argv)
         if needs_job and not job_ok:
             problems.append(f"action {name}: no valid job id known; not planned")
             continue
