@@ -122,7 +122,7 @@ class Engine:
         self.closed: list[ClosedIncident] = []
         self.node_states: dict[str, dict[str, Any]] = {}
         self.job_states: dict[str, str] = {}
-        self.stats = {"facts": 0, "flooded": 0, "firings": 0, "derived": 0, "rederived": 0, "incidents": 0, "template_errors": 0, "rete_errors": 0}
+        self.stats = {"facts": 0, "flooded": 0, "firings": 0, "derived": 0, "rederived": 0, "unused": 0, "incidents": 0, "template_errors": 0, "rete_errors": 0}
         self._absent_rules = {id(cr) for cr in compiled.rules if any(c.absent_for is not None for c in cr.rule.conditions)}
 
     def resume(self) -> int:
@@ -216,6 +216,12 @@ class Engine:
             except Exception as exc:  # a broken fact or action must not stop the service
                 self.stats["rete_errors"] += 1
                 logger.error("rule engine refused fact %s (%s): %s", f.id, f.kind, exc)
+                continue
+            if not self.session.handled and live.incident is None:
+                # no rule can ever use it: nothing to remember (the Rete did not keep it either)
+                del self.live[f.id]
+                self.order.pop()
+                self.stats["unused"] += 1
                 continue
             for cr, matched in firings:
                 self.stats["firings"] += 1

@@ -194,6 +194,7 @@ class ReteSession:
         self._pending: list[tuple[CompiledRule | None, dict]] = []
         self._error: BaseException | None = None
         self._held: dict[str, dict] = {}  # fact id -> message, for retraction
+        self.handled = True  # did the last assertion reach any rule?
 
     def __len__(self) -> int:
         return len(self._held)
@@ -202,10 +203,11 @@ class ReteSession:
         with _LOCK:
             self._pending = []
             self._error = None
+            self.handled = True
             try:
                 fn(msg)
             except _dr.MessageNotHandledException:
-                pass
+                self.handled = False  # no rule can use it: durable_rules did not keep it
             except _dr.MessageObservedException:
                 pass
             except Exception as exc:
@@ -234,10 +236,13 @@ class ReteSession:
         msg = fact_message(fact, self.sid)
         self._held[fact.id] = msg
         try:
-            return self._call(lambda m: _host().assert_fact(self.network.name, m), msg)
+            fired = self._call(lambda m: _host().assert_fact(self.network.name, m), msg)
         except ReteError:
             self._held.pop(fact.id, None)
             raise
+        if not self.handled:
+            self._held.pop(fact.id, None)
+        return fired
 
     def retract_fact(self, fact_id: str) -> list[tuple[CompiledRule, dict]]:
         msg = self._held.pop(fact_id, None)
