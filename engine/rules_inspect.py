@@ -175,6 +175,10 @@ class _RecordingSession:
     def retract_fact(self, fact_id: str):
         return self.session.retract_fact(fact_id)
 
+    @property
+    def handled(self) -> bool:
+        return self.session.handled
+
     def __len__(self) -> int:
         return len(self.session)
 
