@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
+from scheduler_adapters.hostlist import HostlistError, expand_hostlist as _expand_hostlist
+
 from .facts import Fact
 from .rulebook.model import Matcher
 
@@ -32,7 +34,6 @@ _FILE_JOB = (
     re.compile(r"(?:^|/)(?:job|train)[-_.]?(\d{1,12})(?:[-_.][^/]*)?\.(?:out|err|log)$"),
     re.compile(r"(?:^|/)(\d{1,12})\.(?:out|err|log)$"),
 )
-_HOSTLIST = re.compile(r"([A-Za-z0-9._-]*)\[([0-9,\-]+)\]([A-Za-z0-9._-]*)")
 MAX_VALUE = 512
 MAX_TEXT = 400
 MAX_HOSTLIST = 4096
@@ -77,42 +78,13 @@ def parse_line_time(line: str, year: int | None = None) -> float | None:
 
 
 def expand_hostlist(text: str) -> list[str]:
-    """``n[1-3,5],gpu07`` -> [n1, n2, n3, n5, gpu07]; bounded; invalid names dropped."""
-    out: list[str] = []
-    depth, start = 0, 0
-    parts = []
-    for i, ch in enumerate(text[:MAX_HOSTLIST]):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:MAX_HOSTLIST])
-    for part in parts:
-        part = part.strip()
-        m = _HOSTLIST.fullmatch(part)
-        if not m:
-            if NODE_RE.match(part):
-                out.append(part)
-            continue
-        prefix, ranges, suffix = m.groups()
-        for r in ranges.split(","):
-            lo, _, hi = r.partition("-")
-            if not lo.isdigit() or (hi and not hi.isdigit()):
-                continue
-            width = len(lo)
-            a, b = int(lo), int(hi or lo)
-            if b < a or b - a > 4096:
-                continue
-            for n in range(a, b + 1):
-                name = f"{prefix}{n:0{width}d}{suffix}"
-                if NODE_RE.match(name):
-                    out.append(name)
-        if len(out) > 4096:
-            break
-    return out
+    """``n[1-3,5],gpu07`` -> [n1, n2, n3, n5, gpu07], from log text: bounded, and a malformed
+    expression or an invalid host name gives nothing rather than an error."""
+    try:
+        names = _expand_hostlist(text[:MAX_HOSTLIST])
+    except HostlistError:
+        return []
+    return [n for n in names[:MAX_HOSTLIST] if NODE_RE.match(n)]
 
 
 def job_from_filename(path: str) -> str | None:
