@@ -92,10 +92,12 @@ def _setup_logging(verbose: bool = False) -> None:
 # -- rules ---------------------------------------------------------------------------------
 @rules_app.command("check")
 def rules_check(paths: List[str] = typer.Argument(None, help="Site rulebook files or folders."), no_defaults: bool = NoDefaultsOpt,
-                json_out: bool = JsonOpt) -> None:
+                json_out: bool = JsonOpt,
+                strict: bool = typer.Option(False, "--strict", help="Warnings fail the check too (exit 1): for CI.")) -> None:
     """Validate the layered rulebook; print every problem as file:line:col: CODE message."""
     paths, defaults, overlays = _rule_args(paths, no_defaults)
     result = load_rulebook(paths, defaults=defaults, overlays=overlays)
+    failed = not result.ok or (strict and len(result.diagnostics) > len(result.errors))
     if json_out:
         for d in result.diagnostics:
             typer.echo(json.dumps({"file": d.mark.file, "line": d.mark.line, "col": d.mark.col, "code": d.code,
@@ -104,13 +106,13 @@ def rules_check(paths: List[str] = typer.Argument(None, help="Site rulebook file
         for d in result.diagnostics:
             typer.echo(str(d))
         warnings = len(result.diagnostics) - len(result.errors)
-        if result.ok:
+        if not failed:
             c = result.compiled
-            typer.echo(f"ok: {len(result.files)} file(s), {len(c.matchers)} matchers, {len(c.rules)} rules, "
-                       f"{len(c.actions)} actions, {len(c.book.tests)} tests; {warnings} warning(s)")
+            typer.echo(f"ok: {len(result.files)} file(s), {len(c.fault_classes)} fault classes, {len(c.matchers)} matchers, "
+                       f"{len(c.rules)} rules, {len(c.actions)} actions, {len(c.book.tests)} tests; {warnings} warning(s)")
         else:
-            typer.echo(f"{len(result.errors)} error(s), {warnings} warning(s)")
-    raise typer.Exit(0 if result.ok else 1)
+            typer.echo(f"{len(result.errors)} error(s), {warnings} warning(s)" + (" (--strict: warnings fail)" if strict and warnings else ""))
+    raise typer.Exit(1 if failed else 0)
 
 
 @rules_app.command("test")
