@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from .facts import Fact
 from .incidents import ClosedIncident, Engine
-from .linefacts import ClusterContext, FileContext, HitConverter, job_from_filename
+from .linefacts import ClusterContext, FileContext, Flood, HitConverter, StreamFacts, job_from_filename
 from .matching import MatcherSpec, Scanner
 from .rulebook.compile import CompiledRulebook
 from .store import Store
@@ -30,7 +30,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["replay", "replay_inputs", "Input", "file_input", "ReplayResult", "scan_chunks", "matcher_specs", "CHUNK"]
 
 CHUNK = 4 * 1024 * 1024
-BEFORE_BYTES = 8192  # how far back an untimestamped hit looks for the last timestamp
 
 
 @dataclass
@@ -64,26 +63,19 @@ def matchers_for(compiled: CompiledRulebook, source: str) -> list[int]:
 
 
 def scan_chunks(chunks: Iterable[bytes], scanner: Scanner, converter: HitConverter, ctx: FileContext,
-                index_map: Sequence[int], on_bytes: Callable[[int], None] | None = None) -> Iterator[Fact]:
-    """Yield the facts of one stream (context lines update ``ctx``); ``index_map`` maps the
-    scanner's matcher numbers to the converter's."""
-    def convert(hits, data: bytes, start: int):
-        for hit in hits:
-            local = hit.offset - start
-            before = data[max(0, local - BEFORE_BYTES):local] if 0 < local <= len(data) else None
-            fact = converter.convert(index_map[hit.matcher], hit.groups, hit.line.decode("utf-8", errors="replace"),
-                                     hit.line_no, ctx, before)
-            if fact is not None:
-                yield fact
-
-    start = scanner.position[0]
-    data = b""
+                index_map: Sequence[int], on_bytes: Callable[[int], None] | None = None) -> Iterator[Fact | Flood]:
+    """Yield the facts and floods of one stream (context lines update ``ctx``); ``index_map``
+    maps the scanner's matcher numbers to the converter's."""
+    stream = StreamFacts(scanner, converter, ctx, index_map)
     for data in chunks:
         if on_bytes:
             on_bytes(len(data))
-        yield from convert(scanner.feed(data), data, start)
-        start += len(data)
-    yield from convert(scanner.flush(), data, start - len(data))
+        for _, _, item in stream.feed(data):
+            if item is not None:
+                yield item
+    for _, _, item in stream.flush():
+        if item is not None:
+            yield item
 
 
 @dataclass(frozen=True)
@@ -133,8 +125,9 @@ def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: St
         index_map = matchers_for(compiled, inp.source)
         scanner = Scanner([specs[i] for i in index_map])
         try:
-            for seq, fact in enumerate(scan_chunks(inp.chunks(), scanner, converter, ctx, index_map, on_bytes)):
-                collected.append((fact.at, index, seq, fact))
+            for seq, item in enumerate(scan_chunks(inp.chunks(), scanner, converter, ctx, index_map, on_bytes)):
+                # a flood is applied when its first repeat was seen, with every repeat counted by then
+                collected.append((item.at, index, seq, item))
         except OSError as exc:
             logger.error("%s: cannot read: %s", inp.name, exc.strerror or exc)
             result.unreadable.append(inp.name)
@@ -145,12 +138,14 @@ def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: St
     for fact in extra_facts:
         collected.append((fact.at, -1, 0, fact))
     collected.sort(key=lambda t: (t[0], t[1], t[2]))
-    result.hits = sum(1 for c in collected if not isinstance(c[3], tuple))
+    result.hits = sum(1 for c in collected if isinstance(c[3], Fact)) + sum(f.count for f in {c[3] for c in collected if isinstance(c[3], Flood)})
     engine = Engine(compiled, store, scheduler=scheduler, cluster=cluster, network=network)
     for at, _, _, item in collected:
         if isinstance(item, tuple):
             _, cjob, catt, cnodes = item
             cluster.assign(cjob, catt, cnodes, at)
+        elif isinstance(item, Flood):
+            engine.flooded(item)
         else:
             engine.ingest(item)
     result.incidents = engine.finish()
