@@ -44,6 +44,8 @@ from typing import Sequence
 
 import re2
 
+from . import cache
+
 logger = logging.getLogger(__name__)
 
 try:  # hyperscan is only built for x86-64
@@ -350,8 +352,23 @@ def _stretch(hs_src: bytes) -> bytes:
 
 
 def _hs_compile(expressions: list[bytes], ids: list[int], flags: list[int]):
+    """A block-mode database, from the on-disk cache when it was built before from exactly these
+    patterns by these library versions (building takes ~1 s for a rulebook's patterns)."""
+    k = cache.key("hyperscan", expressions, ids, flags)
+    data = cache.get(k)
+    if data is not None:
+        try:
+            db = _hs.loadb(data, _hs.HS_MODE_BLOCK)
+            db.scratch = _hs.Scratch(db)  # a loaded database comes without one
+            return db
+        except Exception as exc:  # damaged or foreign: build it again
+            logger.debug("hyperscan cache entry %s unusable: %s", k, exc)
     db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
     db.compile(expressions=expressions, ids=ids, elements=len(expressions), flags=flags)
+    try:
+        cache.put(k, bytes(_hs.dumpb(db)))
+    except Exception as exc:  # pragma: no cover - serialisation is best effort
+        logger.debug("hyperscan database not cached: %s", exc)
     return db
 
 

@@ -13,8 +13,10 @@ Usage::
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -55,6 +57,35 @@ def _file_chunks(path: str) -> Iterator[bytes]:
             if not data:
                 return
             yield data
+
+
+_TEMPLATES: "weakref.WeakKeyDictionary[Any, dict[str, Scanner]]" = weakref.WeakKeyDictionary()
+
+
+class _Key:
+    """Identity-hashed key for a compiled rulebook (its dataclass hash would walk its fields)."""
+
+    __slots__ = ("__weakref__",)
+
+
+def scanner_for(compiled: CompiledRulebook, source: str) -> tuple[Scanner, list[int]]:
+    """A fresh scanner for one stream of ``source`` and its index map. The patterns are compiled
+    once per rulebook and source kind (``recover rules test`` replays ~90 small inputs); each
+    stream gets a shallow copy that shares the databases and has its own state."""
+    key = compiled.__dict__.get("_scan_key")
+    if key is None:
+        key = _Key()
+        object.__setattr__(compiled, "_scan_key", key)
+    per = _TEMPLATES.setdefault(key, {})
+    index_map = matchers_for(compiled, source)
+    tmpl = per.get(source)
+    if tmpl is None:
+        specs = matcher_specs(compiled)
+        tmpl = per[source] = Scanner([specs[i] for i in index_map])
+    scanner = copy.copy(tmpl)
+    scanner.lines_seen = scanner.long_lines_cut = scanner.bytes_seen = 0
+    scanner.reset(0, 0)
+    return scanner, index_map
 
 
 def matchers_for(compiled: CompiledRulebook, source: str) -> list[int]:
@@ -105,7 +136,6 @@ def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: St
         cluster.assign(job, attempt, nodes, 0.0)
     matchers = list(compiled.matchers)
     converter = HitConverter(matchers, cluster)
-    specs = matcher_specs(compiled)
     collected: list[tuple[float, int, int, Any]] = []
     context_seq = [0]
 
@@ -122,8 +152,7 @@ def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: St
             ctx.nodes.update(nodes)
         if ctx.job:
             cluster.assign(ctx.job, ctx.attempt, ctx.nodes, 0.0)
-        index_map = matchers_for(compiled, inp.source)
-        scanner = Scanner([specs[i] for i in index_map])
+        scanner, index_map = scanner_for(compiled, inp.source)
         try:
             for seq, item in enumerate(scan_chunks(inp.chunks(), scanner, converter, ctx, index_map, on_bytes)):
                 # a flood is applied when its first repeat was seen, with every repeat counted by then
