@@ -400,12 +400,12 @@ class Controller:
         if stream is None or stream.scanner is not scanner or stream.ctx is not ctx:
             stream = t.meta["stream"] = StreamFacts(scanner, self.converter, ctx, index_map)
         if data:
-            hits = stream.feed(data)  # (line number, offset, Fact | Flood | None) per matcher hit
+            hits = stream.scan(data)  # converted one by one below: a stop can come between lines
             end = scanner.position
             lines = data.count(b"\n")
         else:  # the old inode is finished: its last partial line counts; the next file starts at 0
             before = scanner.position
-            hits = stream.flush()
+            hits = stream.scan_end()
             lines = scanner.position[1] - before[1]
             # where the old file ends, if it lives on renamed: a partial last line was judged now;
             # what may still be appended to it there gets that line's number again
@@ -424,9 +424,9 @@ class Controller:
             opened_before = self.engine.stats["incidents"]
             j = i
             while j < n:
-                line_no = hits[j][0]
-                while j < n and hits[j][0] == line_no:  # all hits of one line go together
-                    item = hits[j][2]
+                line_no = hits[j].line_no
+                while j < n and hits[j].line_no == line_no:  # all hits of one line go together
+                    item = stream.item(hits[j])
                     if isinstance(item, Flood):  # repeats of an earlier fact: counted, not asserted
                         self.engine.flooded(item)
                     elif item is not None:
@@ -444,8 +444,8 @@ class Controller:
                 self._tx_lines += lines
                 return True
             # a piece of a burst: commit up to the end of the last line ingested
-            last_line, last_offset, _ = hits[j - 1]
-            t.offset, t.line_no = self._line_end(t, data, last_offset), last_line
+            last = hits[j - 1]
+            t.offset, t.line_no = self._line_end(t, data, last.offset), last.line_no
             self._tx_commit()
             if self.stop_event.is_set():
                 self.follower.rewind(t)  # the rest of this read is read again (after a restart)

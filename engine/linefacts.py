@@ -383,31 +383,43 @@ class StreamFacts:
         self.index_map = index_map
         self._collapse = _Collapser(ctx.source == "job") if collapse else None
         self._looked = scanner.position[0]  # stream offset up to which earlier bytes were looked at
+        self._data, self._base = b"", 0
 
-    def feed(self, data: bytes) -> list[Item]:
-        base = self.scanner.position[0] + self.scanner.pending
-        return self._convert(self.scanner.feed(data), data, base)
+    def scan(self, data: bytes) -> list[Any]:
+        """Scan a chunk; its hits are then converted one by one with ``item`` (the controller
+        converts lazily, so that it can stop between lines of a burst)."""
+        self._begin(data, self.scanner.position[0] + self.scanner.pending)
+        return self.scanner.feed(data)
 
-    def flush(self) -> list[Item]:
-        return self._convert(self.scanner.flush(), b"", 0)
+    def scan_end(self) -> list[Any]:
+        """End of stream: the hits of the pending partial line."""
+        self._begin(b"", 0)
+        return self.scanner.flush()
 
-    def _convert(self, hits: Sequence[Any], data: bytes, base: int) -> list[Item]:
-        conv, ctx, imap = self.converter, self.ctx, self.index_map
-        out: list[Item] = []
+    def item(self, hit: Any) -> "Fact | Flood | None":
+        """The fact, flood or nothing that one hit of the last scanned chunk gives."""
+        conv, data, base = self.converter, self._data, self._base
+        local = hit.offset - base
+        before = None
+        if 0 < local <= len(data) and hit.offset > self._looked:
+            lo = max(0, local - self.BEFORE_BYTES, self._looked - base)
+            before = data[lo:local] if lo < local else None
         conv.collapse = self._collapse
         try:
-            for hit in hits:
-                local = hit.offset - base
-                before = None
-                if 0 < local <= len(data) and hit.offset > self._looked:
-                    lo = max(0, local - self.BEFORE_BYTES, self._looked - base)
-                    before = data[lo:local] if lo < local else None
-                item = conv.convert(imap[hit.matcher], hit.groups, hit.line.decode("utf-8", "replace"), hit.line_no,
-                                    ctx, before)
-                self._looked = max(self._looked, hit.offset + len(hit.line))
-                out.append((hit.line_no, hit.offset, item))
+            out = conv.convert(self.index_map[hit.matcher], hit.groups, hit.line.decode("utf-8", "replace"),
+                               hit.line_no, self.ctx, before)
         finally:
             conv.collapse = None
-            if self._collapse is not None:
-                self._collapse.touched.clear()
+        self._looked = max(self._looked, hit.offset + len(hit.line))
         return out
+
+    def feed(self, data: bytes) -> list[Item]:
+        return [(h.line_no, h.offset, self.item(h)) for h in self.scan(data)]
+
+    def flush(self) -> list[Item]:
+        return [(h.line_no, h.offset, self.item(h)) for h in self.scan_end()]
+
+    def _begin(self, data: bytes, base: int) -> None:
+        self._data, self._base = data, base
+        if self._collapse is not None:
+            self._collapse.touched.clear()  # a new batch: each grown flood is handed on once more
