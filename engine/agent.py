@@ -23,7 +23,7 @@ import time
 from typing import Any, Mapping
 
 from engine.facts import Fact
-from engine.sources.kmsg import KernelLogSource, _load_json, atomic_write_json
+from engine.sources.kmsg import KernelLogSource, _load_json, atomic_write_json, default_rulebook
 from engine.sources.nvml import NvmlEventWatcher, NvmlPoller, NvmlUnavailable
 from engine.sources.spool import SpoolWriter
 
@@ -75,13 +75,17 @@ def run_agent(
     tick: float = 0.25,
     nvml_retry_s: float = 300.0,
     kmsg_path: str = "/dev/kmsg",
+    rulebook: Any = None,
 ) -> int:
     """Run the node agent until ``stop_event`` is set (SIGTERM/SIGINT when it is ``None``).
 
     Returns ``EXIT_OK`` (0) after a stop, ``EXIT_NO_SOURCE`` (2) when no source can run.
     ``replay`` reads a kernel log (or the kmsg buffer) from its start on the very first run
-    instead of from its end.
+    instead of from its end. ``rulebook``: the compiled rulebook whose kernel matchers read the
+    kernel log (the shipped one when ``None``), so that the agent and replay read lines alike.
     """
+    if rulebook is None:
+        rulebook = default_rulebook()
     state_dir = state_dir or default_state_dir(spool_dir, node)
     state_path = os.path.join(state_dir, "state.json")
     state = _load_json(state_path)
@@ -92,11 +96,13 @@ def run_agent(
 
     kernel_sources: dict[str, KernelLogSource] = {}
     if kernel_log:
-        kernel_sources["kernel_log"] = KernelLogSource(node, kernel_log, replay=replay, position=state.get("kernel_log"))
+        kernel_sources["kernel_log"] = KernelLogSource(node, kernel_log, replay=replay, position=state.get("kernel_log"),
+                                                       rulebook=rulebook)
         if not os.path.exists(kernel_log):
             logger.warning("agent %s: kernel log %s does not exist yet; waiting for it", node, kernel_log)
     if kmsg:
-        src = KernelLogSource(node, kmsg=True, kmsg_path=kmsg_path, replay=replay, position=state.get("kmsg"))
+        src = KernelLogSource(node, kmsg=True, kmsg_path=kmsg_path, replay=replay, position=state.get("kmsg"),
+                              rulebook=rulebook)
         try:
             src.open()
             kernel_sources["kmsg"] = src

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 from engine.facts import Fact, FactError
-from engine.sources.kmsg import normalize_pci
+from engine.linefacts import normalize_pci
 
 logger = logging.getLogger(__name__)
 
