@@ -28,6 +28,7 @@ from .model import (
     TestInput,
     frozen,
 )
+from .thresholds import check_thresholds
 from .yamlmarks import MDict, MList, Mark, mark_of
 
 __all__ = ["check_file", "parse_duration", "SECTION_KEYS", "ITEM_KEYS"]
@@ -384,6 +385,22 @@ class _Checker:
                     if fc not in FAULT_CLASSES:
                         self.err(mark_of(value, fc), "E-VALUE", f"unknown fault_class {fc!r}")
                 out[key] = dict(value)
+            elif key == "thresholds" and isinstance(value, dict):
+                def report(where: Any, code: str, message: str, hint: str, value: Any = value) -> None:
+                    mark = mark_of(node, key)
+                    if isinstance(where, tuple):  # ("models", name[, key])
+                        inner: Any = value.get("models")
+                        mark = mark_of(value, "models")
+                        for part in where[1:]:
+                            if isinstance(inner, dict) and part in inner:
+                                mark = mark_of(inner, part)
+                                inner = inner.get(part)
+                    elif where in value:
+                        mark = mark_of(value, where)
+                    self.err(mark, code, message, hint)
+
+                check_thresholds(value, report)
+                out[key] = _plain(value)
             else:
                 # guard settings (retry, blast_radius, ...): plain mappings, checked by the policy layer
                 if not isinstance(value, dict):
