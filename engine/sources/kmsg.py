@@ -31,8 +31,7 @@ from datetime import datetime
 from typing import Any, Callable
 
 from engine.facts import Fact, FactError
-from engine.linefacts import FileContext, HitConverter, normalize_pci
-from engine.matching import Scanner
+from engine.linefacts import FileContext, HitConverter, StreamFacts, normalize_pci
 from engine.sources.spool import file_head
 
 logger = logging.getLogger(__name__)
@@ -111,14 +110,13 @@ class KernelLineFacts:
     """
 
     def __init__(self, compiled: Any, node: str, path: str = "kernel") -> None:
-        from engine.replay import matcher_specs, matchers_for  # replay's own selection, not a copy
+        from engine.replay import scanner_for  # replay's own selection and compiled scanner, not a copy
 
         self.node = node
-        self.index_map = matchers_for(compiled, "kernel")
-        specs = matcher_specs(compiled)
-        self.scanner = Scanner([specs[i] for i in self.index_map], max_line=LINE_MAX)
-        self.converter = HitConverter(list(compiled.matchers))
-        self.ctx = FileContext(path=path, source="kernel", nodes={node})
+        scanner, index_map = scanner_for(compiled, "kernel")
+        ctx = FileContext(path=path, source="kernel", nodes={node})
+        # the scan -> fact loop replay and the controller share; floods are the controller's to collapse
+        self.stream = StreamFacts(scanner, HitConverter(list(compiled.matchers)), ctx, index_map, collapse=False)
 
     def feed(self, line: str | bytes, at: float, origin: str, fact_id: str | None = None) -> list[Fact]:
         try:
@@ -132,11 +130,10 @@ class KernelLineFacts:
         if not isinstance(line, str):
             return []
         text = _NEWLINES.sub(" ", line[:LINE_MAX])
-        hits = self.scanner.feed(text.encode("utf-8", "replace") + b"\n")
+        items = [item for _, _, item in self.stream.feed(text.encode("utf-8", "replace") + b"\n")]
         out: list[Fact] = []
-        for n, hit in enumerate(hits):
-            fact = self.converter.convert(self.index_map[hit.matcher], hit.groups, text, hit.line_no, self.ctx)
-            if fact is None:
+        for n, fact in enumerate(items):
+            if not isinstance(fact, Fact):
                 continue
             attrs = dict(fact.attrs)
             logged = attrs.get("node")

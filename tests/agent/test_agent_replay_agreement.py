@@ -63,8 +63,8 @@ def details(code: int) -> list[str]:
     return [f"Ch 00000010, detail of Xid {code}"]
 
 
-def bodies() -> list[str]:
-    return [head.format(code=code) + detail for head in HEADS.values() for code in CODES for detail in details(code)]
+def bodies(heads=tuple(HEADS.values())) -> list[str]:
+    return [head.format(code=code) + detail for head in heads for code in CODES for detail in details(code)]
 
 
 def iso(t: float) -> str:
@@ -136,9 +136,12 @@ def test_every_catalog_code_and_form_gives_the_same_facts_faults_and_decisions(k
     assert {"gpu_fell_off_bus", "gpu_memory_uncorrectable", "nvlink_error", "gpu_hardware_other"} <= classes
 
 
+@pytest.mark.parametrize("head", sorted(HEADS))
 @pytest.mark.parametrize("prefix", ["", "[155044.078590] ", "[ T1946] ", "Nov 29 17:00:01 n7 kernel: ", "kernel: "])
-def test_prefixes_and_kmsg_records_give_the_same_facts(prefix, tmp_path):
-    texts = [prefix + body for body in bodies()]
+def test_prefixes_and_kmsg_records_give_the_same_facts(prefix, head, tmp_path):
+    # one head per stream: the same Xid printed twice in a row with another pid is a flood that
+    # replay collapses into its first fact (as the controller does), which is not what is compared here
+    texts = [prefix + body for body in bodies((HEADS[head],))]
     path = tmp_path / "kern.log"
     path.write_text("\n".join(texts) + "\n")
     mine = agent_facts(KernelLogSource(NODE, str(path), replay=True, rulebook=default_rulebook()))
