@@ -203,7 +203,9 @@ def _print_incident_table(rows, title: str) -> None:
 
 @app.command()
 def incidents(db: Optional[str] = DbOpt, json_out: bool = JsonOpt,
-              status: Optional[str] = typer.Option(None, "--status", help="open or closed")) -> None:
+              status: Optional[str] = typer.Option(None, "--status", help="open or closed"),
+              errors: bool = typer.Option(False, "--errors", help="List the quarantined inputs instead: lines and "
+                                          "spool facts whose handling failed, with the error.")) -> None:
     """List incidents."""
     from .store import Store, StoreError
 
@@ -212,6 +214,16 @@ def incidents(db: Optional[str] = DbOpt, json_out: bool = JsonOpt,
     except StoreError as exc:
         _err(str(exc))
         raise typer.Exit(2)
+    if errors:
+        quarantined = store.quarantined()
+        for q in quarantined:
+            if json_out:
+                typer.echo(json.dumps(q))
+            else:
+                typer.echo(f"{q['origin']}  x{q['count']}  {q['error']}\n    {q['input'][:200]!r}")
+        if not json_out:
+            typer.echo(f"{len(quarantined)} quarantined input(s) in {store.path}")
+        return
     rows = store.incidents(status=status)
     if json_out:
         for r in rows:
@@ -254,6 +266,9 @@ def run(dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: rec
         poll: Optional[float] = typer.Option(None, "--poll", help="Poll files every SECONDS instead of inotify (NFS, Lustre)."),
         metrics_port: Optional[int] = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on this port."),
         scheduler_interval: float = typer.Option(5.0, "--scheduler-interval", help="Seconds between scheduler polls."),
+        from_start: bool = typer.Option(False, "--from-start", help="With a new database, read the files that already "
+                                        "exist from their start (a backfill; monitor mode only). Without it a new "
+                                        "database starts reading them at their end: the past is not acted on."),
         verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the controller: follow logs, the agents' spool and the scheduler; record or act."""
     from .controller import Controller, ControllerConfig
@@ -269,6 +284,9 @@ def run(dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: rec
     if not follow and not spool and scheduler == "none":
         _err("nothing to watch: give --follow GLOB, --spool DIR or --scheduler slurm")
         raise typer.Exit(2)
+    if from_start and not dry_run:
+        _err("--from-start reads the past: only in monitor mode (--dry-run)")
+        raise typer.Exit(2)
     actuator_factory = None
     if not dry_run:
         try:
@@ -281,7 +299,7 @@ def run(dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: rec
     rule_paths, defaults, overlays = _rule_args(rules, no_defaults)
     cfg = ControllerConfig(rules=rule_paths, defaults=defaults, overlays=overlays, db=_db(db), follow=follow or [], spool=spool,
                            scheduler=scheduler, dry_run=dry_run, poll=poll, metrics_port=metrics_port,
-                           scheduler_interval=scheduler_interval, actuator_factory=actuator_factory)
+                           scheduler_interval=scheduler_interval, actuator_factory=actuator_factory, from_start=from_start)
     try:
         controller = Controller(cfg, compiled)
     except StoreError as exc:
