@@ -99,8 +99,9 @@ def compile_rule(cr: CompiledRule) -> dict:
     terms = []
     for i, (cond, tree) in enumerate(positive):
         parts: list[dict] = [{"kind": cond.kind}]
-        if tree.items:
-            parts.append(_where(tree))
+        # The join and time terms come first: durable_rules 2.0.28 drops a reference to an
+        # earlier condition that follows an $or or a nested $and in the same $and (measured: a
+        # join on job then fires across jobs; tests/core/test_rete_differential.py pins it).
         if i > 0:
             for attr in rule.join:
                 parts.append({attr: {first: attr}})
@@ -108,6 +109,13 @@ def compile_rule(cr: CompiledRule) -> dict:
                 w = rule.within
                 parts.append({"$lte": {"at": {"$add": {"$l": {first: "at"}, "$r": w}}}})
                 parts.append({"$gte": {"at": {"$sub": {"$l": {first: "at"}, "$r": w}}}})
+        if len(positive) > 1:
+            # a join attribute must be there to be equal: facts of an unknown job never meet a
+            # job's facts (see conditions.join_holds, the reference)
+            parts.extend({"$ex": {attr: 1}} for attr in rule.join)
+        if tree.items:
+            where = _where(tree)
+            parts.extend(where["$and"] if set(where) == {"$and"} else [where])
         terms.append({cond.alias: {"$and": parts} if len(parts) > 1 else parts[0]})
     return {"all": terms}
 
