@@ -117,6 +117,9 @@ class Controller:
         # history, read from their end, unless a backfill (monitor mode) was asked for
         self.skip_existing = self.store.fresh and not config.from_start
         self._db_identity = self._identity_of_db()
+        with self.store.transaction():
+            self.store.set_meta("context_source", "scheduler" if self.adapter is not None or config.adapter is not None
+                                or config.scheduler not in ("none", "", None) else "logs")
         self.metrics = Metrics(config.metrics_port)
         self.cluster = ClusterContext()
         self.stop_event = threading.Event()
@@ -388,7 +391,8 @@ class Controller:
             self.metrics.reloads.labels(result="rejected").inc()
             return False
         self.compiled = result.compiled
-        self.engine = engine
+        old, self.engine = self.engine, engine
+        old.session.close()  # its facts' memory is reused; the ruleset itself is shared when unchanged
         if self.actuator is not None and hasattr(self.actuator, "compiled"):
             self.actuator.compiled = result.compiled  # it renders and verifies with the rulebook's actions
         for t in list(self.follower.files.values()):
@@ -683,7 +687,8 @@ class Controller:
         self._store_down_since = None
         self.metrics.store_healthy.set(1)
         self._closed_pending.clear()
-        self.engine = self._new_engine(self.compiled)
+        old, self.engine = self.engine, self._new_engine(self.compiled)
+        old.session.close()
         self.engine.resume()
         for t in list(self.follower.files.values()):
             inode, offset, line_no = committed.get(t.path, (t.inode, 0, 0))

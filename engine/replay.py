@@ -108,6 +108,8 @@ def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: St
                   on_bytes: Callable[[int], None] | None = None, extra_facts: Sequence[Fact] = (),
                   network=None) -> ReplayResult:
     result = ReplayResult()
+    # no scheduler here: which job ran where is taken from the logs' own lines (explain says so)
+    store.set_meta("context_source", "logs")
     cluster = ClusterContext()
     if job is not None and nodes:
         cluster.assign(job, attempt, nodes, 0.0)

@@ -319,6 +319,14 @@ class Store:
         else:
             self._exec("INSERT INTO quarantine(origin, input, error, at) VALUES (?,?,?,?)", (origin, text, error, at or time.time()))
 
+    def meta(self, key: str) -> str | None:
+        row = self._exec("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._exec("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                   (key, value))
+
     def quarantined(self, limit: int = 1000) -> list[dict[str, Any]]:
         try:
             return [dict(r) for r in self._exec("SELECT * FROM quarantine ORDER BY id DESC LIMIT ?", (limit,))]

@@ -397,3 +397,36 @@ def test_a_wal_database_on_read_only_media_can_be_read(tmp_path):
         assert [r.job for r in ro.incidents()] == ["1"]
     finally:
         os.chmod(db.parent, 0o755)
+
+
+def test_100_rulebook_reloads_keep_memory_flat(tmp_path, monkeypatch):
+    """durable_rules never frees a ruleset (~11.5 MiB each for the defaults): an unchanged rulebook
+    reuses its ruleset. The rulebook is compiled afresh for every reload, but parsed only twice
+    (the YAML parser takes ~1 s a time; bench/reload_memory.py does it 100 times for real)."""
+    import engine.controller as controller_module
+
+    loads = [load_rulebook(defaults=True, overlays=[("site.yaml", SITE)]) for _ in range(2)]
+    ctl = make(tmp_path)
+    calls = []
+
+    def load(*a, **kw):
+        calls.append(1)
+        return loads[len(calls) % 2]
+
+    monkeypatch.setattr(controller_module, "load_rulebook", load)
+    assert ctl.reload()
+
+    def rss_mib() -> float:
+        return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    before = rss_mib()
+    for _ in range(100):
+        assert ctl.reload()
+    grown = rss_mib() - before
+    assert grown <= 20, f"100 reloads grew RSS by {grown:.1f} MiB"
+    # and the reloaded engine still works
+    fact = Fact.make("xid", {"node": "n1", "code": 79}, time.time(), "kmsg:n1")
+    ctl._tx_begin()
+    ctl.engine.ingest(fact)
+    ctl._tx_commit()
+    assert ctl.engine.stats["firings"] >= 1
