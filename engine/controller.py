@@ -118,8 +118,8 @@ class Controller:
         self.skip_existing = self.store.fresh and not config.from_start
         self._db_identity = self._identity_of_db()
         with self.store.transaction():
-            self.store.set_meta("context_source", "scheduler" if self.adapter is not None or config.adapter is not None
-                                or config.scheduler not in ("none", "", None) else "logs")
+            scheduled = config.adapter is not None or config.scheduler not in ("none", "", None)
+            self.store.set_meta("context_source", "scheduler" if scheduled else "logs")
         self.metrics = Metrics(config.metrics_port)
         self.cluster = ClusterContext()
         self.stop_event = threading.Event()

@@ -430,3 +430,51 @@ def test_100_rulebook_reloads_keep_memory_flat(tmp_path, monkeypatch):
     ctl.engine.ingest(fact)
     ctl._tx_commit()
     assert ctl.engine.stats["firings"] >= 1
+
+
+HOSTILE = [
+    "SLURM_RESTART_COUNT=99999999999999999999", "SLURM_JOB_ID=302", "SLURM_JOB_NODELIST=n[1-99999999999]",
+    "SLURM_JOB_NODELIST=n3,n4", "step=1e999999 loss=nan", "attempt=-99999999999999999999999",
+    "srun: error: Node failure on n9", "srun: error: n9: tasks 0-99999999999999999999: Exited with exit code 99999999999999999999",
+    xid_line("n7").strip(), "NVRM: Xid (PCI:0000:3b:00): 99999999999999999999, pid=1, name=x, y",
+    "\x00\x1b[2J\u202e;rm -rf /;$(reboot)`id`", "Traceback " + "(" * 5000, "x" * 70000,
+]
+
+
+def test_random_and_hostile_lines_never_hide_a_real_failure(tmp_path):
+    """Whatever a job prints first, a real failure printed after it is still detected."""
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    counter = iter(range(10**6))
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.one_of(st.sampled_from(HOSTILE), st.text(max_size=300)), max_size=12))
+    def run(lines):
+        n = next(counter)
+        log = logs / f"slurm-{500 + n}.out"
+        log.write_text("")
+        ctl = make(tmp_path, adapter=FakeScheduler([JobInfo(str(500 + n), 0, "RUNNING", nodes=("n1", "n2"), stdout=str(log))]),
+                   db=tmp_path / f"r{n}.db")
+        ctl.startup()
+        try:
+            with open(log, "a", encoding="utf-8", errors="surrogateescape") as fh:
+                fh.write("".join(line.replace("\n", " ") + "\n" for line in lines))
+            ctl.step()
+            with open(log, "a") as fh:
+                fh.write(WATCHDOG)
+            ctl.step()
+            ctl.step()
+            ctl._tx_begin()
+            ctl.engine.finish()
+            ctl._tx_commit()
+            found = [(r.job, r.fault_class) for r in ctl.store.incidents()]
+            assert (str(500 + n), "nccl_timeout") in found or any(j == str(500 + n) for j, _ in found), (lines, found)
+            assert all(j == str(500 + n) for j, _ in found), (lines, found)
+            assert ctl._failures == 0
+        finally:
+            ctl.follower.stop()
+            ctl.store.close()
+
+    run()

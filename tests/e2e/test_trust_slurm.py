@@ -28,7 +28,7 @@ def attacker_script(lines: list[str]) -> str:
 def start_victim(h: Harness):
     h.start_agents()
     h.start_controller()
-    victim = h.submit(JOB, "-N", "2")
+    victim = h.submit(JOB, "-N", "2", "--exclusive")
     v = wait_for("victim running", lambda: h.running(victim), 30)
     return victim, v
 
@@ -50,7 +50,7 @@ def test_job_output_cannot_act_on_other_nodes_or_jobs(h, hijack):
             "srun_node_failure": f"srun: error: Node failure on {target}",
             "other_job_id": f"SLURM_JOB_ID={victim}"}[hijack]
     lines = [line] + ([WATCHDOG] if hijack == "other_job_id" else [])
-    attacker = h.submit(attacker_script(lines), "-N", "2")
+    attacker = h.submit(attacker_script(lines), "-N", "2", "--exclusive")
     a = wait_for("attacker running", lambda: h.running(attacker), 30)
     if hijack == "other_job_id":  # its own failure is its own: the attacker's job is the one requeued
         wait_for("the attacker's incident", lambda: [i for i in h.incidents() if i[1] == attacker], 40)
@@ -61,7 +61,7 @@ def test_job_output_cannot_act_on_other_nodes_or_jobs(h, hijack):
 def test_a_printed_nodelist_does_not_move_a_genuine_xid_to_the_attacker(h):
     victim, v = start_victim(h)
     bad = v.nodes[0]
-    attacker = h.submit(attacker_script([f"SLURM_JOB_NODELIST={','.join(v.nodes)}", "SLURM_RESTART_COUNT=0"]), "-N", "2")
+    attacker = h.submit(attacker_script([f"SLURM_JOB_NODELIST={','.join(v.nodes)}", "SLURM_RESTART_COUNT=0"]), "-N", "2", "--exclusive")
     a = wait_for("attacker running", lambda: h.running(attacker), 30)
     time.sleep(7)  # the attacker's lines have been read
     h.inject_xid(bad)  # a genuine Xid, from the victim node's kernel log through its agent
