@@ -524,13 +524,13 @@ class SpoolReader:
             logger.warning("spool %s.jsonl: a %r fact refused (only the scheduler or the rules say that)", node, fact.kind)
             return None
         claimed = fact.get("node")
-        if claimed is not None and claimed != node:
+        # <node>.jsonl, or <node>.<writer>.jsonl (the epilog's n3.epilog.jsonl speaks for n3)
+        if claimed is not None and claimed != node and not node.startswith(f"{claimed}."):
             self.stats["refused_node"] += 1
             logger.warning("spool %s.jsonl: a fact about node %r refused (a spool file speaks for its own node only)",
                            node, str(claimed)[:80])
             return None
         attrs = dict(fact.attrs)
-        attrs["node"] = node
         if not self.trust_job_claims:  # which job ran there is the scheduler's to say (the engine asks it)
             attrs.pop("job", None)
             attrs.pop("attempt", None)
