@@ -173,6 +173,61 @@ def rules_test(paths: List[str] = typer.Argument(None, help="Site rulebook files
     raise typer.Exit(1 if failed else 0)
 
 
+@rules_app.command("diff")
+def rules_diff(candidate: Optional[List[str]] = typer.Option(None, "--rules", "-r", help="The candidate: site rulebook files or "
+                                                            "folders, layered over the defaults (repeatable)."),
+               base: Optional[List[str]] = typer.Option(None, "--base", help="The rulebook in force (default: recover.toml's rules)."),
+               no_defaults: bool = NoDefaultsOpt, db: Optional[str] = DbOpt,
+               since: Optional[str] = typer.Option(None, "--since", help="Only incidents opened since: a date (2026-11-29, "
+                                                   "2026-11-29T17:00), seconds since the epoch, or a duration ago (24h, 90m)."),
+               json_out: bool = JsonOpt) -> None:
+    """Re-evaluate the stored evidence of past incidents with a candidate rulebook and list every incident
+    whose fault class, nodes or decision would change. Exit 0 when nothing changes, 1 otherwise."""
+    from .cli_ops import _open_store
+    from .rulediff import diff_store
+
+    if not candidate:
+        _err("give the candidate rulebook with --rules FILE_OR_FOLDER")
+        raise typer.Exit(2)
+    t = _since(since)
+    store = _open_store(db, readonly=True)
+    old = _load_or_exit(base or list(_settings().rules), no_defaults)
+    new = _load_or_exit(candidate, no_defaults)
+    changes = diff_store(store, old, new, since=t)
+    total = len(store.incidents(status="closed", since=t))
+    for c in changes:
+        typer.echo(json.dumps(c.to_dict()) if json_out else c.line())
+    if json_out:
+        typer.echo(json.dumps({"incidents": total, "changed": len(changes)}))
+    else:
+        typer.echo(f"{len(changes)} of {total} incident(s) would change")
+    raise typer.Exit(1 if changes else 0)
+
+
+def _since(text: Optional[str]) -> Optional[float]:
+    if text is None:
+        return None
+    import time
+    from datetime import datetime, timezone
+
+    from .rulebook.schema import parse_duration
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        d = datetime.fromisoformat(text)
+        return (d if d.tzinfo else d.replace(tzinfo=timezone.utc)).timestamp()
+    except ValueError:
+        pass
+    ago = parse_duration(text[:-1] + "h") * 24 if text.endswith("d") and parse_duration(text[:-1] + "h") is not None else parse_duration(text)
+    if ago is None:
+        _err(f"--since {text!r}: not a date, a number of seconds or a duration")
+        raise typer.Exit(2)
+    return time.time() - ago
+
+
 # -- replay, incidents, explain -------------------------------------------------------------
 @app.command()
 def replay(logs: List[str] = typer.Argument(..., help="Log files: job stdout/stderr, kernel logs, Slurm daemon logs, or a mix."),
