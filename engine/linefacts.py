@@ -172,9 +172,17 @@ class ClusterContext:
         for node in [n for n, (j, _, _) in self.node_job.items() if j == job]:
             del self.node_job[node]
 
+    def nodes_of(self, job: str) -> set[str]:
+        return {n for n, (j, _, _) in self.node_job.items() if j == job}
+
     def job_on(self, node: str) -> tuple[str, int | None] | None:
         entry = self.node_job.get(node)
         return (entry[0], entry[1]) if entry else None
+
+
+#: numbers from logs are bounded: exact in a double (what the Rete compares) and far inside
+#: SQLite's integers, so that SLURM_RESTART_COUNT=99999999999999999999 is dropped, not stored
+MAX_NUMBER = 1 << 53
 
 
 def _number(raw: str, kind: str) -> int | float | None:
@@ -183,8 +191,9 @@ def _number(raw: str, kind: str) -> int | float | None:
     try:
         if kind == "float":
             v = float(raw)
-            return v if v == v and abs(v) != float("inf") else None
-        return int(raw, 16) if raw.lower().startswith("0x") else int(raw)
+            return v if v == v and abs(v) <= MAX_NUMBER else None
+        v = int(raw, 16) if raw.lower().startswith("0x") else int(raw)
+        return v if -MAX_NUMBER <= v <= MAX_NUMBER else None
     except ValueError:
         return None
 
@@ -203,6 +212,13 @@ class HitConverter:
         self.on_context: Callable[[float, str, int | None, frozenset], None] | None = None
         self.dropped_values = 0
         self._last_line: tuple[str, float | None] | None = None
+        #: a scheduler is present: it alone says which job a job log belongs to and on which
+        #: nodes that job runs; the log's own words about jobs and nodes are refused (see convert)
+        self.scheduler = False
+        self.refused: dict[str, int] = {}
+
+    def _refuse(self, why: str) -> None:
+        self.refused[why] = self.refused.get(why, 0) + 1
 
     def _typed(self, m: Matcher, groups: Mapping[str, str]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -257,7 +273,14 @@ class HitConverter:
         attrs = self._typed(m, groups)
         if self.clock is not None and logged is not None:
             attrs["logged_at"] = logged
+        # Trust: with a scheduler, a job's log is evidence about that job (the one the scheduler
+        # or the file's name says) and the nodes the scheduler lists for it, never about other
+        # jobs or nodes. Without one (replay), the log's context lines are all there is.
+        guarded = self.scheduler and ctx.source == "job"
         if m.emit == "context":
+            if guarded:
+                self._refuse("context")  # SLURM_JOB_ID=, SLURM_JOB_NODELIST= ... printed by the job
+                return None
             if "job" in attrs:
                 ctx.job = str(attrs["job"])
             if "attempt" in attrs and isinstance(attrs["attempt"], int):
@@ -274,9 +297,28 @@ class HitConverter:
                 else:
                     self.cluster.assign(ctx.job, ctx.attempt, ctx.nodes, at)
             return None
+        if guarded and m.emit == "xid":
+            self._refuse("xid_in_job_log")  # a node-level claim: the kernel's and the agents' to make
+            return None
         fact_attrs: dict[str, Any] = dict(m.attrs)
         fact_attrs.update(attrs)
         fact_attrs.pop("nodes", None)
+        if guarded:
+            for name in ("job", "attempt"):
+                if name in attrs and str(attrs[name]) != str(ctx.job if name == "job" else ctx.attempt):
+                    self._refuse("other_job")
+                fact_attrs.pop(name, None)
+            if ctx.job is not None:
+                fact_attrs["job"] = ctx.job
+                if ctx.attempt is not None:
+                    fact_attrs["attempt"] = ctx.attempt
+            node = fact_attrs.get("node")
+            if node is not None:
+                allowed = ctx.nodes or (self.cluster.nodes_of(ctx.job) if ctx.job is not None else set())
+                if str(node) not in allowed:
+                    self._refuse("other_node")  # not in the job's allocation: dropped, the evidence stays
+                    fact_attrs.pop("node")
+            fact_attrs.pop("failed_nodes", None)
         fact_attrs["matcher"] = m.id
         fact_attrs["source"] = ctx.source
         if "job" not in fact_attrs and ctx.job is not None:

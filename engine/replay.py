@@ -132,6 +132,8 @@ def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: St
                   network=None, on_fact: Callable[[Fact], None] | None = None) -> ReplayResult:
     """``on_fact`` sees every source fact, in the order the engine takes them."""
     result = ReplayResult()
+    # no scheduler here: which job ran where is taken from the logs' own lines (explain says so)
+    store.set_meta("context_source", "logs")
     cluster = ClusterContext()
     if job is not None and nodes:
         cluster.assign(job, attempt, nodes, 0.0)
