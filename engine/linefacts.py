@@ -21,7 +21,8 @@ from .rulebook.model import Matcher
 logger = logging.getLogger(__name__)
 
 __all__ = ["NODE_RE", "JOB_RE", "clean_text", "parse_line_time", "FileContext", "ClusterContext", "HitConverter",
-           "expand_hostlist", "job_from_filename", "Flood", "StreamFacts", "shape_key", "FLOOD_WINDOW"]
+           "expand_hostlist", "job_from_filename", "Flood", "StreamFacts", "shape_key", "FLOOD_WINDOW",
+           "normalize_pci", "decode_xid"]
 
 NODE_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,62})$")
 JOB_RE = re.compile(r"^[0-9]{1,12}(?:_[0-9]{1,9})?$")
@@ -77,6 +78,51 @@ def parse_line_time(line: str, year: int | None = None) -> float | None:
     return None
 
 
+def normalize_pci(text: str | None) -> str | None:
+    """``00000000:3B:00.0``, ``PCI:0000:3b:00``, ``3b:00.0`` → ``0000:3b:00`` (``None`` if not PCI).
+
+    The form both the kernel's Xid lines and NVML's bus ids are reduced to, so they compare."""
+    if not isinstance(text, str):
+        return None
+    t = text.strip()
+    if t[:4].upper() == "PCI:":
+        t = t[4:]
+    t = t.split(".", 1)[0]
+    parts = t.split(":")
+    if len(parts) == 2:
+        parts = ["0", *parts]
+    if len(parts) != 3:
+        return None
+    dom, bus, dev = parts
+    try:
+        if not (1 <= len(dom) <= 8 and 1 <= len(bus) <= 2 and 1 <= len(dev) <= 2):
+            return None
+        d, b, v = int(dom, 16), int(bus, 16), int(dev, 16)
+    except ValueError:
+        return None
+    return f"{d & 0xFFFF:04x}:{b:02x}:{v:02x}"
+
+
+def decode_xid(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The one Xid decoder, after the rulebook's Xid matchers took the line apart: the PCI
+    address in the form NVML devices carry, the words of a decode (fatality, recovery action)
+    with their blanks collapsed. Replay and the node agent both reach Xids through here."""
+    pci = normalize_pci(attrs.get("pci")) if "pci" in attrs else None
+    if pci is not None:
+        attrs["pci"] = pci
+    else:
+        attrs.pop("pci", None)
+    for name in ("fatality", "recovery_action", "nvlink_unit", "process"):
+        value = attrs.get(name)
+        if isinstance(value, str):
+            value = " ".join(value.split()).strip("'\"")
+            if value and value != "<unknown>":
+                attrs[name] = value
+            else:
+                attrs.pop(name)
+    return attrs
+
+
 def expand_hostlist(text: str) -> list[str]:
     """``n[1-3,5],gpu07`` -> [n1, n2, n3, n5, gpu07], from log text: bounded, and a malformed
     expression or an invalid host name gives nothing rather than an error."""
@@ -129,9 +175,17 @@ class ClusterContext:
         for node in [n for n, (j, _, _) in self.node_job.items() if j == job]:
             del self.node_job[node]
 
+    def nodes_of(self, job: str) -> set[str]:
+        return {n for n, (j, _, _) in self.node_job.items() if j == job}
+
     def job_on(self, node: str) -> tuple[str, int | None] | None:
         entry = self.node_job.get(node)
         return (entry[0], entry[1]) if entry else None
+
+
+#: numbers from logs are bounded: exact in a double (what the Rete compares) and far inside
+#: SQLite's integers, so that SLURM_RESTART_COUNT=99999999999999999999 is dropped, not stored
+MAX_NUMBER = 1 << 53
 
 
 def _number(raw: str, kind: str) -> int | float | None:
@@ -140,8 +194,9 @@ def _number(raw: str, kind: str) -> int | float | None:
     try:
         if kind == "float":
             v = float(raw)
-            return v if v == v and abs(v) != float("inf") else None
-        return int(raw, 16) if raw.lower().startswith("0x") else int(raw)
+            return v if v == v and abs(v) <= MAX_NUMBER else None
+        v = int(raw, 16) if raw.lower().startswith("0x") else int(raw)
+        return v if -MAX_NUMBER <= v <= MAX_NUMBER else None
     except ValueError:
         return None
 
@@ -160,6 +215,13 @@ class HitConverter:
         self.on_context: Callable[[float, str, int | None, frozenset], None] | None = None
         self.dropped_values = 0
         self._last_line: tuple[str, float | None] | None = None
+        #: a scheduler is present: it alone says which job a job log belongs to and on which
+        #: nodes that job runs; the log's own words about jobs and nodes are refused (see convert)
+        self.scheduler = False
+        self.refused: dict[str, int] = {}
+
+    def _refuse(self, why: str) -> None:
+        self.refused[why] = self.refused.get(why, 0) + 1
 
     def _typed(self, m: Matcher, groups: Mapping[str, str]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -224,11 +286,18 @@ class HitConverter:
             if out is not _SLOW:
                 return out
         logged, at = self._when(line, ctx, before)
-        dropped = self.dropped_values
+        dropped, refused = self.dropped_values, dict(self.refused) if self.refused else None
         attrs = self._typed(m, groups)
         if self.clock is not None and logged is not None:
             attrs["logged_at"] = logged
+        # Trust: with a scheduler, a job's log is evidence about that job (the one the scheduler
+        # or the file's name says) and the nodes the scheduler lists for it, never about other
+        # jobs or nodes. Without one (replay), the log's context lines are all there is.
+        guarded = self.scheduler and ctx.source == "job"
         if m.emit == "context":
+            if guarded:
+                self._refuse("context")  # SLURM_JOB_ID=, SLURM_JOB_NODELIST= ... printed by the job
+                return None
             if "job" in attrs:
                 ctx.job = str(attrs["job"])
             if "attempt" in attrs and isinstance(attrs["attempt"], int):
@@ -245,11 +314,15 @@ class HitConverter:
                 else:
                     self.cluster.assign(ctx.job, ctx.attempt, ctx.nodes, at)
             return None
-        fact_attrs = self._fact_attrs(m, attrs, ctx)
+        if guarded and m.emit == "xid":
+            self._refuse("xid_in_job_log")  # a node-level claim: the kernel's and the agents' to make
+            return None
+        fact_attrs = self._fact_attrs(m, attrs, ctx, guarded)
         kind = _KINDS[m.emit]
         if collapse is not None and kind != "progress":
             if blank is not None:
-                collapse.learn(index, m, blank, groups, fact_attrs, ctx, self, self.dropped_values - dropped, line)
+                collapse.learn(index, m, blank, groups, fact_attrs, ctx, self, guarded, self.dropped_values - dropped,
+                               _grown(refused, self.refused), line)
             flood = collapse.repeat(kind, fact_attrs, at, f"{ctx.path}:{line_no}", line, m)
             if flood is not False:
                 return flood
@@ -260,12 +333,28 @@ class HitConverter:
             collapse.first(fact, m)
         return fact
 
-    def _fact_attrs(self, m: Matcher, attrs: Mapping[str, Any], ctx: FileContext) -> dict[str, Any]:
-        """The attributes of a fact: the matcher's own, the line's, then what the file and the
-        cluster know (job, attempt, the file's one node)."""
+    def _fact_attrs(self, m: Matcher, attrs: Mapping[str, Any], ctx: FileContext, guarded: bool) -> dict[str, Any]:
+        """The attributes of a fact: the matcher's own, the line's (as far as they are trusted),
+        then what the file and the cluster know (job, attempt, the file's one node)."""
         fact_attrs: dict[str, Any] = dict(m.attrs)
         fact_attrs.update(attrs)
         fact_attrs.pop("nodes", None)
+        if guarded:
+            for name in ("job", "attempt"):
+                if name in attrs and str(attrs[name]) != str(ctx.job if name == "job" else ctx.attempt):
+                    self._refuse("other_job")
+                fact_attrs.pop(name, None)
+            if ctx.job is not None:
+                fact_attrs["job"] = ctx.job
+                if ctx.attempt is not None:
+                    fact_attrs["attempt"] = ctx.attempt
+            node = fact_attrs.get("node")
+            if node is not None:
+                allowed = ctx.nodes or (self.cluster.nodes_of(ctx.job) if ctx.job is not None else set())
+                if str(node) not in allowed:
+                    self._refuse("other_node")  # not in the job's allocation: dropped, the evidence stays
+                    fact_attrs.pop("node")
+            fact_attrs.pop("failed_nodes", None)
         fact_attrs["matcher"] = m.id
         fact_attrs["source"] = ctx.source
         if "job" not in fact_attrs and ctx.job is not None:
@@ -273,13 +362,24 @@ class HitConverter:
         if "attempt" not in fact_attrs:
             if ctx.attempt is not None and fact_attrs.get("job") == ctx.job:
                 fact_attrs["attempt"] = ctx.attempt
+        if m.emit == "xid":
+            decode_xid(fact_attrs)
         node = fact_attrs.get("node")
-        if node is None and len(ctx.nodes) == 1 and m.emit != "xid":
+        # an Xid printed in a job's log is not a node-level claim; one in a node's kernel log is
+        if node is None and len(ctx.nodes) == 1 and (m.emit != "xid" or ctx.source == "kernel"):
             fact_attrs["node"] = next(iter(ctx.nodes))
         # a node's fact without a job gets the job that ran there from the engine, in time order
         if "job" in fact_attrs and "attempt" not in fact_attrs:
             fact_attrs["attempt"] = self.cluster.job_attempt.get(str(fact_attrs["job"]), 0)
         return fact_attrs
+
+
+def _grown(before: dict[str, int] | None, after: dict[str, int]) -> tuple[str, ...]:
+    """The refusals counted between two snapshots of ``HitConverter.refused``."""
+    if not after:
+        return ()
+    before = before or {}
+    return tuple(k for k, v in after.items() for _ in range(v - before.get(k, 0)))
 
 
 _KINDS = {"log": "log", "xid": "xid", "progress": "progress"}
@@ -362,13 +462,13 @@ _RAW_SEEN_MAX = 4096
 class _Template:
     """What the full conversion of one line learned for the lines equal to it but for digits
     (of a digit-blind matcher): they have the same group spans, so the same timestamp presence,
-    the same values dropped as invalid and the same shape, except for the groups in ``keyed``
-    (attributes of the shape whose value is not free text), whose values pick the shape."""
+    and the same shape, values dropped and refusals, except as the groups in ``keyed`` decide
+    (attributes of the shape that are not free text; with a scheduler, also the node, which the
+    allocation check reads): ``shapes`` maps their values to (shape, values dropped, refusals)."""
 
     sig: tuple
     timeless: bool
     keyed: tuple[str, ...]
-    dropped: int
     shapes: dict[tuple, tuple] = field(default_factory=dict)
 
 
@@ -393,24 +493,28 @@ class _Collapser:
     @staticmethod
     def _sig(conv: "HitConverter", ctx: FileContext) -> tuple:
         nodes = ctx.nodes
-        return (ctx.job, ctx.attempt, next(iter(nodes)) if len(nodes) == 1 else None, conv.cluster.version)
+        return (ctx.job, ctx.attempt, id(nodes), len(nodes), next(iter(nodes)) if len(nodes) == 1 else None,
+                conv.cluster.version, conv.scheduler)
 
     def learn(self, index: int, m: Matcher, blank: bytes, groups: Mapping[str, str], fact_attrs: Mapping[str, Any],
-              ctx: FileContext, conv: "HitConverter", dropped: int, line: str) -> None:
+              ctx: FileContext, conv: "HitConverter", guarded: bool, dropped: int, refusals: tuple[str, ...],
+              line: str) -> None:
         """Leave a template after the full conversion of a line (see the class)."""
-        kind = _KINDS[m.emit]
-        skip = VARYING | VARYING_IN_JOB_LOGS if (self.job_log or (kind == "log" and tuple(m.sources) == ("job",))) else VARYING
+        if m.emit != "log":
+            return  # Xids are decoded from their words; progress is not collapsed
+        skip = VARYING | VARYING_IN_JOB_LOGS if (self.job_log or tuple(m.sources) == ("job",)) else VARYING
         keyed = []
         for name, raw in groups.items():
             if raw is None or raw == "":
                 continue
             typ = m.types.get(name) or ("int" if name in _INT_GROUPS else "str")
             if typ in ("int", "float"):
-                if any(ch.isalpha() for ch in raw):
-                    return  # 0x1f, 1e999, inf: whether they are valid depends on the digits
+                raw = raw.strip()
+                if len(raw) > 15 or any(ch.isalpha() for ch in raw):
+                    return  # 0x1f, 1e999, 2**53 and more: whether they are kept depends on the digits
             elif " " in clean_text(raw):
                 continue  # free text: its shape has its numbers blanked (digit-blind)
-            if name not in skip and name != "nodes":
+            if (name not in skip or (guarded and name == "node")) and name != "nodes":
                 keyed.append(name)
         sig = self._sig(conv, ctx)
         key = (index, blank)
@@ -420,10 +524,10 @@ class _Collapser:
                 self.templates.clear()
             head = line[:96]
             t = self.templates[key] = _Template(sig, _ISO.search(head) is None and _SYSLOG.match(head) is None,
-                                                tuple(keyed), dropped)
-        if len(t.shapes) >= 64:
+                                                tuple(keyed))
+        if len(t.shapes) >= 256:
             t.shapes.clear()
-        t.shapes[tuple(groups.get(n) for n in t.keyed)] = self._key(kind, fact_attrs, m)
+        t.shapes[tuple(groups.get(n) for n in t.keyed)] = (self._key("log", fact_attrs, m), dropped, refusals)
 
     def fast(self, conv: "HitConverter", index: int, m: Matcher, groups: Mapping[str, str], line: str, line_no: int,
              ctx: FileContext, before: bytes | None, blank: bytes) -> "Flood | None | object":
@@ -431,9 +535,10 @@ class _Collapser:
         t = self.templates.get((index, blank))
         if t is None:
             return _SLOW
-        shape = t.shapes.get(tuple(groups.get(n) for n in t.keyed) if t.keyed else ())
-        if shape is None or t.sig != self._sig(conv, ctx):
+        entry = t.shapes.get(tuple(groups.get(n) for n in t.keyed) if t.keyed else ())
+        if entry is None or t.sig != self._sig(conv, ctx):
             return _SLOW
+        shape, dropped, refusals = entry
         flood = self.shapes.get(shape)
         if flood is None:
             return _SLOW
@@ -441,7 +546,9 @@ class _Collapser:
         if at - flood.first_at > self.window or at < flood.first_at:
             return _SLOW
         self.fast_hits += 1
-        conv.dropped_values += t.dropped
+        conv.dropped_values += dropped
+        for why in refusals:
+            conv._refuse(why)
         flood.count += 1
         if at > flood.last_at:
             flood.last_at = at
@@ -451,9 +558,11 @@ class _Collapser:
             if raw not in flood.raw_seen:
                 if len(flood.raw_seen) < _RAW_SEEN_MAX:
                     flood.raw_seen.add(raw)
-                before_drop = conv.dropped_values
-                flood.seen(conv._fact_attrs(m, conv._typed(m, groups), ctx))
-                conv.dropped_values = before_drop
+                dropped_before, refused_before = conv.dropped_values, dict(conv.refused)
+                flood.seen(conv._fact_attrs(m, conv._typed(m, groups), ctx, conv.scheduler and ctx.source == "job"))
+                conv.dropped_values = dropped_before  # counted once above, as the full conversion would
+                conv.refused.clear()
+                conv.refused.update(refused_before)
         if flood in self.touched:
             return None
         self.touched.add(flood)

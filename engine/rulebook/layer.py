@@ -33,6 +33,10 @@ _ACTION_FIELDS = {"argv": ("argv",), "scheduler": ("scheduler",), "per": ("per",
                   "timeout": ("timeout",), "description": ("description",), "override": ()}
 
 
+def _singular(section: str) -> str:
+    return "fault class" if section == "fault_classes" else section[:-1]
+
+
 def _combine(old: Any, new: Any, mode: str) -> Any | None:
     if mode == "replace":
         return new
@@ -79,7 +83,7 @@ def layer(files: Sequence[FileModel]) -> tuple[Rulebook, list[Diagnostic]]:
     def merge_fields(fields):
         def merge(old, new, modes, fm, section, name, mark):
             given = fm.overrides.get((section + ".fields", name), {})
-            return _merge_item(old, new, given, modes, fields, f"{section[:-1]} {name}", mark, diags)
+            return _merge_item(old, new, given, modes, fields, f"{_singular(section)} {name}", mark, diags)
         return merge
 
     hints = {"lists": "write {name}: {{override: replace|append, items: [...]}}",
@@ -101,14 +105,14 @@ def layer(files: Sequence[FileModel]) -> tuple[Rulebook, list[Diagnostic]]:
                 if name in store and ov is None:
                     first = origins[(section, name)][0]
                     hint = hints.get(section, "add override: true (or override: {{field: append}})").format(name=name)
-                    diags.append(Diagnostic(mark, "E-DUP-ID", f"{section[:-1]} {name!r} is already defined at {first}",
+                    diags.append(Diagnostic(mark, "E-DUP-ID", f"{_singular(section)} {name!r} is already defined at {first}",
                                             f"to change it, {hint}"))
                     continue
                 if name in store:
                     store[name] = merge(store[name], item, ov, fm, section, name, mark)
                 else:
                     if ov is not None:
-                        diags.append(Diagnostic(mark, "E-OVERRIDE-NOTHING", f"override of {section[:-1]} {name!r}, which no earlier file defines",
+                        diags.append(Diagnostic(mark, "E-OVERRIDE-NOTHING", f"override of {_singular(section)} {name!r}, which no earlier file defines",
                                                 "remove override: to define it"))
                     store[name] = item
                 note(section, name, mark)

@@ -47,7 +47,7 @@ def test_blank_digits_is_injective_up_to_digits():
     assert blank_digits(b"err 12") != blank_digits(b"err 123")
 
 
-def _items(compiled, name: str, data: bytes, source: str, shortcut: bool, monkeypatch, chunk: int):
+def _items(compiled, name: str, data: bytes, source: str, shortcut: bool, monkeypatch, chunk: int, setup=None):
     """Every fact and flood a stream gives, as plain values (floods as they are when handed on)."""
     with monkeypatch.context() as mp:
         if not shortcut:
@@ -64,6 +64,8 @@ def _items(compiled, name: str, data: bytes, source: str, shortcut: bool, monkey
         cluster = ClusterContext()
         conv = HitConverter(compiled.matchers, cluster)
         ctx = FileContext(path=name, source=source)
+        if setup is not None:
+            setup(conv, ctx)
         scanner, index_map = scanner_for(compiled, source)
         chunks = [data[i:i + chunk] for i in range(0, len(data), chunk)]
         out = []
@@ -76,12 +78,13 @@ def _items(compiled, name: str, data: bytes, source: str, shortcut: bool, monkey
                 out.append(("fact", item.kind, item.id, item.at, item.origin, sorted(item.attrs.items())))
         final = sorted((f.fact_id, f.count, f.first_at, f.last_at, f.last_origin, f.last_line, sorted(f.nodes),
                         sorted(f.ranks)) for f in set(floods))
-        return out, final, conv.dropped_values, (ctx.job, ctx.attempt, sorted(ctx.nodes), ctx.last_at), fast[0]
+        return (out, final, (conv.dropped_values, sorted(conv.refused.items())),
+                (ctx.job, ctx.attempt, sorted(ctx.nodes), ctx.last_at), fast[0])
 
 
-def _same(compiled, name, data, source, monkeypatch, chunk=4096, expect_fast=True):
-    slow = _items(compiled, name, data, source, False, monkeypatch, chunk)
-    fast = _items(compiled, name, data, source, True, monkeypatch, chunk)
+def _same(compiled, name, data, source, monkeypatch, chunk=4096, expect_fast=True, setup=None):
+    slow = _items(compiled, name, data, source, False, monkeypatch, chunk, setup)
+    fast = _items(compiled, name, data, source, True, monkeypatch, chunk, setup)
     assert fast[:4] == slow[:4]
     if expect_fast:
         assert fast[4] > 0, "the shortcut was never taken"
@@ -154,3 +157,26 @@ def test_job_log_flood_with_context_lines_midway(compiled, monkeypatch):
         ("nccl_warn", "-"), ("nccl_warn", "4242")]
     nccl = [f for f in facts if f["matcher"].startswith("nccl")]
     assert len(nccl) + sum(f[1] for f in final) == 40 * 16 * 2  # every warning line counted once
+
+
+def test_job_log_under_a_scheduler_refuses_the_same_lines(compiled, monkeypatch):
+    """With a scheduler, a node outside the job's allocation is refused line by line: the
+    shortcut keys on the node there, so every refusal is still counted."""
+    lines = []
+    for r in range(30):
+        for rank in range(12):
+            node = f"gpu{rank // 2 + 1:03d}"  # gpu001..gpu006; the allocation is gpu001..gpu004
+            lines.append(f"{node}:{5000 + rank}:{5100 + rank} [{rank % 2}] transport/net_ib.cc:1696 NCCL WARN NET/IB : "
+                         f"Got completion from peer 10.1.{rank}.{r}<{40000 + rank}> with error {(12, 13)[r % 2]}, opcode 0")
+        lines.append(f"srun: error: gpu00{r % 9 + 1}: task {r}: Exited with exit code {r % 3 + 1}")
+    data = ("\n".join(lines) + "\n").encode()
+
+    def setup(conv, ctx):
+        conv.scheduler = True
+        ctx.job, ctx.attempt, ctx.nodes = "777", 0, {f"gpu{i:03d}" for i in range(1, 5)}
+        conv.cluster.assign("777", 0, ctx.nodes, 0.0)
+
+    items, final, counters, _, _ = _same(compiled, "/logs/slurm-777.out", data, "job", monkeypatch, setup=setup)
+    # gpu005 and gpu006 for two matchers on every line, and the srun lines that name gpu005..gpu009
+    assert dict(counters[1]).get("other_node") == 30 * 4 * 2 + 15
+    assert {n for f in final for n in f[6]} <= {f"gpu{i:03d}" for i in range(1, 5)}
