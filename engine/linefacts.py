@@ -247,6 +247,7 @@ class HitConverter:
         return out
 
     collapse: "_Collapser | None" = None  # set per stream by StreamFacts
+    blank: bytes | None = None  # set per hit by StreamFacts (see convert)
 
     def _when(self, line: str, ctx: FileContext, before: bytes | None, timeless: bool = False) -> tuple[float | None, float]:
         """(the line's own time or None, the time of its fact). ``timeless``: the line is known to
@@ -274,13 +275,14 @@ class HitConverter:
         return logged, at
 
     def convert(self, index: int, groups: Mapping[str, str], line: str, line_no: int, ctx: FileContext,
-                before: bytes | None = None, blank: bytes | None = None) -> "Fact | Flood | None":
+                before: bytes | None = None) -> "Fact | Flood | None":
         """``before``: some bytes that precede the line in the file (to date an untimestamped line
-        by the last timestamp before it, as a person reading the log would). ``blank``: the line
-        with its digits blanked, given when the matcher cannot tell digits apart: repeats of a
-        shape already seen then take a shortcut (``_Collapser.fast``) that gives the same answer."""
+        by the last timestamp before it, as a person reading the log would). ``self.blank`` (set
+        per hit by StreamFacts): the line with its digits blanked, when the matcher cannot tell
+        digits apart: repeats of a shape already seen then take a shortcut (``_Collapser.fast``)
+        that gives the same answer."""
         m = self.matchers[index]
-        collapse = self.collapse
+        collapse, blank = self.collapse, self.blank
         if blank is not None and collapse is not None:
             out = collapse.fast(self, index, m, groups, line, line_no, ctx, before, blank)
             if out is not _SLOW:
@@ -641,12 +643,12 @@ class StreamFacts:
         if 0 < local <= len(data) and hit.offset > self._looked:
             lo = max(0, local - self.BEFORE_BYTES, self._looked - base)
             before = data[lo:local] if lo < local - 2 else None  # not just the newline of the last hit
-        conv.collapse = self._collapse
+        conv.collapse, conv.blank = self._collapse, hit.blank
         try:
             out = conv.convert(self.index_map[hit.matcher], hit.groups, hit.line.decode("utf-8", "replace"),
-                               hit.line_no, self.ctx, before, hit.blank)
+                               hit.line_no, self.ctx, before)
         finally:
-            conv.collapse = None
+            conv.collapse = conv.blank = None
         self._looked = max(self._looked, hit.offset + len(hit.line))
         return out
 
