@@ -652,6 +652,15 @@ class StreamFacts:
         self._looked = max(self._looked, hit.offset + len(hit.line))
         return out
 
+    def grown(self) -> list[Flood]:
+        """The floods of this batch that grew since they were handed on. ``item`` hands a flood
+        on at its first repeat in a batch; whoever applies floods as they come (the controller)
+        applies these after the hits it converted, or the batch's later repeats would wait for
+        the next batch to be counted (and the last batch's, for ever)."""
+        if self._collapse is None:
+            return []
+        return [f for f in self._collapse.touched if f.count > f.applied]
+
     def feed(self, data: bytes) -> list[Item]:
         return [(h.line_no, h.offset, self.item(h)) for h in self.scan(data)]
 

@@ -4,8 +4,10 @@ same values dropped, and it never merges lines whose shapes differ."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
+import time
 
 import pytest
 
@@ -180,3 +182,37 @@ def test_job_log_under_a_scheduler_refuses_the_same_lines(compiled, monkeypatch)
     # gpu005 and gpu006 for two matchers on every line, and the srun lines that name gpu005..gpu009
     assert dict(counters[1]).get("other_node") == 30 * 4 * 2 + 15
     assert {n for f in final for n in f[6]} <= {f"gpu{i:03d}" for i in range(1, 5)}
+
+
+def test_live_controller_counts_every_line_of_a_flood(tmp_path):
+    """The controller hands a flood on at its first repeat in a read; the read's later repeats
+    are handed on after it (StreamFacts.grown), so the store counts every line, the last read's too."""
+    from engine.controller import Controller, ControllerConfig
+    from engine.rulebook import load_rulebook
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    log = logs / "slurm-55.out"
+    log.write_text("")
+    res = load_rulebook(defaults=True)
+    ctl = Controller(ControllerConfig(db=str(tmp_path / "r.db"), follow=[str(logs / "*.out")], scheduler="none",
+                                      dry_run=True), res.compiled)
+    ctl.startup()
+    try:
+        written = 0
+        for burst in (700, 1, 2500, 3):
+            with open(log, "a") as fh:
+                for i in range(burst):
+                    rank = (written + i) % 64
+                    fh.write(f"gpu{rank // 8:03d}:{100 + rank}:{200 + rank} [{rank % 8}] transport/net_ib.cc:1696 NCCL WARN "
+                             f"NET/IB : Got completion from peer 10.0.{rank}.1<{40000 + rank}> with error 12, opcode 0\n")
+            written += burst
+            for _ in range(3):
+                ctl.step()
+                time.sleep(0.05)
+        counts = {json.loads(a)["matcher"]: c for a, c in
+                  ctl.store.db.execute("SELECT attrs, count FROM facts WHERE kind = 'log'").fetchall()}
+        assert counts == {"nccl_ib_completion_error": written, "nccl_warn": written}
+    finally:
+        ctl.follower.stop()
+        ctl.store.close()
