@@ -86,6 +86,17 @@ def scan_chunks(chunks: Iterable[bytes], scanner: Scanner, converter: HitConvert
     yield from convert(scanner.flush(), data, start - len(data))
 
 
+def log_end(inp: "Input", last: Fact | None) -> Fact | None:
+    """The end of a whole job log, as a fact: what its job printed last was progress (the job went
+    on after any error it logged) or not (it ended on its failure). Only replay knows where a log
+    ends; live, the scheduler's job state says that a job ended."""
+    if last is None or inp.source not in ("job", "any") or last.get("job") is None:
+        return None
+    attrs = {"job": last.get("job"), "attempt": int(last.get("attempt") or 0),
+             "tail": "progress" if last.kind == "progress" else "failure"}
+    return Fact.make("log_end", attrs, last.at, f"{inp.name}:end")
+
+
 @dataclass(frozen=True)
 class Input:
     """One stream to replay: a name (path), the source kind, and how to read it."""
@@ -132,13 +143,19 @@ def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: St
             cluster.assign(ctx.job, ctx.attempt, ctx.nodes, 0.0)
         index_map = matchers_for(compiled, inp.source)
         scanner = Scanner([specs[i] for i in index_map])
+        last: Fact | None = None
+        seq = -1
         try:
             for seq, fact in enumerate(scan_chunks(inp.chunks(), scanner, converter, ctx, index_map, on_bytes)):
                 collected.append((fact.at, index, seq, fact))
+                last = fact
         except OSError as exc:
             logger.error("%s: cannot read: %s", inp.name, exc.strerror or exc)
             result.unreadable.append(inp.name)
             continue
+        end = log_end(inp, last)
+        if end is not None:
+            collected.append((end.at, index, seq + 1, end))
         result.files += 1
         result.bytes += scanner.bytes_seen
         result.long_lines += scanner.long_lines_cut
