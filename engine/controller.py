@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 from .facts import Fact
 from .incidents import ClosedIncident, Engine
-from .linefacts import ClusterContext, FileContext, HitConverter, job_from_filename
+from .linefacts import ClusterContext, FileContext, Flood, HitConverter, StreamFacts, job_from_filename
 from .matching import Scanner
 from .metrics import Metrics
 from .replay import matcher_specs, matchers_for
@@ -396,13 +396,16 @@ class Controller:
         scanner: Scanner = t.meta["scanner"]
         ctx: FileContext = t.meta["ctx"]
         index_map = t.meta["index_map"]
+        stream = t.meta.get("stream")
+        if stream is None or stream.scanner is not scanner or stream.ctx is not ctx:
+            stream = t.meta["stream"] = StreamFacts(scanner, self.converter, ctx, index_map)
         if data:
-            hits = scanner.feed(data)
+            hits = stream.scan(data)  # converted one by one below: a stop can come between lines
             end = scanner.position
             lines = data.count(b"\n")
         else:  # the old inode is finished: its last partial line counts; the next file starts at 0
             before = scanner.position
-            hits = scanner.flush()
+            hits = stream.scan_end()
             lines = scanner.position[1] - before[1]
             # where the old file ends, if it lives on renamed: a partial last line was judged now;
             # what may still be appended to it there gets that line's number again
@@ -423,11 +426,11 @@ class Controller:
             while j < n:
                 line_no = hits[j].line_no
                 while j < n and hits[j].line_no == line_no:  # all hits of one line go together
-                    hit = hits[j]
-                    fact = self.converter.convert(index_map[hit.matcher], hit.groups, hit.line.decode("utf-8", "replace"),
-                                                  hit.line_no, ctx)
-                    if fact is not None:
-                        self.engine.ingest(fact)
+                    item = stream.item(hits[j])
+                    if isinstance(item, Flood):  # repeats of an earlier fact: counted, not asserted
+                        self.engine.flooded(item)
+                    elif item is not None:
+                        self.engine.ingest(item)
                         self._tx_facts += 1
                     j += 1
                     self._tx_hits += 1
@@ -442,7 +445,7 @@ class Controller:
                 return True
             # a piece of a burst: commit up to the end of the last line ingested
             last = hits[j - 1]
-            t.offset, t.line_no = self._line_end(t, data, last), last.line_no
+            t.offset, t.line_no = self._line_end(t, data, last.offset), last.line_no
             self._tx_commit()
             if self.stop_event.is_set():
                 self.follower.rewind(t)  # the rest of this read is read again (after a restart)
@@ -459,9 +462,9 @@ class Controller:
             return t.read_at
 
     @staticmethod
-    def _line_end(t: Tailed, data: bytes, hit) -> int:
-        """File offset just past the newline that ends the line of ``hit``."""
-        k = hit.offset - t.read_pos
+    def _line_end(t: Tailed, data: bytes, offset: int) -> int:
+        """File offset just past the newline that ends the line that starts at ``offset``."""
+        k = offset - t.read_pos
         nl = data.find(b"\n", max(0, k))
         return t.read_pos + nl + 1
 

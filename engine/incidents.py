@@ -56,6 +56,7 @@ class _Live:
     incident: int | None = None
     count: int = 1
     asserted: bool = False
+    flood: Any = None  # linefacts.Flood of its repeats, when a flood was collapsed into it
 
 
 @dataclass
@@ -177,6 +178,22 @@ class Engine:
             if old is not None:
                 self._retract(old)
         self._assert_chain(fact)
+
+    def flooded(self, flood: Any) -> None:
+        """Repeats of a fact already ingested (a ``linefacts.Flood``): counted, never asserted."""
+        delta = flood.count - flood.applied
+        if delta <= 0:
+            return
+        flood.applied = flood.count
+        self.stats["flooded"] += delta
+        live = self.live.get(flood.fact_id)
+        if live is not None:
+            live.count += delta
+            live.flood = flood
+            if live.incident is None:
+                return  # counted when it joins an incident
+        # in an incident (or no longer live): the stored row, if any, is brought up to date
+        self.store.bump_fact(flood.fact_id, delta, flood.evidence())
 
     def _with_job(self, fact: Fact) -> Fact:
         """A node's fact (a Xid, a counter) belongs to the job attempt running on that node then."""
@@ -361,7 +378,7 @@ class Engine:
                 if live is not None and fid not in inc.facts:
                     self.store.add_fact(inc.id, live.fact)
                     if live.count > 1:
-                        self.store.bump_fact(fid, live.count - 1)
+                        self.store.bump_fact(fid, live.count - 1, live.flood.evidence() if live.flood is not None else None)
                     live.incident = inc.id
                     inc.facts.add(fid)
             firing_id = self.store.add_firing(inc.id, cr.rule.id, str(cr.rule.mark), cr.rule.description, matched_ids, asserted, fact.at)

@@ -13,14 +13,16 @@ Usage::
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from .facts import Fact
 from .incidents import ClosedIncident, Engine
-from .linefacts import ClusterContext, FileContext, HitConverter, job_from_filename
+from .linefacts import ClusterContext, FileContext, Flood, HitConverter, StreamFacts, job_from_filename
 from .matching import MatcherSpec, Scanner
 from .rulebook.compile import CompiledRulebook
 from .store import Store
@@ -30,7 +32,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["replay", "replay_inputs", "Input", "file_input", "ReplayResult", "scan_chunks", "matcher_specs", "CHUNK"]
 
 CHUNK = 4 * 1024 * 1024
-BEFORE_BYTES = 8192  # how far back an untimestamped hit looks for the last timestamp
 
 
 @dataclass
@@ -58,42 +59,64 @@ def _file_chunks(path: str) -> Iterator[bytes]:
             yield data
 
 
+_TEMPLATES: "weakref.WeakKeyDictionary[Any, dict[str, Scanner]]" = weakref.WeakKeyDictionary()
+
+
+class _Key:
+    """Identity-hashed key for a compiled rulebook (its dataclass hash would walk its fields)."""
+
+    __slots__ = ("__weakref__",)
+
+
+def scanner_for(compiled: CompiledRulebook, source: str) -> tuple[Scanner, list[int]]:
+    """A fresh scanner for one stream of ``source`` and its index map. The patterns are compiled
+    once per rulebook and source kind (``recover rules test`` replays ~90 small inputs); each
+    stream gets a shallow copy that shares the databases and has its own state."""
+    key = compiled.__dict__.get("_scan_key")
+    if key is None:
+        key = _Key()
+        object.__setattr__(compiled, "_scan_key", key)
+    per = _TEMPLATES.setdefault(key, {})
+    index_map = matchers_for(compiled, source)
+    tmpl = per.get(source)
+    if tmpl is None:
+        specs = matcher_specs(compiled)
+        tmpl = per[source] = Scanner([specs[i] for i in index_map])
+    scanner = copy.copy(tmpl)
+    scanner.lines_seen = scanner.long_lines_cut = scanner.bytes_seen = 0
+    scanner.reset(0, 0)
+    return scanner, index_map
+
+
 def matchers_for(compiled: CompiledRulebook, source: str) -> list[int]:
     """Indexes (into compiled.matchers) of the matchers that apply to a source kind."""
     return [i for i, m in enumerate(compiled.matchers) if source == "any" or source in m.sources or "any" in m.sources]
 
 
 def scan_chunks(chunks: Iterable[bytes], scanner: Scanner, converter: HitConverter, ctx: FileContext,
-                index_map: Sequence[int], on_bytes: Callable[[int], None] | None = None) -> Iterator[Fact]:
-    """Yield the facts of one stream (context lines update ``ctx``); ``index_map`` maps the
-    scanner's matcher numbers to the converter's."""
-    def convert(hits, data: bytes, start: int):
-        for hit in hits:
-            local = hit.offset - start
-            before = data[max(0, local - BEFORE_BYTES):local] if 0 < local <= len(data) else None
-            fact = converter.convert(index_map[hit.matcher], hit.groups, hit.line.decode("utf-8", errors="replace"),
-                                     hit.line_no, ctx, before)
-            if fact is not None:
-                yield fact
-
-    start = scanner.position[0]
-    data = b""
+                index_map: Sequence[int], on_bytes: Callable[[int], None] | None = None) -> Iterator[Fact | Flood]:
+    """Yield the facts and floods of one stream (context lines update ``ctx``); ``index_map``
+    maps the scanner's matcher numbers to the converter's."""
+    stream = StreamFacts(scanner, converter, ctx, index_map)
     for data in chunks:
         if on_bytes:
             on_bytes(len(data))
-        yield from convert(scanner.feed(data), data, start)
-        start += len(data)
-    yield from convert(scanner.flush(), data, start - len(data))
+        for _, _, item in stream.feed(data):
+            if item is not None:
+                yield item
+    for _, _, item in stream.flush():
+        if item is not None:
+            yield item
 
 
-def log_end(inp: "Input", last: Fact | None) -> Fact | None:
+def log_end(inp: "Input", last: Fact | None, tail_progress: bool) -> Fact | None:
     """The end of a whole job log, as a fact: what its job printed last was progress (the job went
     on after any error it logged) or not (it ended on its failure). Only replay knows where a log
     ends; live, the scheduler's job state says that a job ended."""
     if last is None or inp.source not in ("job", "any") or last.get("job") is None:
         return None
     attrs = {"job": last.get("job"), "attempt": int(last.get("attempt") or 0),
-             "tail": "progress" if last.kind == "progress" else "failure"}
+             "tail": "progress" if tail_progress else "failure"}
     return Fact.make("log_end", attrs, last.at, f"{inp.name}:end")
 
 
@@ -124,7 +147,6 @@ def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: St
         cluster.assign(job, attempt, nodes, 0.0)
     matchers = list(compiled.matchers)
     converter = HitConverter(matchers, cluster)
-    specs = matcher_specs(compiled)
     collected: list[tuple[float, int, int, Any]] = []
     context_seq = [0]
 
@@ -141,19 +163,22 @@ def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: St
             ctx.nodes.update(nodes)
         if ctx.job:
             cluster.assign(ctx.job, ctx.attempt, ctx.nodes, 0.0)
-        index_map = matchers_for(compiled, inp.source)
-        scanner = Scanner([specs[i] for i in index_map])
+        scanner, index_map = scanner_for(compiled, inp.source)
         last: Fact | None = None
+        tail_progress = False
         seq = -1
         try:
-            for seq, fact in enumerate(scan_chunks(inp.chunks(), scanner, converter, ctx, index_map, on_bytes)):
-                collected.append((fact.at, index, seq, fact))
-                last = fact
+            for seq, item in enumerate(scan_chunks(inp.chunks(), scanner, converter, ctx, index_map, on_bytes)):
+                # a flood is applied when its first repeat was seen, with every repeat counted by then
+                collected.append((item.at, index, seq, item))
+                if isinstance(item, Fact):
+                    last = item
+                tail_progress = isinstance(item, Fact) and item.kind == "progress"
         except OSError as exc:
             logger.error("%s: cannot read: %s", inp.name, exc.strerror or exc)
             result.unreadable.append(inp.name)
             continue
-        end = log_end(inp, last)
+        end = log_end(inp, last, tail_progress)
         if end is not None:
             collected.append((end.at, index, seq + 1, end))
         result.files += 1
@@ -162,12 +187,14 @@ def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: St
     for fact in extra_facts:
         collected.append((fact.at, -1, 0, fact))
     collected.sort(key=lambda t: (t[0], t[1], t[2]))
-    result.hits = sum(1 for c in collected if not isinstance(c[3], tuple))
+    result.hits = sum(1 for c in collected if isinstance(c[3], Fact)) + sum(f.count for f in {c[3] for c in collected if isinstance(c[3], Flood)})
     engine = Engine(compiled, store, scheduler=scheduler, cluster=cluster, network=network)
     for at, _, _, item in collected:
         if isinstance(item, tuple):
             _, cjob, catt, cnodes = item
             cluster.assign(cjob, catt, cnodes, at)
+        elif isinstance(item, Flood):
+            engine.flooded(item)
         else:
             engine.ingest(item)
     result.incidents = engine.finish()

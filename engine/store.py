@@ -160,6 +160,10 @@ class Store:
                     self.db.execute("ALTER TABLE offsets ADD COLUMN head TEXT")
                 except sqlite3.OperationalError:
                     pass
+                try:  # databases from before floods kept their last line and who repeated it
+                    self.db.execute("ALTER TABLE facts ADD COLUMN flood TEXT")
+                except sqlite3.OperationalError:
+                    pass
                 self.db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             else:
                 self.db.execute("SELECT 1 FROM incidents LIMIT 1")
@@ -256,8 +260,21 @@ class Store:
             (incident, fact.id, fact.kind, json.dumps(fact.to_dict()["attrs"], sort_keys=True), fact.at, fact.origin, derived_by),
         )
 
-    def bump_fact(self, fact_id: str, by: int = 1) -> None:
-        self._exec("UPDATE facts SET count = count + ? WHERE id = ?", (by, fact_id))
+    def bump_fact(self, fact_id: str, by: int = 1, flood: dict[str, Any] | None = None) -> None:
+        """Count ``by`` more sightings; ``flood``: the last one's origin and text, nodes and ranks seen."""
+        if flood is None:
+            self._exec("UPDATE facts SET count = count + ? WHERE id = ?", (by, fact_id))
+        else:
+            self._exec("UPDATE facts SET count = count + ?, flood = ? WHERE id = ?",
+                       (by, json.dumps(flood, sort_keys=True), fact_id))
+
+    def fact_floods(self, incident: int) -> dict[str, dict[str, Any]]:
+        """fact id -> what the store knows of its repeats (see ``bump_fact``)."""
+        try:
+            rows = self._exec("SELECT id, flood FROM facts WHERE incident = ? AND flood IS NOT NULL", (incident,))
+        except StoreError:  # opened read-only, a database from before the column
+            return {}
+        return {r["id"]: json.loads(r["flood"]) for r in rows}
 
     def add_firing(self, incident: int | None, rule: str, rule_mark: str, description: str,
                    matched: dict[str, str], asserted: str | None, at: float) -> int:
