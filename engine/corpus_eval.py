@@ -94,7 +94,8 @@ class EvalReport:
 
     @property
     def healthy_with_incident(self) -> list[CaseResult]:
-        return [r for r in self.results if r.case.label == HEALTHY and r.got != HEALTHY]
+        """Healthy cases that opened an incident no ``accept`` allows."""
+        return [r for r in self.results if r.case.label == HEALTHY and not r.right]
 
     def labels(self) -> list[str]:
         seen = {r.case.label for r in self.results} | {r.got for r in self.results}
