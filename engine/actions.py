@@ -1,8 +1,8 @@
 """Plans: from a decision to rendered argv lists, with every value validated before rendering.
 
 A template never sees raw log text: node names and job ids must match strict patterns (else the
-action is not planned, and the incident says why), and the only free text, the reason, is
-built by us from the fault class and bounded, with characters outside a safe set removed.
+action is not planned, and the incident says why), and the only free text (the winning fault's
+reason, the first line of evidence) is bounded, with characters outside a safe set removed.
 Nothing here runs a command: ``engine/actuator.py`` (acting) and the store (recommending) do.
 """
 
@@ -18,11 +18,12 @@ from .rulebook.compile import CompiledAction, CompiledRulebook
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PlannedAction", "PlanError", "plan_actions", "safe_reason", "idem_key"]
+__all__ = ["PlannedAction", "PlanError", "plan_actions", "safe_reason", "idem_key", "evidence_summary"]
 
 _REASON_BAD = re.compile(r"[^A-Za-z0-9 _.:/,()#+-]")
 _JOB_ARG = re.compile(r"^(?:\w+=)?\{\{-?\s*job\s*-?\}\}$")
 MAX_REASON = 120
+_NODES_VAR = re.compile(r"(?<![.\w])nodes\b")  # the `nodes` variable, not evidence.nodes
 
 
 class PlanError(ValueError):
@@ -62,10 +63,21 @@ def _render(action: CompiledAction, variables: Mapping[str, Any]) -> tuple[str, 
     return tuple(argv)
 
 
+def evidence_summary(first_line: str | None, count: int, nodes: Iterable[str]) -> dict[str, Any]:
+    """What templates may read as ``evidence``: the first line (cleaned and bounded like a reason),
+    how many pieces of evidence, and the valid node names among those they name (at most 16)."""
+    clean = sorted({str(n) for n in nodes if NODE_RE.match(str(n))})[:16]
+    return {"first_line": safe_reason(first_line or ""), "count": max(0, int(count)), "nodes": clean}
+
+
 def plan_actions(compiled: CompiledRulebook, decision: str, incident: int, job: str | None, attempt: int | None,
                  nodes: Iterable[str], fault_class: str, scheduler: str = "slurm",
-                 names: Iterable[str] | None = None) -> tuple[list[PlannedAction], list[str]]:
-    """Render the plan of a decision. Returns (actions, problems); a problem skips that action."""
+                 names: Iterable[str] | None = None, reason: str | None = None,
+                 evidence: Mapping[str, Any] | None = None) -> tuple[list[PlannedAction], list[str]]:
+    """Render the plan of a decision. Returns (actions, problems); a problem skips that action.
+
+    ``reason`` is the winning fault's reason and ``evidence`` an ``evidence_summary``; both come
+    from logs, so both are cleaned and bounded before a template sees them."""
     problems: list[str] = []
     clean_nodes = []
     for n in nodes:
@@ -82,7 +94,9 @@ def plan_actions(compiled: CompiledRulebook, decision: str, incident: int, job: 
         "nodes": clean_nodes,
         "fault_class": fault_class,
         "decision": decision,
-        "reason": safe_reason(f"recover incident {incident} {fault_class}"),
+        "reason": safe_reason(reason or f"recover incident {incident} {fault_class}"),
+        "evidence": evidence_summary((evidence or {}).get("first_line"), (evidence or {}).get("count", 0),
+                                     (evidence or {}).get("nodes", ())),
     }
     plan: list[PlannedAction] = []
     for name in (names if names is not None else compiled.policy["plans"].get(decision, ())):
@@ -106,7 +120,7 @@ def plan_actions(compiled: CompiledRulebook, decision: str, incident: int, job: 
                     argv = _render(action, variables | {"node": node})
                     plan.append(PlannedAction(name, node, argv, idem_key(incident, name, node), action.verify, action.timeout))
             else:
-                if not clean_nodes and any("nodes" in t.source for t in action.argv):
+                if not clean_nodes and any(_NODES_VAR.search(t.source) for t in action.argv):
                     continue  # e.g. exclude: nothing to exclude
                 argv = _render(action, variables)
                 target = variables["job"] or "-"

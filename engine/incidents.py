@@ -396,6 +396,15 @@ class Engine:
         inc.last_at = max(inc.last_at, fact.at)
         self.store.touch_incident(inc.id, fact.at)
 
+    def _evidence(self, inc: _Open) -> dict[str, Any]:
+        """The incident's evidence for action templates: its earliest line, how many, which nodes."""
+        lives = sorted((self.live[f] for f in inc.facts if f in self.live and self.live[f].fact.kind not in ("symptom", "fault")),
+                       key=lambda lv: lv.fact.at)
+        first = next((lv.fact.get("text") or lv.fact.get("evidence") for lv in lives
+                      if lv.fact.get("text") or lv.fact.get("evidence")), None)
+        nodes = {str(lv.fact.get("node")) for lv in lives if lv.fact.get("node")}
+        return {"first_line": str(first) if first else None, "count": sum(lv.count for lv in lives), "nodes": nodes}
+
     def _close(self, inc: _Open, at: float) -> ClosedIncident:
         if inc.faults:
             best = inc.best or _best_fault(inc.faults)
@@ -416,7 +425,8 @@ class Engine:
             ctx = self._guard_context(inc, job_id, attempt, at)
             decision = decide(self.compiled, fault_class, nodes, reason, ctx, rule)
             plan, problems = plan_actions(self.compiled, decision.decision, inc.id, job_id, attempt, decision.nodes,
-                                          fault_class, self.scheduler, names=decision.plan_only)
+                                          fault_class, self.scheduler, names=decision.plan_only, reason=reason,
+                                          evidence=self._evidence(inc))
             plan = [p for p in plan if (p.name, p.target) not in decision.skip_targets]
             guards = list(decision.guards) + [{"guard": "plan", "why": p} for p in problems]
             mode = decision.autonomy if self.mode == "act" else ("observe" if decision.autonomy == "observe" else "recommend")
