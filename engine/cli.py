@@ -337,7 +337,9 @@ def _print_incident_table(rows, title: str) -> None:
 
 @app.command()
 def incidents(db: Optional[str] = DbOpt, json_out: bool = JsonOpt,
-              status: Optional[str] = typer.Option(None, "--status", help="open or closed")) -> None:
+              status: Optional[str] = typer.Option(None, "--status", help="open or closed"),
+              errors: bool = typer.Option(False, "--errors", help="List the quarantined inputs instead: lines and "
+                                          "spool facts whose handling failed, with the error.")) -> None:
     """List incidents."""
     from .store import Store, StoreError
 
@@ -346,6 +348,16 @@ def incidents(db: Optional[str] = DbOpt, json_out: bool = JsonOpt,
     except StoreError as exc:
         _err(str(exc))
         raise typer.Exit(2)
+    if errors:
+        quarantined = store.quarantined()
+        for q in quarantined:
+            if json_out:
+                typer.echo(json.dumps(q))
+            else:
+                typer.echo(f"{q['origin']}  x{q['count']}  {q['error']}\n    {q['input'][:200]!r}")
+        if not json_out:
+            typer.echo(f"{len(quarantined)} quarantined input(s) in {store.path}")
+        return
     rows = store.incidents(status=status)
     if json_out:
         for r in rows:
@@ -388,6 +400,9 @@ def run(dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: rec
         poll: Optional[float] = typer.Option(None, "--poll", help="Poll files every SECONDS instead of inotify (NFS, Lustre)."),
         metrics_port: Optional[int] = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on this port."),
         scheduler_interval: float = typer.Option(5.0, "--scheduler-interval", help="Seconds between scheduler polls."),
+        from_start: bool = typer.Option(False, "--from-start", help="With a new database, read the files that already "
+                                        "exist from their start (a backfill; monitor mode only). Without it a new "
+                                        "database starts reading them at their end: the past is not acted on."),
         verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the controller: follow logs, the agents' spool and the scheduler; record or act."""
     from .controller import Controller, ControllerConfig
@@ -403,6 +418,9 @@ def run(dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: rec
     if not follow and not spool and scheduler == "none":
         _err("nothing to watch: give --follow GLOB, --spool DIR or --scheduler slurm")
         raise typer.Exit(2)
+    if from_start and not dry_run:
+        _err("--from-start reads the past: only in monitor mode (--dry-run)")
+        raise typer.Exit(2)
     actuator_factory = None
     if not dry_run:
         try:
@@ -415,7 +433,7 @@ def run(dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: rec
     rule_paths, defaults, overlays = _rule_args(rules, no_defaults)
     cfg = ControllerConfig(rules=rule_paths, defaults=defaults, overlays=overlays, db=_db(db), follow=follow or [], spool=spool,
                            scheduler=scheduler, dry_run=dry_run, poll=poll, metrics_port=metrics_port,
-                           scheduler_interval=scheduler_interval, actuator_factory=actuator_factory)
+                           scheduler_interval=scheduler_interval, actuator_factory=actuator_factory, from_start=from_start)
     try:
         controller = Controller(cfg, compiled)
     except StoreError as exc:
@@ -434,8 +452,12 @@ def agent(node: str = typer.Option(..., "--node", help="This node's name, as the
           kmsg: bool = typer.Option(False, "--kmsg", help="Read /dev/kmsg."),
           nvml: bool = typer.Option(True, "--nvml/--no-nvml", help="Poll GPU counters through NVML."),
           interval: float = typer.Option(10.0, "--interval", help="NVML poll interval, seconds."),
+          expected_gpus: str = typer.Option("gres", "--expected-gpus", help="GPUs this node should have: a number, or "
+                                            "'gres' (Slurm's GRES for the node; the count first seen when Slurm cannot say)."),
+          rules: Optional[List[str]] = RulesOpt, no_defaults: bool = NoDefaultsOpt,
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
-    """Run the node agent: kernel-log Xids and NVML counters -> facts in the spool."""
+    """Run the node agent: kernel-log lines (the rulebook's kernel matchers) and NVML counters
+    (the rulebook's thresholds) -> facts in the spool."""
     from .agent import run_agent
 
     _setup_logging(verbose)
@@ -443,7 +465,12 @@ def agent(node: str = typer.Option(..., "--node", help="This node's name, as the
     if kernel_log is None and not kmsg and not nvml:
         _err("no source: give --kernel-log PATH, --kmsg or --nvml")
         raise typer.Exit(2)
-    raise typer.Exit(run_agent(node, spool, kernel_log=kernel_log, kmsg=kmsg, nvml=nvml, poll_interval=interval))
+    if not (expected_gpus == "gres" or expected_gpus.isdigit()):
+        _err(f"--expected-gpus: {expected_gpus!r} is neither a number nor 'gres'")
+        raise typer.Exit(2)
+    compiled = _load_or_exit(rules, no_defaults)
+    raise typer.Exit(run_agent(node, spool, kernel_log=kernel_log, kmsg=kmsg, nvml=nvml, poll_interval=interval,
+                               rulebook=compiled, expected_gpus=int(expected_gpus) if expected_gpus.isdigit() else "gres"))
 
 
 @app.command()

@@ -61,7 +61,15 @@ def build(store: Store, incident_id: int) -> dict[str, Any]:
         "firings": [{k: v for k, v in fr.items()} for fr in firings],
         "actions": store.actions(incident_id),
         "reviews": store.reviews(incident_id),
+        "context_source": _context_source(store),
     }
+
+
+def _context_source(store: Store) -> str | None:
+    try:
+        return store.meta("context_source")
+    except Exception:  # a database from before this was recorded
+        return None
 
 
 def _describe(fact: dict[str, Any]) -> str:
@@ -90,6 +98,9 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append(f"  why:      {inc['reason']}")
     for g in inc.get("guards") or []:
         lines.append(f"  guard:    {g.get('guard')}: {g.get('why')}" + (f" ({g['from']} -> {g['to']})" if g.get("from") else ""))
+    if report.get("context_source") == "logs":
+        lines.append("  context:  which job ran on which nodes was taken from the logs' own lines (SLURM_JOB_ID, "
+                     "SLURM_JOB_NODELIST...): no scheduler was asked (replay); live, only the scheduler says that")
     lines.append("")
     lines.append("Chain of evidence (the winning fault, the rules that derived it, the facts they matched):")
 

@@ -21,7 +21,8 @@ from .rulebook.model import Matcher
 logger = logging.getLogger(__name__)
 
 __all__ = ["NODE_RE", "JOB_RE", "clean_text", "parse_line_time", "FileContext", "ClusterContext", "HitConverter",
-           "expand_hostlist", "job_from_filename", "Flood", "StreamFacts", "shape_key", "FLOOD_WINDOW"]
+           "expand_hostlist", "job_from_filename", "Flood", "StreamFacts", "shape_key", "FLOOD_WINDOW",
+           "normalize_pci", "decode_xid"]
 
 NODE_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,62})$")
 JOB_RE = re.compile(r"^[0-9]{1,12}(?:_[0-9]{1,9})?$")
@@ -29,6 +30,9 @@ _CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u2028-\u202e\u2066-\u2
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 _ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?")
 _SYSLOG = re.compile(r"^(?:<\d+>)?(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})")
+# PyTorch's C++ (glog-style) lines: "E1129 17:21:30.123456 1234 ProcessGroupNCCL.cpp:..." or
+# "[rank3]:E1129 17:21:30.123000 ..." (severity letter, month, day; no year)
+_GLOG = re.compile(r"^(?:\[rank\d{1,6}\]:\s?)?[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
 _FILE_JOB = (
     re.compile(r"(?:^|[/_-])slurm-(\d{1,12})(?:_(\d{1,9}))?\.(?:out|err|log)$"),
     re.compile(r"(?:^|/)(?:job|train)[-_.]?(\d{1,12})(?:[-_.][^/]*)?\.(?:out|err|log)$"),
@@ -74,7 +78,63 @@ def parse_line_time(line: str, year: int | None = None) -> float | None:
             return float(calendar.timegm((y, _MONTHS[mon], int(d), int(h), int(mi), int(s), 0, 0, 0)))
         except (ValueError, OverflowError):
             return None
+    m = _GLOG.match(head)
+    if m:
+        mo, d, h, mi, s, frac = m.groups()
+        y = year or time.gmtime().tm_year
+        try:
+            if not (1 <= int(mo) <= 12 and 1 <= int(d) <= 31 and int(h) < 24 and int(mi) < 60 and int(s) < 61):
+                return None
+            t = float(calendar.timegm((y, int(mo), int(d), int(h), int(mi), int(s), 0, 0, 0)))
+        except (ValueError, OverflowError):
+            return None
+        return t + (int(frac) / (10 ** len(frac)) if frac else 0.0)
     return None
+
+
+def normalize_pci(text: str | None) -> str | None:
+    """``00000000:3B:00.0``, ``PCI:0000:3b:00``, ``3b:00.0`` → ``0000:3b:00`` (``None`` if not PCI).
+
+    The form both the kernel's Xid lines and NVML's bus ids are reduced to, so they compare."""
+    if not isinstance(text, str):
+        return None
+    t = text.strip()
+    if t[:4].upper() == "PCI:":
+        t = t[4:]
+    t = t.split(".", 1)[0]
+    parts = t.split(":")
+    if len(parts) == 2:
+        parts = ["0", *parts]
+    if len(parts) != 3:
+        return None
+    dom, bus, dev = parts
+    try:
+        if not (1 <= len(dom) <= 8 and 1 <= len(bus) <= 2 and 1 <= len(dev) <= 2):
+            return None
+        d, b, v = int(dom, 16), int(bus, 16), int(dev, 16)
+    except ValueError:
+        return None
+    return f"{d & 0xFFFF:04x}:{b:02x}:{v:02x}"
+
+
+def decode_xid(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The one Xid decoder, after the rulebook's Xid matchers took the line apart: the PCI
+    address in the form NVML devices carry, the words of a decode (fatality, recovery action)
+    with their blanks collapsed. Replay and the node agent both reach Xids through here."""
+    pci = normalize_pci(attrs.get("pci")) if "pci" in attrs else None
+    if pci is not None:
+        attrs["pci"] = pci
+    else:
+        attrs.pop("pci", None)
+    for name in ("fatality", "recovery_action", "nvlink_unit", "process"):
+        value = attrs.get(name)
+        if isinstance(value, str):
+            value = " ".join(value.split()).strip("'\"")
+            if value and value != "<unknown>":
+                attrs[name] = value
+            else:
+                attrs.pop(name)
+    return attrs
 
 
 def expand_hostlist(text: str) -> list[str]:
@@ -126,9 +186,17 @@ class ClusterContext:
         for node in [n for n, (j, _, _) in self.node_job.items() if j == job]:
             del self.node_job[node]
 
+    def nodes_of(self, job: str) -> set[str]:
+        return {n for n, (j, _, _) in self.node_job.items() if j == job}
+
     def job_on(self, node: str) -> tuple[str, int | None] | None:
         entry = self.node_job.get(node)
         return (entry[0], entry[1]) if entry else None
+
+
+#: numbers from logs are bounded: exact in a double (what the Rete compares) and far inside
+#: SQLite's integers, so that SLURM_RESTART_COUNT=99999999999999999999 is dropped, not stored
+MAX_NUMBER = 1 << 53
 
 
 def _number(raw: str, kind: str) -> int | float | None:
@@ -137,8 +205,9 @@ def _number(raw: str, kind: str) -> int | float | None:
     try:
         if kind == "float":
             v = float(raw)
-            return v if v == v and abs(v) != float("inf") else None
-        return int(raw, 16) if raw.lower().startswith("0x") else int(raw)
+            return v if v == v and abs(v) <= MAX_NUMBER else None
+        v = int(raw, 16) if raw.lower().startswith("0x") else int(raw)
+        return v if -MAX_NUMBER <= v <= MAX_NUMBER else None
     except ValueError:
         return None
 
@@ -157,6 +226,13 @@ class HitConverter:
         self.on_context: Callable[[float, str, int | None, frozenset], None] | None = None
         self.dropped_values = 0
         self._last_line: tuple[str, float | None] | None = None
+        #: a scheduler is present: it alone says which job a job log belongs to and on which
+        #: nodes that job runs; the log's own words about jobs and nodes are refused (see convert)
+        self.scheduler = False
+        self.refused: dict[str, int] = {}
+
+    def _refuse(self, why: str) -> None:
+        self.refused[why] = self.refused.get(why, 0) + 1
 
     def _typed(self, m: Matcher, groups: Mapping[str, str]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -211,7 +287,14 @@ class HitConverter:
         attrs = self._typed(m, groups)
         if self.clock is not None and logged is not None:
             attrs["logged_at"] = logged
+        # Trust: with a scheduler, a job's log is evidence about that job (the one the scheduler
+        # or the file's name says) and the nodes the scheduler lists for it, never about other
+        # jobs or nodes. Without one (replay), the log's context lines are all there is.
+        guarded = self.scheduler and ctx.source == "job"
         if m.emit == "context":
+            if guarded:
+                self._refuse("context")  # SLURM_JOB_ID=, SLURM_JOB_NODELIST= ... printed by the job
+                return None
             if "job" in attrs:
                 ctx.job = str(attrs["job"])
             if "attempt" in attrs and isinstance(attrs["attempt"], int):
@@ -228,9 +311,28 @@ class HitConverter:
                 else:
                     self.cluster.assign(ctx.job, ctx.attempt, ctx.nodes, at)
             return None
+        if guarded and m.emit == "xid":
+            self._refuse("xid_in_job_log")  # a node-level claim: the kernel's and the agents' to make
+            return None
         fact_attrs: dict[str, Any] = dict(m.attrs)
         fact_attrs.update(attrs)
         fact_attrs.pop("nodes", None)
+        if guarded:
+            for name in ("job", "attempt"):
+                if name in attrs and str(attrs[name]) != str(ctx.job if name == "job" else ctx.attempt):
+                    self._refuse("other_job")
+                fact_attrs.pop(name, None)
+            if ctx.job is not None:
+                fact_attrs["job"] = ctx.job
+                if ctx.attempt is not None:
+                    fact_attrs["attempt"] = ctx.attempt
+            node = fact_attrs.get("node")
+            if node is not None:
+                allowed = ctx.nodes or (self.cluster.nodes_of(ctx.job) if ctx.job is not None else set())
+                if str(node) not in allowed:
+                    self._refuse("other_node")  # not in the job's allocation: dropped, the evidence stays
+                    fact_attrs.pop("node")
+            fact_attrs.pop("failed_nodes", None)
         fact_attrs["matcher"] = m.id
         fact_attrs["source"] = ctx.source
         if "job" not in fact_attrs and ctx.job is not None:
@@ -238,8 +340,11 @@ class HitConverter:
         if "attempt" not in fact_attrs:
             if ctx.attempt is not None and fact_attrs.get("job") == ctx.job:
                 fact_attrs["attempt"] = ctx.attempt
+        if m.emit == "xid":
+            decode_xid(fact_attrs)
         node = fact_attrs.get("node")
-        if node is None and len(ctx.nodes) == 1 and m.emit != "xid":
+        # an Xid printed in a job's log is not a node-level claim; one in a node's kernel log is
+        if node is None and len(ctx.nodes) == 1 and (m.emit != "xid" or ctx.source == "kernel"):
             fact_attrs["node"] = next(iter(ctx.nodes))
         # a node's fact without a job gets the job that ran there from the engine, in time order
         if "job" in fact_attrs and "attempt" not in fact_attrs:

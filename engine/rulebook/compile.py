@@ -31,6 +31,10 @@ DEFAULT_POLICY: Mapping[str, Any] = {
     "plans": {"restart": ("requeue",), "isolate_and_restart": ("drain", "requeue", "exclude"), "stop": ("notify",), "observe": ()},
 }
 
+#: the sources that may make node-level claims (a Xid naming a node): the kernel's log (read by
+#: the node agents) and Slurm's own daemons; never a job's output, which its user writes
+NODE_CLAIM_SOURCES = frozenset({"kernel", "slurm"})
+
 _ENV = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
 
 
@@ -140,6 +144,12 @@ def compile_rulebook(book: Rulebook) -> tuple[CompiledRulebook, list[Diagnostic]
         if problem:
             diags.append(Diagnostic(m.mark, "E-REGEX", f"matcher {m.id}: {problem}", "patterns are RE2 syntax"))
             continue
+        if m.emit == "xid" and not set(m.sources) <= NODE_CLAIM_SOURCES:
+            # a Xid names a node to drain: a job's log (written by the job's user) may not say that
+            diags.append(Diagnostic(m.mark, "E-SOURCE", f"matcher {m.id}: emit xid is a node-level claim; "
+                                    f"it accepts {', '.join(sorted(NODE_CLAIM_SOURCES))} sources only, not "
+                                    f"{', '.join(s for s in m.sources if s not in NODE_CLAIM_SOURCES)}",
+                                    "source: [kernel] (or [kernel, slurm])"))
         if m.emit == "xid" and "(?P<code>" not in m.pattern:
             diags.append(Diagnostic(m.mark, "E-REGEX", f"matcher {m.id}: emit xid needs a (?P<code>...) group"))
         for group in m.types:
