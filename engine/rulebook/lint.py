@@ -186,6 +186,9 @@ class _Linter:
                 continue
             scopes: dict[str, tuple[frozenset[str], frozenset[str]] | None] = {}
             for cond in rule.conditions:
+                if cond.kind == "progress" and cond.absent_for is None:
+                    self.warn(cond.mark, "W-NEVER-FIRES", f"rule {rule.id}: progress facts never reach rules (the progress "
+                                                          "tracker aggregates them)", "use kind: stall (a hang), or progress with absent_for")
                 scope = self.condition_scope(rule, cond)
                 if cond.kind == "log":
                     names = [v for cmp, _v, _r in _walk(cond.where, self.book) if cmp.attr == "matcher" and cmp.op in ("eq", "in")
