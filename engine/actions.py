@@ -94,7 +94,8 @@ def plan_actions(compiled: CompiledRulebook, decision: str, incident: int, job: 
         "nodes": clean_nodes,
         "fault_class": fault_class,
         "decision": decision,
-        "reason": safe_reason(reason or f"recover incident {incident} {fault_class}"),
+        # the incident stays named first: a drain's Reason= is how its verification finds it
+        "reason": safe_reason(f"recover incident {incident} {fault_class}" + (f": {reason}" if reason else "")),
         "evidence": evidence_summary((evidence or {}).get("first_line"), (evidence or {}).get("count", 0),
                                      (evidence or {}).get("nodes", ())),
     }

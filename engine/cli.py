@@ -410,8 +410,12 @@ def agent(node: str = typer.Option(..., "--node", help="This node's name, as the
           kmsg: bool = typer.Option(False, "--kmsg", help="Read /dev/kmsg."),
           nvml: bool = typer.Option(True, "--nvml/--no-nvml", help="Poll GPU counters through NVML."),
           interval: float = typer.Option(10.0, "--interval", help="NVML poll interval, seconds."),
+          expected_gpus: str = typer.Option("gres", "--expected-gpus", help="GPUs this node should have: a number, or "
+                                            "'gres' (Slurm's GRES for the node; the count first seen when Slurm cannot say)."),
+          rules: Optional[List[str]] = RulesOpt, no_defaults: bool = NoDefaultsOpt,
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
-    """Run the node agent: kernel-log Xids and NVML counters -> facts in the spool."""
+    """Run the node agent: kernel-log lines (the rulebook's kernel matchers) and NVML counters
+    (the rulebook's thresholds) -> facts in the spool."""
     from .agent import run_agent
 
     _setup_logging(verbose)
@@ -419,7 +423,12 @@ def agent(node: str = typer.Option(..., "--node", help="This node's name, as the
     if kernel_log is None and not kmsg and not nvml:
         _err("no source: give --kernel-log PATH, --kmsg or --nvml")
         raise typer.Exit(2)
-    raise typer.Exit(run_agent(node, spool, kernel_log=kernel_log, kmsg=kmsg, nvml=nvml, poll_interval=interval))
+    if not (expected_gpus == "gres" or expected_gpus.isdigit()):
+        _err(f"--expected-gpus: {expected_gpus!r} is neither a number nor 'gres'")
+        raise typer.Exit(2)
+    compiled = _load_or_exit(rules, no_defaults)
+    raise typer.Exit(run_agent(node, spool, kernel_log=kernel_log, kmsg=kmsg, nvml=nvml, poll_interval=interval,
+                               rulebook=compiled, expected_gpus=int(expected_gpus) if expected_gpus.isdigit() else "gres"))
 
 
 @app.command()

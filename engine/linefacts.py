@@ -21,7 +21,8 @@ from .rulebook.model import Matcher
 logger = logging.getLogger(__name__)
 
 __all__ = ["NODE_RE", "JOB_RE", "clean_text", "parse_line_time", "FileContext", "ClusterContext", "HitConverter",
-           "expand_hostlist", "job_from_filename", "Flood", "StreamFacts", "shape_key", "FLOOD_WINDOW"]
+           "expand_hostlist", "job_from_filename", "Flood", "StreamFacts", "shape_key", "FLOOD_WINDOW",
+           "normalize_pci", "decode_xid"]
 
 NODE_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,62})$")
 JOB_RE = re.compile(r"^[0-9]{1,12}(?:_[0-9]{1,9})?$")
@@ -29,6 +30,9 @@ _CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u2028-\u202e\u2066-\u2
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 _ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?")
 _SYSLOG = re.compile(r"^(?:<\d+>)?(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})")
+# PyTorch's C++ (glog-style) lines: "E1129 17:21:30.123456 1234 ProcessGroupNCCL.cpp:..." or
+# "[rank3]:E1129 17:21:30.123000 ..." (severity letter, month, day; no year)
+_GLOG = re.compile(r"^(?:\[rank\d{1,6}\]:\s?)?[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
 _FILE_JOB = (
     re.compile(r"(?:^|[/_-])slurm-(\d{1,12})(?:_(\d{1,9}))?\.(?:out|err|log)$"),
     re.compile(r"(?:^|/)(?:job|train)[-_.]?(\d{1,12})(?:[-_.][^/]*)?\.(?:out|err|log)$"),
@@ -74,7 +78,63 @@ def parse_line_time(line: str, year: int | None = None) -> float | None:
             return float(calendar.timegm((y, _MONTHS[mon], int(d), int(h), int(mi), int(s), 0, 0, 0)))
         except (ValueError, OverflowError):
             return None
+    m = _GLOG.match(head)
+    if m:
+        mo, d, h, mi, s, frac = m.groups()
+        y = year or time.gmtime().tm_year
+        try:
+            if not (1 <= int(mo) <= 12 and 1 <= int(d) <= 31 and int(h) < 24 and int(mi) < 60 and int(s) < 61):
+                return None
+            t = float(calendar.timegm((y, int(mo), int(d), int(h), int(mi), int(s), 0, 0, 0)))
+        except (ValueError, OverflowError):
+            return None
+        return t + (int(frac) / (10 ** len(frac)) if frac else 0.0)
     return None
+
+
+def normalize_pci(text: str | None) -> str | None:
+    """``00000000:3B:00.0``, ``PCI:0000:3b:00``, ``3b:00.0`` → ``0000:3b:00`` (``None`` if not PCI).
+
+    The form both the kernel's Xid lines and NVML's bus ids are reduced to, so they compare."""
+    if not isinstance(text, str):
+        return None
+    t = text.strip()
+    if t[:4].upper() == "PCI:":
+        t = t[4:]
+    t = t.split(".", 1)[0]
+    parts = t.split(":")
+    if len(parts) == 2:
+        parts = ["0", *parts]
+    if len(parts) != 3:
+        return None
+    dom, bus, dev = parts
+    try:
+        if not (1 <= len(dom) <= 8 and 1 <= len(bus) <= 2 and 1 <= len(dev) <= 2):
+            return None
+        d, b, v = int(dom, 16), int(bus, 16), int(dev, 16)
+    except ValueError:
+        return None
+    return f"{d & 0xFFFF:04x}:{b:02x}:{v:02x}"
+
+
+def decode_xid(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The one Xid decoder, after the rulebook's Xid matchers took the line apart: the PCI
+    address in the form NVML devices carry, the words of a decode (fatality, recovery action)
+    with their blanks collapsed. Replay and the node agent both reach Xids through here."""
+    pci = normalize_pci(attrs.get("pci")) if "pci" in attrs else None
+    if pci is not None:
+        attrs["pci"] = pci
+    else:
+        attrs.pop("pci", None)
+    for name in ("fatality", "recovery_action", "nvlink_unit", "process"):
+        value = attrs.get(name)
+        if isinstance(value, str):
+            value = " ".join(value.split()).strip("'\"")
+            if value and value != "<unknown>":
+                attrs[name] = value
+            else:
+                attrs.pop(name)
+    return attrs
 
 
 def expand_hostlist(text: str) -> list[str]:
@@ -280,8 +340,11 @@ class HitConverter:
         if "attempt" not in fact_attrs:
             if ctx.attempt is not None and fact_attrs.get("job") == ctx.job:
                 fact_attrs["attempt"] = ctx.attempt
+        if m.emit == "xid":
+            decode_xid(fact_attrs)
         node = fact_attrs.get("node")
-        if node is None and len(ctx.nodes) == 1 and m.emit != "xid":
+        # an Xid printed in a job's log is not a node-level claim; one in a node's kernel log is
+        if node is None and len(ctx.nodes) == 1 and (m.emit != "xid" or ctx.source == "kernel"):
             fact_attrs["node"] = next(iter(ctx.nodes))
         # a node's fact without a job gets the job that ran there from the engine, in time order
         if "job" in fact_attrs and "attempt" not in fact_attrs:

@@ -129,7 +129,8 @@ def replay(paths: Sequence[str], compiled: CompiledRulebook, store: Store, **kw)
 def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: Store, *, job: str | None = None,
                   attempt: int | None = None, nodes: Sequence[str] = (), scheduler: str = "slurm",
                   on_bytes: Callable[[int], None] | None = None, extra_facts: Sequence[Fact] = (),
-                  network=None) -> ReplayResult:
+                  network=None, on_fact: Callable[[Fact], None] | None = None) -> ReplayResult:
+    """``on_fact`` sees every source fact, in the order the engine takes them."""
     result = ReplayResult()
     # no scheduler here: which job ran where is taken from the logs' own lines (explain says so)
     store.set_meta("context_source", "logs")
@@ -178,6 +179,8 @@ def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: St
         elif isinstance(item, Flood):
             engine.flooded(item)
         else:
+            if on_fact is not None:
+                on_fact(item)
             engine.ingest(item)
     result.incidents = engine.finish()
     result.facts = engine.stats["facts"]

@@ -249,6 +249,16 @@ class _Linter:
                             self.err(t.mark, "E-REF", f"test {t.name}: expect.{key} names unknown rule {r!r}")
 
 
+    def actions(self) -> None:
+        from ..actuator import VERIFIERS  # the registry of checks an action may name
+
+        for name, action in self.book.actions.items():
+            if action.verify and action.verify != "none" and action.verify not in VERIFIERS:
+                self.err(self.book.origins.get(("actions", name), (action.mark,))[-1], "E-REF",
+                         f"action {name}: unknown verify {action.verify!r}",
+                         f"one of: none, {', '.join(sorted(VERIFIERS))}")
+
+
 def _reads(ast: jn.Node) -> Iterator[tuple[str, str, bool]]:
     """(alias, attribute, guarded) for every ``alias.attr`` a template reads; guarded when it sits
     under ``| default(...)`` or ``is defined``."""
@@ -274,4 +284,5 @@ def lint(book: Rulebook, compiled_rules: Any = ()) -> list[Diagnostic]:
     linter.rules()
     linter.policy()
     linter.tests()
+    linter.actions()
     return linter.diags

@@ -28,6 +28,7 @@ from .model import (
     TestInput,
     frozen,
 )
+from .thresholds import check_thresholds
 from .yamlmarks import MDict, MList, Mark, mark_of
 
 __all__ = ["check_file", "parse_duration", "SECTION_KEYS", "ITEM_KEYS", "GUARD_KEYS"]
@@ -43,7 +44,7 @@ ITEM_KEYS = {
     "expectation": ("fault_class", "decision", "nodes", "rules", "job", "attempt", "commands", "not_rules"),
     "fault_class": ("description", "decision", "priority", "retry", "override"),
     "policy": ("settle", "cascade", "decisions", "plans", "priorities", "retry", "blast_radius",
-               "autonomy", "inhibit", "hang", "straggler"),
+               "autonomy", "inhibit", "hang", "straggler", "thresholds"),
 }
 #: the settings of each policy guard, and the type of each (dur: a duration; decision: a decision
 #: name as key). What is not here is read by nothing, so it is an error rather than a silent no-op.
@@ -393,6 +394,22 @@ class _Checker:
                     self.err(mark_of(node, key), "E-TYPE", "policy.priorities must map fault_class -> integer")
                     continue
                 out[key] = dict(value)
+            elif key == "thresholds" and isinstance(value, dict):
+                def report(where: Any, code: str, message: str, hint: str, value: Any = value) -> None:
+                    mark = mark_of(node, key)
+                    if isinstance(where, tuple):  # ("models", name[, key])
+                        inner: Any = value.get("models")
+                        mark = mark_of(value, "models")
+                        for part in where[1:]:
+                            if isinstance(inner, dict) and part in inner:
+                                mark = mark_of(inner, part)
+                                inner = inner.get(part)
+                    elif where in value:
+                        mark = mark_of(value, where)
+                    self.err(mark, code, message, hint)
+
+                check_thresholds(value, report)
+                out[key] = _plain(value)
             else:
                 # guard settings (retry, blast_radius, ...): plain mappings, checked by the policy layer
                 if not isinstance(value, dict):
