@@ -30,6 +30,9 @@ _CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u2028-\u202e\u2066-\u2
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 _ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?")
 _SYSLOG = re.compile(r"^(?:<\d+>)?(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})")
+# PyTorch's C++ (glog-style) lines: "E1129 17:21:30.123456 1234 ProcessGroupNCCL.cpp:..." or
+# "[rank3]:E1129 17:21:30.123000 ..." (severity letter, month, day; no year)
+_GLOG = re.compile(r"^(?:\[rank\d{1,6}\]:\s?)?[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
 _FILE_JOB = (
     re.compile(r"(?:^|[/_-])slurm-(\d{1,12})(?:_(\d{1,9}))?\.(?:out|err|log)$"),
     re.compile(r"(?:^|/)(?:job|train)[-_.]?(\d{1,12})(?:[-_.][^/]*)?\.(?:out|err|log)$"),
@@ -75,6 +78,17 @@ def parse_line_time(line: str, year: int | None = None) -> float | None:
             return float(calendar.timegm((y, _MONTHS[mon], int(d), int(h), int(mi), int(s), 0, 0, 0)))
         except (ValueError, OverflowError):
             return None
+    m = _GLOG.match(head)
+    if m:
+        mo, d, h, mi, s, frac = m.groups()
+        y = year or time.gmtime().tm_year
+        try:
+            if not (1 <= int(mo) <= 12 and 1 <= int(d) <= 31 and int(h) < 24 and int(mi) < 60 and int(s) < 61):
+                return None
+            t = float(calendar.timegm((y, int(mo), int(d), int(h), int(mi), int(s), 0, 0, 0)))
+        except (ValueError, OverflowError):
+            return None
+        return t + (int(frac) / (10 ** len(frac)) if frac else 0.0)
     return None
 
 
