@@ -240,6 +240,9 @@ class _Linter:
         for key in ("decisions", "priorities"):
             for fc in dict(self.book.policy.get(key, {}) or {}):
                 self.known_class(fc, self.policy_mark(key), f"policy.{key}")
+        retry = self.book.policy.get("retry") or {}
+        for fc in dict(retry.get("per_class") or {}) if isinstance(retry, Mapping) else ():
+            self.known_class(fc, self.policy_mark("retry"), "policy.retry.per_class")
 
     def tests(self) -> None:
         for t in self.book.tests:
