@@ -119,7 +119,7 @@ def decide(compiled: CompiledRulebook, fault_class: str, nodes: tuple[str, ...],
         recent = [h for h in ctx.history if h.get("decision") in RESTARTING and ctx.now - float(h.get("closed_at") or 0) <= window]
         fp = fingerprint(fault_class, nodes, rule)
         same = [h for h in recent if h.get("fingerprint") == fp]
-        class_budget = (compiled.policy.get("class_retry") or {}).get(fault_class)  # fault_classes: {NAME: {retry: N}}
+        class_budget = dict(retry.get("per_class") or {}).get(fault_class)  # fault_classes: {NAME: {retry: N}}
         same_class = [h for h in recent if h.get("fault_class") == fault_class]
         if len(recent) >= int(retry.get("max_per_job", 5)):
             change("retry_budget", "stop", f"job {ctx.job} was already restarted {len(recent)} times "
@@ -127,9 +127,9 @@ def decide(compiled: CompiledRulebook, fault_class: str, nodes: tuple[str, ...],
         elif len(same) >= int(retry.get("max_per_fingerprint", 3)):
             change("retry_budget", "stop", f"the same root cause ({fault_class}) already caused {len(same)} restarts "
                                            f"(budget {retry.get('max_per_fingerprint')})")
-        elif class_budget is not None and len(same_class) >= class_budget:
+        elif class_budget is not None and len(same_class) >= int(class_budget):
             change("retry_budget", "stop", f"{fault_class} already caused {len(same_class)} restarts of job {ctx.job} "
-                                           f"(the class's retry budget is {class_budget})")
+                                           f"(its retry budget is {class_budget})")
         else:
             n = int(retry.get("no_progress_attempts", 2))
             if n > 0 and ctx.attempt is not None and ctx.attempt >= n:

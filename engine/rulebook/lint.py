@@ -186,6 +186,9 @@ class _Linter:
                 continue
             scopes: dict[str, tuple[frozenset[str], frozenset[str]] | None] = {}
             for cond in rule.conditions:
+                if cond.kind == "progress" and cond.absent_for is None:
+                    self.warn(cond.mark, "W-NEVER-FIRES", f"rule {rule.id}: progress facts never reach rules (the progress "
+                                                          "tracker aggregates them)", "use kind: stall (a hang), or progress with absent_for")
                 scope = self.condition_scope(rule, cond)
                 if cond.kind == "log":
                     names = [v for cmp, _v, _r in _walk(cond.where, self.book) if cmp.attr == "matcher" and cmp.op in ("eq", "in")
@@ -237,6 +240,9 @@ class _Linter:
         for key in ("decisions", "priorities"):
             for fc in dict(self.book.policy.get(key, {}) or {}):
                 self.known_class(fc, self.policy_mark(key), f"policy.{key}")
+        retry = self.book.policy.get("retry") or {}
+        for fc in dict(retry.get("per_class") or {}) if isinstance(retry, Mapping) else ():
+            self.known_class(fc, self.policy_mark("retry"), "policy.retry.per_class")
 
     def tests(self) -> None:
         for t in self.book.tests:

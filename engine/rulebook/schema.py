@@ -49,7 +49,8 @@ ITEM_KEYS = {
 #: the settings of each policy guard, and the type of each (dur: a duration; decision: a decision
 #: name as key). What is not here is read by nothing, so it is an error rather than a silent no-op.
 GUARD_KEYS: dict[str, dict[str, str]] = {
-    "retry": {"max_per_job": "int", "max_per_fingerprint": "int", "window": "dur", "no_progress_attempts": "int"},
+    "retry": {"max_per_job": "int", "max_per_fingerprint": "int", "window": "dur", "no_progress_attempts": "int",
+              "per_class": "class_ints"},
     "blast_radius": {"max_drains": "int", "max_fraction": "num", "window": "dur"},
     "autonomy": {d: "autonomy" for d in DECISIONS},
     "inhibit": {"drained_nodes": "bool"},
@@ -436,9 +437,12 @@ class _Checker:
                 bad = v is not None and parse_duration(v) is None
             elif kind == "autonomy":
                 bad = v not in ("observe", "recommend", "act")
+            elif kind == "class_ints":  # fault class -> restarts; the names are checked after layering
+                bad = not isinstance(v, dict) or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in v.values())
             if bad:
                 want = {"int": "a whole number >= 0", "num": "a number >= 0", "bool": "true or false",
-                        "dur": "a duration such as 90s or 10m", "autonomy": "observe, recommend or act"}[kind or "int"]
+                        "dur": "a duration such as 90s or 10m", "autonomy": "observe, recommend or act",
+                        "class_ints": "a mapping of fault class -> whole number >= 0"}[kind or "int"]
                 self.err(mark_of(value, k), "E-VALUE", f"policy.{name}.{k} must be {want}, got {v!r}")
 
     def fault_class(self, name: Any, node: Any, overrides: dict, marks: dict) -> FaultClass | None:
