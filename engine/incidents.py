@@ -449,8 +449,8 @@ class Engine:
         return closed
 
     def _guard_context(self, inc: _Open, job: str | None, attempt: int | None, now: float) -> GuardContext:
-        import time as _time
-
+        # ``now`` is engine time (the logs' own time in replay): a silence applies when it was
+        # active then, never because it is active on the wall clock today
         progress: dict[int, dict] = {}
         history: list = []
         requeued: set = set()
@@ -458,7 +458,7 @@ class Engine:
             progress = self.store.progress_of(job)
             history = self.store.job_history(job, exclude=inc.id)
             requeued = self.store.requeued_attempts(job)
-        silences = {s["node"]: s["reason"] for s in self.store.silences(active_at=_time.time())}
+        silences = {s["node"]: s["reason"] for s in self.store.silences(active_at=now)}
         drains = [(t, w) for t, w, _ in self.store.recent_actions("drain", now - 86400)]
         return GuardContext(job=job, attempt=attempt, incident=inc.id, now=now, history=history, progress=progress,
                             job_state=self.job_states.get(job) if job is not None else None,
