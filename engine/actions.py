@@ -7,6 +7,7 @@ Nothing here runs a command: ``engine/actuator.py`` (acting) and the store (reco
 """
 
 from __future__ import annotations
+from .errors import PlanError
 
 import logging
 import re
@@ -24,10 +25,6 @@ _REASON_BAD = re.compile(r"[^A-Za-z0-9 _.:/,()#+-]")
 _JOB_ARG = re.compile(r"^(?:\w+=)?\{\{-?\s*job\s*-?\}\}$")
 MAX_REASON = 120
 _NODES_VAR = re.compile(r"(?<![.\w])nodes\b")  # the `nodes` variable, not evidence.nodes
-
-
-class PlanError(ValueError):
-    """A value could not be made safe for a template (bad node name, bad job id)."""
 
 
 @dataclass(frozen=True)

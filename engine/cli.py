@@ -265,7 +265,7 @@ def _since(text: Optional[str]) -> Optional[float]:
         pass
     ago = parse_duration(text[:-1] + "h") * 24 if text.endswith("d") and parse_duration(text[:-1] + "h") is not None else parse_duration(text)
     if ago is None:
-        _err(f"--since {text!r}: not a date, a number of seconds or a duration")
+        _err(f"{text!r}: not a date, a number of seconds or a duration")
         raise typer.Exit(2)
     return time.time() - ago
 
@@ -520,7 +520,15 @@ _register_extensions()
 
 
 def main() -> None:
-    app()
+    """The error boundary: anything Recover raises on purpose is one line on stderr and exit 2,
+    never a traceback (usage errors are typer's, a bug still shows its traceback: it is one)."""
+    from .errors import RecoverError
+
+    try:
+        app()
+    except RecoverError as exc:
+        _err(f"recover: {type(exc).__name__}: {exc}")
+        sys.exit(2)
 
 
 if __name__ == "__main__":

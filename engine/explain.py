@@ -7,16 +7,13 @@ firings that derived each fact to the raw evidence and where it was read (file:l
 """
 
 from __future__ import annotations
+from .errors import ExplainError
 
 from typing import Any
 
 from .store import Store
 
 __all__ = ["build", "render_text", "ExplainError"]
-
-
-class ExplainError(LookupError):
-    """No such incident in the store."""
 
 
 def _fact_dict(fact, count: int, derived_by: int | None) -> dict[str, Any]:

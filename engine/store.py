@@ -17,6 +17,7 @@ Usage::
 """
 
 from __future__ import annotations
+from .errors import StoreError
 
 import json
 import logging
@@ -111,10 +112,6 @@ CREATE TABLE IF NOT EXISTS reviews (
 QUARANTINE_TEXT = 2000
 #: numbers SQLite can hold; anything from a log is bounded long before this
 MAX_INT = (1 << 63) - 1
-
-
-class StoreError(Exception):
-    """The store could not be opened or written (bad path, full disk, not a Recover database)."""
 
 
 @dataclass(frozen=True)
