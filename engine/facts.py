@@ -26,7 +26,7 @@ __all__ = ["Fact", "FactError", "KINDS", "SOURCE_KINDS", "DERIVED_KINDS"]
 
 #: kinds that sources produce
 SOURCE_KINDS = frozenset(
-    {"log", "xid", "gpu_counter", "gpu_state", "job", "node", "progress", "stall", "slow_node"}
+    {"log", "xid", "gpu_counter", "gpu_state", "job", "node", "progress", "stall", "slow_node", "log_end"}
 )
 #: kinds that rules derive
 DERIVED_KINDS = frozenset({"symptom", "fault", "decision", "action"})

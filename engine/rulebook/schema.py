@@ -61,7 +61,7 @@ GUARD_KEYS: dict[str, dict[str, str]] = {
 _ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,127}$")
 _ALIAS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
 _DUR_RE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m(?!s))?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*(?:(\d+(?:\.\d+)?)\s*ms)?\s*$")
-_FACT_KINDS_FOR_RULES = ("log", "xid", "gpu_counter", "gpu_state", "job", "node", "progress", "stall", "slow_node", "symptom", "fault")
+_FACT_KINDS_FOR_RULES = ("log", "xid", "gpu_counter", "gpu_state", "job", "node", "progress", "stall", "slow_node", "log_end", "symptom", "fault")
 _RESERVED_ATTRS = ("kind", "at", "id", "origin")
 _TYPES = ("int", "float", "str")
 
