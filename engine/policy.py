@@ -65,6 +65,10 @@ class GuardContext:
     job_state: str | None = None  # the scheduler's last word on this job
 
 
+#: fault classes of a job that is still running: without a node to isolate, notify only
+NOTIFY_WITHOUT_NODE = frozenset({"straggler"})
+
+
 def fingerprint(fault_class: str, nodes: Sequence[str], rule: str | None) -> str:
     return f"{fault_class}|{rule or '-'}|{','.join(sorted(nodes))}"
 
@@ -101,7 +105,13 @@ def decide(compiled: CompiledRulebook, fault_class: str, nodes: tuple[str, ...],
         guards.append({"guard": guard, "from": decision, "to": to, "why": why})
         decision = to
 
-    if decision == "isolate_and_restart" and not nodes:
+    if decision == "isolate_and_restart" and not nodes and fault_class in NOTIFY_WITHOUT_NODE:
+        # a slow job still runs: a requeue loses the minutes since its checkpoint and, with no
+        # node to exclude, lands it on the same kind of nodes; worth a page, not a restart
+        change("no_nodes", "observe", "the job runs slow and no node is named: nothing to isolate, "
+                                      "and a restart would lose work without removing the cause; notify only")
+        plan_only = ("notify",)
+    elif decision == "isolate_and_restart" and not nodes:
         change("no_nodes", "restart", "the fault names no node to isolate")
 
     if decision in RESTARTING and ctx.job_state == "CANCELLED":

@@ -56,7 +56,8 @@ GUARD_KEYS: dict[str, dict[str, str]] = {
     "inhibit": {"drained_nodes": "bool"},
     "hang": {"bound": "dur", "factor": "num", "min_bound": "dur", "min_samples": "int", "require_running": "bool",
              "any_output": "bool", "fact_ttl": "dur"},
-    "straggler": {"factor": "num", "duration": "dur", "min_peers": "int", "window": "int"},
+    "straggler": {"factor": "num", "duration": "dur", "min_peers": "int", "window": "int", "warmup": "int",
+                  "baseline": "int", "slow_points": "int"},
 }
 _ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,127}$")
 _ALIAS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
