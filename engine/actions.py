@@ -7,6 +7,7 @@ Nothing here runs a command: ``engine/actuator.py`` (acting) and the store (reco
 """
 
 from __future__ import annotations
+from .errors import PlanError
 
 import logging
 import re
@@ -24,10 +25,6 @@ _REASON_BAD = re.compile(r"[^A-Za-z0-9 _.:/,()#+-]")
 _JOB_ARG = re.compile(r"^(?:\w+=)?\{\{-?\s*job\s*-?\}\}$")
 MAX_REASON = 120
 _NODES_VAR = re.compile(r"(?<![.\w])nodes\b")  # the `nodes` variable, not evidence.nodes
-
-
-class PlanError(ValueError):
-    """A value could not be made safe for a template (bad node name, bad job id)."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +91,8 @@ def plan_actions(compiled: CompiledRulebook, decision: str, incident: int, job: 
         "nodes": clean_nodes,
         "fault_class": fault_class,
         "decision": decision,
-        "reason": safe_reason(reason or f"recover incident {incident} {fault_class}"),
+        # the incident stays named first: a drain's Reason= is how its verification finds it
+        "reason": safe_reason(f"recover incident {incident} {fault_class}" + (f": {reason}" if reason else "")),
         "evidence": evidence_summary((evidence or {}).get("first_line"), (evidence or {}).get("count", 0),
                                      (evidence or {}).get("nodes", ())),
     }

@@ -30,6 +30,9 @@ _CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u2028-\u202e\u2066-\u2
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 _ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?")
 _SYSLOG = re.compile(r"^(?:<\d+>)?(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})")
+# PyTorch's C++ (glog-style) lines: "E1129 17:21:30.123456 1234 ProcessGroupNCCL.cpp:..." or
+# "[rank3]:E1129 17:21:30.123000 ..." (severity letter, month, day; no year)
+_GLOG = re.compile(r"^(?:\[rank\d{1,6}\]:\s?)?[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
 _FILE_JOB = (
     re.compile(r"(?:^|[/_-])slurm-(\d{1,12})(?:_(\d{1,9}))?\.(?:out|err|log)$"),
     re.compile(r"(?:^|/)(?:job|train)[-_.]?(\d{1,12})(?:[-_.][^/]*)?\.(?:out|err|log)$"),
@@ -75,6 +78,17 @@ def parse_line_time(line: str, year: int | None = None) -> float | None:
             return float(calendar.timegm((y, _MONTHS[mon], int(d), int(h), int(mi), int(s), 0, 0, 0)))
         except (ValueError, OverflowError):
             return None
+    m = _GLOG.match(head)
+    if m:
+        mo, d, h, mi, s, frac = m.groups()
+        y = year or time.gmtime().tm_year
+        try:
+            if not (1 <= int(mo) <= 12 and 1 <= int(d) <= 31 and int(h) < 24 and int(mi) < 60 and int(s) < 61):
+                return None
+            t = float(calendar.timegm((y, int(mo), int(d), int(h), int(mi), int(s), 0, 0, 0)))
+        except (ValueError, OverflowError):
+            return None
+        return t + (int(frac) / (10 ** len(frac)) if frac else 0.0)
     return None
 
 
@@ -152,6 +166,11 @@ class FileContext:
     nodes: set[str] = field(default_factory=set)
     last_at: float | None = None
     year: int | None = None
+    # attempts of a log appended across restarts (replay, no scheduler): see HitConverter._edge
+    nodes_attempt: int | None = None  # the attempt ``nodes`` were learned in
+    started_at: float | None = None  # when the current attempt's start line was printed
+    active: bool = False  # the current attempt printed evidence since its start line
+    ended: bool = False  # a requeue line ended the current attempt
 
 
 class ClusterContext:
@@ -201,6 +220,10 @@ def _number(raw: str, kind: str) -> int | float | None:
         return None
 
 
+#: a start line printed again this long after the previous one, with evidence in between, is a
+#: new attempt (the tasks of one start print their banners within seconds of each other)
+START_GAP = 60.0
+
 _INT_GROUPS = {"attempt", "code", "step", "checkpoint", "rank", "exit_code", "pid", "gpu", "local_rank"}
 
 
@@ -248,6 +271,16 @@ class HitConverter:
 
     collapse: "_Collapser | None" = None  # set per stream by StreamFacts
     blank: bytes | None = None  # set per hit by StreamFacts (see convert)
+
+    @staticmethod
+    def _start(ctx: FileContext, at: float | None) -> None:
+        """A start line (the job script's banner): a new attempt when the previous one was ended
+        by a requeue line, or printed evidence and started a while ago (``sbatch --open-mode=append``
+        logs carry every attempt); the banners of one start's tasks are one attempt."""
+        if ctx.ended or (ctx.active and (at is None or ctx.started_at is None or at - ctx.started_at >= START_GAP)):
+            ctx.attempt = (ctx.attempt or 0) + 1
+        ctx.active = ctx.ended = False
+        ctx.started_at = at
 
     def _when(self, line: str, ctx: FileContext, before: bytes | None, timeless: bool = False) -> tuple[float | None, float]:
         """(the line's own time or None, the time of its fact). ``timeless``: the line is known to
@@ -300,15 +333,26 @@ class HitConverter:
             if guarded:
                 self._refuse("context")  # SLURM_JOB_ID=, SLURM_JOB_NODELIST= ... printed by the job
                 return None
-            if "job" in attrs:
+            if "job" in attrs and str(attrs["job"]) != ctx.job:
                 ctx.job = str(attrs["job"])
+                ctx.active, ctx.ended, ctx.started_at = False, False, None
+            edge = m.attrs.get("attempt_edge")
+            if edge == "start":
+                self._start(ctx, logged if logged is not None else ctx.last_at)
+            elif edge == "end":
+                ctx.ended = True
             if "attempt" in attrs and isinstance(attrs["attempt"], int):
-                ctx.attempt = attrs["attempt"]
+                ctx.attempt = attrs["attempt"]  # SLURM_RESTART_COUNT: what Slurm says wins
+                ctx.active = ctx.ended = False
             new_nodes = set()
             if "node" in attrs:
                 new_nodes.add(str(attrs["node"]))
             if "nodes" in attrs:
                 new_nodes.update(expand_hostlist(str(attrs["nodes"])))
+            if new_nodes and ctx.nodes_attempt != ctx.attempt:
+                ctx.nodes = set()  # a new attempt runs where Slurm put it this time
+            if new_nodes:
+                ctx.nodes_attempt = ctx.attempt
             ctx.nodes |= new_nodes
             if ctx.job:
                 if self.on_context is not None:  # replay: applied in time order with the facts
@@ -320,6 +364,12 @@ class HitConverter:
             self._refuse("xid_in_job_log")  # a node-level claim: the kernel's and the agents' to make
             return None
         fact_attrs = self._fact_attrs(m, attrs, ctx, guarded)
+        if not guarded and fact_attrs.get("job") == ctx.job and ctx.job is not None:
+            ctx.active = True
+            if fact_attrs.pop("attempt_edge", None) == "end":
+                ctx.ended = True  # the requeue line itself is the end of the attempt it ends
+        else:
+            fact_attrs.pop("attempt_edge", None)
         kind = _KINDS[m.emit]
         if collapse is not None and kind != "progress":
             if blank is not None:
@@ -495,8 +545,8 @@ class _Collapser:
     @staticmethod
     def _sig(conv: "HitConverter", ctx: FileContext) -> tuple:
         nodes = ctx.nodes
-        return (ctx.job, ctx.attempt, id(nodes), len(nodes), next(iter(nodes)) if len(nodes) == 1 else None,
-                conv.cluster.version, conv.scheduler)
+        return (ctx.job, ctx.attempt, ctx.active, ctx.ended, id(nodes), len(nodes),
+                next(iter(nodes)) if len(nodes) == 1 else None, conv.cluster.version, conv.scheduler)
 
     def learn(self, index: int, m: Matcher, blank: bytes, groups: Mapping[str, str], fact_attrs: Mapping[str, Any],
               ctx: FileContext, conv: "HitConverter", guarded: bool, dropped: int, refusals: tuple[str, ...],
@@ -525,8 +575,8 @@ class _Collapser:
             if len(self.templates) >= _TEMPLATES_MAX:
                 self.templates.clear()
             head = line[:96]
-            t = self.templates[key] = _Template(sig, _ISO.search(head) is None and _SYSLOG.match(head) is None,
-                                                tuple(keyed))
+            timeless = _ISO.search(head) is None and _SYSLOG.match(head) is None and _GLOG.match(head) is None
+            t = self.templates[key] = _Template(sig, timeless, tuple(keyed))
         if len(t.shapes) >= 256:
             t.shapes.clear()
         t.shapes[tuple(groups.get(n) for n in t.keyed)] = (self._key("log", fact_attrs, m), dropped, refusals)

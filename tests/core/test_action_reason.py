@@ -29,8 +29,9 @@ def test_notify_carries_the_reason_and_the_evidence(tmp_path):
              "2026-11-29T17:00:01Z [rank5]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
     (msg,) = notify_for(tmp_path, lines)
     assert msg.startswith("cuda_oom: ")
-    assert "recover incident" not in msg  # no longer the fixed string
-    assert "CUDA out of memory" in msg.split("| first:")[0]  # the fault's own reason
+    reason = msg.split(" | first:")[0]
+    assert reason.startswith("cuda_oom: recover incident 1 cuda_oom: ")  # the incident, then the fault's own reason
+    assert "CUDA out of memory" in reason
     assert "first: 2026-11-29T17:00:00Z rank3 : torch.OutOfMemoryError: CUDA out of memory" in msg  # [] are not safe
     assert int(re.search(r"\| (\d+) lines", msg).group(1)) == 2  # the two lines, not the conclusions drawn from them
 
