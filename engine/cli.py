@@ -461,6 +461,9 @@ def agent(node: str = typer.Option(..., "--node", help="This node's name, as the
           expected_gpus: str = typer.Option("gres", "--expected-gpus", help="GPUs this node should have: a number, or "
                                             "'gres' (Slurm's GRES for the node; the count first seen when Slurm cannot say)."),
           rules: Optional[List[str]] = RulesOpt, no_defaults: bool = NoDefaultsOpt,
+          state_dir: Optional[str] = typer.Option(None, "--state-dir", help="Where the agent keeps its offsets and GPU count (default: in the spool)."),
+          from_start: bool = typer.Option(False, "--from-start", help="Read the kernel log from its start, not its end."),
+          fsync: str = typer.Option("batch", "--fsync", help="When spool writes are synced: batch (each write), line, never, or seconds between syncs."),
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the node agent: kernel-log lines (the rulebook's kernel matchers) and NVML counters
     (the rulebook's thresholds) -> facts in the spool."""
@@ -474,9 +477,17 @@ def agent(node: str = typer.Option(..., "--node", help="This node's name, as the
     if not (expected_gpus == "gres" or expected_gpus.isdigit()):
         _err(f"--expected-gpus: {expected_gpus!r} is neither a number nor 'gres'")
         raise typer.Exit(2)
+    sync: str | float = fsync
+    try:
+        sync = float(fsync)
+    except ValueError:
+        if fsync not in ("batch", "line", "never"):
+            _err(f"--fsync: {fsync!r} is not batch, line, never or a number of seconds")
+            raise typer.Exit(2)
     compiled = _load_or_exit(rules, no_defaults)
     raise typer.Exit(run_agent(node, spool, kernel_log=kernel_log, kmsg=kmsg, nvml=nvml, poll_interval=interval,
-                               rulebook=compiled, expected_gpus=int(expected_gpus) if expected_gpus.isdigit() else "gres"))
+                               rulebook=compiled, expected_gpus=int(expected_gpus) if expected_gpus.isdigit() else "gres",
+                               state_dir=state_dir, replay=from_start, fsync=sync))
 
 
 @app.command()
