@@ -8,6 +8,7 @@ Nothing here runs a command: ``engine/actuator.py`` (acting) and the store (reco
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import dataclass
@@ -18,11 +19,12 @@ from .rulebook.compile import CompiledAction, CompiledRulebook
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PlannedAction", "PlanError", "plan_actions", "safe_reason", "idem_key"]
+__all__ = ["PlannedAction", "PlanError", "plan_actions", "safe_reason", "idem_key", "alert_json"]
 
 _REASON_BAD = re.compile(r"[^A-Za-z0-9 _.:/,()#+-]")
 _JOB_ARG = re.compile(r"^(?:\w+=)?\{\{-?\s*job\s*-?\}\}$")
 MAX_REASON = 120
+MAX_OUTCOME = 400
 
 
 class PlanError(ValueError):
@@ -39,11 +41,11 @@ class PlannedAction:
     timeout: float
 
 
-def safe_reason(text: str) -> str:
+def safe_reason(text: str, limit: int = MAX_REASON) -> str:
     """Free text for a drain reason: printable ASCII from a small set, no '=', bounded."""
     text = _REASON_BAD.sub(" ", text or "")
     text = re.sub(r"\s+", " ", text).strip()
-    return text[:MAX_REASON]
+    return text[:limit]
 
 
 def idem_key(incident: int, action: str, target: str) -> str:
@@ -62,10 +64,25 @@ def _render(action: CompiledAction, variables: Mapping[str, Any]) -> tuple[str, 
     return tuple(argv)
 
 
+def alert_json(incident: int, job: str, fault_class: str, decision: str, nodes: list[str], fault_reason: str,
+               outcome: str) -> str:
+    """The body of an Alertmanager v2 ``POST /api/v2/alerts``: one alert, its labels the things a
+    site routes and silences on. Every value is already validated or cleaned by the caller."""
+    labels = {"alertname": "RecoverIncident", "incident": str(incident), "fault_class": fault_class,
+              "decision": decision, "nodes": ",".join(nodes) or "-", "job": job or "-", "service": "recover"}
+    summary = f"incident {incident}: {fault_class} on {','.join(nodes) or '-'} (job {job or '-'}): {decision}"
+    return json.dumps([{"labels": labels, "annotations": {"summary": summary, "description": fault_reason,
+                                                           "outcome": outcome}}], sort_keys=True)
+
+
 def plan_actions(compiled: CompiledRulebook, decision: str, incident: int, job: str | None, attempt: int | None,
                  nodes: Iterable[str], fault_class: str, scheduler: str = "slurm",
-                 names: Iterable[str] | None = None) -> tuple[list[PlannedAction], list[str]]:
-    """Render the plan of a decision. Returns (actions, problems); a problem skips that action."""
+                 names: Iterable[str] | None = None, fault_reason: str = "", outcome: str | None = None,
+                 excluded: Iterable[str] | None = None) -> tuple[list[PlannedAction], list[str]]:
+    """Render the plan of a decision. Returns (actions, problems); a problem skips that action.
+
+    ``excluded`` is the job's whole exclusion list to set (what it had plus the new nodes; the
+    actuator passes it from the job's live state), ``outcome`` what was done so far (for pages)."""
     problems: list[str] = []
     clean_nodes = []
     for n in nodes:
@@ -74,7 +91,12 @@ def plan_actions(compiled: CompiledRulebook, decision: str, incident: int, job: 
         else:
             problems.append(f"node name {str(n)[:40]!r} is not a valid host name; not acted on")
     clean_nodes = sorted(set(clean_nodes))
+    clean_excluded = sorted({str(n) for n in (excluded if excluded is not None else clean_nodes) if NODE_RE.match(str(n))})
     job_ok = job is not None and JOB_RE.match(str(job)) is not None
+    names = list(names if names is not None else compiled.policy["plans"].get(decision, ()))
+    cleaned_reason = safe_reason(fault_reason) or "-"
+    said = safe_reason(outcome if outcome is not None else "planned: " + ", ".join(n for n in names if n != "notify"),
+                       MAX_OUTCOME) or "-"
     variables = {
         "incident": str(incident),
         "job": str(job) if job_ok else "",
@@ -83,9 +105,13 @@ def plan_actions(compiled: CompiledRulebook, decision: str, incident: int, job: 
         "fault_class": fault_class,
         "decision": decision,
         "reason": safe_reason(f"recover incident {incident} {fault_class}"),
+        "excluded": clean_excluded,
+        "fault_reason": cleaned_reason,
+        "outcome": said,
+        "alert": alert_json(incident, str(job) if job_ok else "", fault_class, decision, clean_nodes, cleaned_reason, said),
     }
     plan: list[PlannedAction] = []
-    for name in (names if names is not None else compiled.policy["plans"].get(decision, ())):
+    for name in names:
         action = compiled.actions.get(name)
         if action is None:
             problems.append(f"action {name!r} is not defined")

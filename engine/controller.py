@@ -144,6 +144,7 @@ class Controller:
         self._tx_spool_last = dict(self.spool.offsets) if self.spool else None
         self._failures = 0  # unexpected errors in a row
         self._resync_reason: str | None = None
+        self._poller = None  # started by run(); step() alone polls inline (tests)
 
     # -- setup -----------------------------------------------------------------------------
     def _new_engine(self, compiled: CompiledRulebook) -> Engine:
@@ -494,17 +495,28 @@ class Controller:
                             "(garbage, truncated or too long JSON); %d so far", self.cfg.spool, new_garbage, garbage)
 
     def _poll_scheduler(self, now: float) -> None:
-        if self.adapter is None or now - self._last_sched < self.cfg.scheduler_interval:
+        if self.adapter is None:
             return
-        self._last_sched = now
-        try:
-            jobs = self.adapter.jobs()
-            nodes = self.adapter.nodes()
-            self.metrics.source_health.labels(source="scheduler").set(1)
-        except Exception as exc:
-            self.metrics.source_health.labels(source="scheduler").set(0)
-            self._log_every("scheduler", logging.WARNING, "scheduler poll failed: %s", exc)
-            return
+        if self._poller is not None:  # `recover run`: polled on its own thread, never blocking this loop
+            snap = self._poller.take()
+            self.metrics.source_health.labels(source="scheduler").set(1 if self._poller.available else 0)
+            if self.actuator is not None and hasattr(self.actuator, "available"):
+                self.actuator.available = self._poller.available
+            if snap is None:
+                return
+            jobs, nodes = snap.jobs, snap.nodes
+        else:
+            if now - self._last_sched < self.cfg.scheduler_interval:
+                return
+            self._last_sched = now
+            try:
+                jobs = self.adapter.jobs()
+                nodes = self.adapter.nodes()
+                self.metrics.source_health.labels(source="scheduler").set(1)
+            except Exception as exc:
+                self.metrics.source_health.labels(source="scheduler").set(0)
+                self._log_every("scheduler", logging.WARNING, "scheduler poll failed: %s", exc)
+                return
         self._tx_begin()
         states_changed = False
         # nodes first: a node that died is seen while its job is still assigned to it
@@ -673,6 +685,12 @@ class Controller:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 signal.signal(sig, on_signal)
         self.follower.start()
+        if self.adapter is not None:
+            from scheduler_adapters.worker import PollWorker
+
+            self._poller = PollWorker(self.adapter, self.cfg.scheduler_interval,
+                                      timeout=max(10.0, 2 * self.cfg.scheduler_interval))
+            self._poller.start()
         logger.warning("recover run: mode=%s follow=%s spool=%s scheduler=%s db=%s", self.mode,
                        ",".join(self.cfg.follow) or "-", self.cfg.spool or "-", self.cfg.scheduler, self.cfg.db)
         rescan_every = max(1.0, float(self.cfg.poll or 0.0))
@@ -719,6 +737,8 @@ class Controller:
             except Exception as exc:
                 self._tx_abort(exc)
             self.follower.stop()
+            if self._poller is not None:
+                self._poller.stop()
             self.metrics.stop()
             self.store.close()
         return 0

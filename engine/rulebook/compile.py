@@ -21,7 +21,8 @@ from .yamlmarks import Mark
 
 __all__ = ["CompiledRulebook", "Template", "compile_rulebook", "ACTION_VARS", "DEFAULT_POLICY", "jinja_env"]
 
-ACTION_VARS = frozenset({"incident", "job", "attempt", "node", "nodes", "fault_class", "decision", "reason"})
+ACTION_VARS = frozenset({"incident", "job", "attempt", "node", "nodes", "fault_class", "decision", "reason",
+                         "excluded", "fault_reason", "outcome", "alert"})
 DEFAULT_POLICY: Mapping[str, Any] = {
     "settle": 120.0,
     "decisions": {fc: dec for fc, (_, dec) in FAULT_CLASSES.items()},

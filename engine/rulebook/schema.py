@@ -41,7 +41,7 @@ ITEM_KEYS = {
     "test": ("name", "input", "context", "facts", "expect"),
     "input": ("file", "source", "lines"),
     "policy": ("settle", "cascade", "decisions", "plans", "priorities", "retry", "blast_radius", "throttle",
-               "autonomy", "inhibit", "notify", "hang", "straggler", "thresholds"),
+               "autonomy", "inhibit", "notify", "hang", "straggler", "thresholds", "isolate"),
 }
 _ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,127}$")
 _ALIAS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
