@@ -226,7 +226,7 @@ class Actuator:
             elif a["status"] == "escalated":
                 failed.append(f"{what}: {note}")
             elif a["status"] == "failed":
-                waiting.append(f"{what} not taken yet ({(a.get('output') or '').strip()[-80:]})")
+                waiting.append(f"{what} not taken yet ({(a.get('output') or '').strip()[-80:]})")  # noqa: E501
             else:
                 waiting.append(f"{what} {a['status']}")
         inc = self.store.incident(incident_id)
@@ -235,8 +235,9 @@ class Actuator:
         parts = []
         for label, items in (("done", done), ("FAILED", failed), ("refused", refused + policy), ("pending", waiting)):
             if items:
-                parts.append(f"{label}: " + "; ".join(items))
-        return " | ".join(parts) or "nothing to do"
+                parts.append(f"{label}: " + ", ".join(items))
+        # pages keep only characters safe everywhere (see actions.safe_reason): no ; or |
+        return " / ".join(parts) or "nothing to do"
 
     def _rerender(self, action: dict, inc, **extra) -> bool:
         """Render the action again with what is known now (live exclusions, the outcome so far)."""
@@ -257,7 +258,7 @@ class Actuator:
         """Tell people (the rulebook's notify), once per incident and tag."""
         if self.compiled.actions.get("notify") is None:
             return
-        outcome = f"{why} | {self.outcome(inc.id)}"
+        outcome = f"{why} / {self.outcome(inc.id)}"
         plan, _ = plan_actions(self.compiled, inc.decision or "stop", inc.id, inc.job, inc.attempt, inc.nodes,
                                inc.fault_class or "unknown", names=("notify",), fault_reason=inc.reason or "",
                                outcome=outcome)
@@ -286,7 +287,7 @@ class Actuator:
         if kind == "node_drained":
             return self._pre_drain(action, inc)
         if kind == "none" and action["action"] in ("notify", "alertmanager") or "{{ outcome }}" in self._sources(action):
-            self._rerender(action, inc, outcome=self.outcome(inc.id) + (f" | {action['note']}" if action.get("note") else ""))
+            self._rerender(action, inc, outcome=(f"{action['note']} / " if action.get("note") else "") + self.outcome(inc.id))
         return None
 
     def _sources(self, action: dict) -> str:
