@@ -17,6 +17,7 @@ Run as root on a machine where scripts/slurm-up.sh has started the cluster.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sqlite3
@@ -98,7 +99,9 @@ def main() -> None:
             if not first:
                 print(f"trial {trial}: job {job} never ran")
                 continue
-            time.sleep(2.5)  # the controller has polled the job onto its nodes
+            # the controller has polled the job onto its nodes (it may start late on a loaded machine)
+            wait(lambda: job in (json.loads((q(db, "SELECT value FROM meta WHERE key = 'job_states'") or [["{}"]])[0][0])), 60, 0.2)
+            time.sleep(0.5)
             bad = first.nodes[-1]
             stamp = time.strftime("%b %d %H:%M:%S", time.gmtime())
             t0 = time.time()

@@ -18,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from .test_slurm_e2e import JOB, NODES, REPO, Harness, slurm, wait_for  # noqa: F401  (fixture)
+from test_slurm_e2e import JOB, REPO, Harness, slurm, wait_for  # noqa: F401  (slurm: a fixture)
 
 pytestmark = pytest.mark.slurm
 SITE = """
@@ -43,6 +43,20 @@ def h(tmp_path, slurm):  # noqa: F811
     harness.close()
 
 
+def watching(h, job, attempt=0):
+    """The controller has polled the job running (a loaded machine may start it late)."""
+    rows = h.query("SELECT value FROM meta WHERE key = 'job_states'")
+    if not rows:
+        return False
+    state = json.loads(rows[0][0]).get(job)
+    return bool(state and state[0] == "RUNNING" and int(state[1]) == attempt)
+
+
+def ready(h, job):
+    wait_for("the controller to watch the job", lambda: watching(h, job), 60)
+    time.sleep(0.5)
+
+
 def act(h, name):
     return [a for a in h.actions() if a[1] == name]
 
@@ -62,7 +76,7 @@ def test_a_requeue_by_an_admin_right_after_the_xid_is_not_repeated(h):
     job = h.submit(JOB, "-N", "2")
     first = wait_for("job running", lambda: h.running(job), 30)
     bad = first.nodes[-1]
-    time.sleep(2.5)
+    ready(h, job)
     h.inject_xid(bad)
     time.sleep(1.0)
     subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)  # the admin was faster
@@ -81,7 +95,7 @@ def test_slurms_own_requeue_on_node_death_is_kept_and_the_dead_node_stays_out(h)
     job = h.submit(JOB)
     first = wait_for("job running", lambda: h.running(job), 30)
     victim = first.nodes[0]
-    time.sleep(2.5)
+    ready(h, job)
     h.killed_nodes.append(victim)
     subprocess.run(["bash", str(REPO / "scripts" / "slurm-node.sh"), "kill", victim], check=True, timeout=60)
     rows = wait_for("a node_failure incident", lambda: [i for i in h.incidents() if i[4] == "node_failure" and i[3] == "closed"],
@@ -106,7 +120,7 @@ def test_the_users_exclusions_are_kept_and_merged(h):
     job = h.submit(JOB, "-N", "2", "--exclude=n4")
     first = wait_for("job running", lambda: h.running(job), 30)
     bad = first.nodes[0]
-    time.sleep(2.5)
+    ready(h, job)
     h.inject_xid(bad)
     wait_for("exclude verified", lambda: [r for r in notes(h, "exclude") if r[0] == "verified"], 40)
     j = h.slurm.job(job)
@@ -120,7 +134,7 @@ def test_a_job_that_requires_the_bad_node_is_held_not_excluded_from_it(h):
     h.start_controller()
     job = h.submit(JOB, "-w", "n1")
     wait_for("job running", lambda: h.running(job), 30)
-    time.sleep(2.5)
+    ready(h, job)
     h.inject_xid("n1")
     held = wait_for("the job held", lambda: (j := h.slurm.job(job)) and j.state == "PENDING" and "held" in j.reason.lower() and j, 40)
     assert "n1" not in held.excluded_nodes
@@ -136,7 +150,7 @@ def test_a_no_requeue_job_is_not_requeued_and_its_page_says_so(h):
     job = h.submit(JOB, "--no-requeue")
     first = wait_for("job running", lambda: h.running(job), 30)
     bad = first.nodes[0]
-    time.sleep(2.5)
+    ready(h, job)
     h.inject_xid(bad)
     wait_for(f"{bad} drained", lambda: h.node(bad).drained, 20)
     wait_for("the requeue refused", lambda: [r for r in notes(h, "requeue") if r[0] == "skipped"], 40)
