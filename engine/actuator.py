@@ -254,12 +254,12 @@ class Actuator:
             action["argv"] = argv
         return True
 
-    def _page(self, inc, why: str, tag: str) -> None:
-        """Tell people (the rulebook's notify), once per incident and tag."""
+    def _page(self, inc, why: str, tag: str, job: str | None = None) -> None:
+        """Tell people (the rulebook's notify), once per incident, tag and job."""
         if self.compiled.actions.get("notify") is None:
             return
         outcome = f"{why} / {self.outcome(inc.id)}"
-        plan, _ = plan_actions(self.compiled, inc.decision or "stop", inc.id, inc.job, inc.attempt, inc.nodes,
+        plan, _ = plan_actions(self.compiled, inc.decision or "stop", inc.id, job or inc.job, inc.attempt, inc.nodes,
                                inc.fault_class or "unknown", names=("notify",), fault_reason=inc.reason or "",
                                outcome=outcome)
         for p in plan:
@@ -314,6 +314,56 @@ class Actuator:
             return "skipped", note
         if live.state == "PENDING":
             return "skipped", f"job {job} is already pending ({live.reason or 'queued'}): not requeued"
+        if base_attempt(action, inc) == int(inc.attempt or 0):
+            return self._shared_nodes(action, inc, live)
+        return None
+
+    def _faulty_gpus(self, inc, node: str) -> set[int]:
+        """GPU indexes the incident's evidence names on ``node`` (NVML facts carry them)."""
+        found = set()
+        for f, _, _ in self.store.facts(inc.id):
+            gpu = f.attrs.get("gpu")
+            if f.attrs.get("node") == node and isinstance(gpu, int) and not isinstance(gpu, bool):
+                found.add(gpu)
+        return found
+
+    def _shared_nodes(self, action: dict, inc, live) -> tuple[str, str] | None:
+        """A node shared by several jobs: requeue only the job that holds the faulty GPU; when that
+        is not known, requeue none of them blindly, and name and tell every one."""
+        job = action["target"]
+        try:
+            others = [j for j in self.adapter.jobs() if j.job_id != job and j.state in ACTIVE and set(j.nodes) & set(inc.nodes)]
+        except Exception as exc:
+            raise Unknown(str(exc)) from exc
+        if not others:
+            return None
+        holders: set[str] = set()
+        for node in sorted(set(inc.nodes) & {n for j in others for n in j.nodes}):
+            gpus = self._faulty_gpus(inc, node)
+            maps = {}
+            for j in [live] + others:
+                if node in j.nodes:
+                    d = j if getattr(j, "detailed", False) else live_job(self.adapter, j.job_id)
+                    maps[j.job_id] = d.gpus_on(node) if d is not None else None
+            if not gpus or any(v is None for v in maps.values()):
+                names = ", ".join(sorted(maps))
+                why = (f"node {node} is shared by jobs {names} and which of them holds the faulty GPU is not known: "
+                       "none is requeued blindly; the drain lets them finish")
+                self._note_incident(inc, "shared_node", why)
+                for other in sorted(maps):
+                    self._page(inc, why, f"shared-{node}", job=other)
+                return "skipped", why
+            holders |= {jid for jid, idx in maps.items() if idx and set(idx) & gpus}
+        for other in sorted(holders - {job}):
+            o = next(j for j in others if j.job_id == other)
+            key = f"{idem_key(inc.id, 'requeue', other)}@{o.attempt}"
+            self.store.add_action(inc.id, key, "requeue", other, [a.replace(job, other) if a == job else a
+                                                                   for a in action["argv"]],
+                                  "act", "planned", note=f"holds the faulty GPU on {','.join(o.nodes)}")
+        if job not in holders:
+            why = f"job {job} does not hold the faulty GPU: it keeps running (the drain lets it finish)"
+            self._note_incident(inc, "shared_node", why + (f"; requeued instead: {', '.join(sorted(holders))}" if holders else ""))
+            return "skipped", why
         return None
 
     def _pre_exclude(self, action: dict, inc) -> tuple[str, str] | None:

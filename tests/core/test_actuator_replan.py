@@ -185,3 +185,47 @@ def test_a_failed_drain_is_retried_by_time_not_by_count(world):
     sim.up = True
     drive(act, 10)
     assert by_name(store, "drain")[0]["status"] == "verified"
+
+
+class Shared(SimulatedCluster):
+    """Two jobs on n1, each with its own GPU; `known` says whether `scontrol show job -d` gives the map."""
+
+    def __init__(self, known):
+        super().__init__(["n1", "n2"])
+        self.known = known
+        self.a = self.submit("a", nodes=1)  # runs on n1
+        self._jobs[self.a].nodes = ("n1",)
+        self.b = self.submit("b", nodes=1)
+        j = self._jobs[self.b]
+        self._nodes[j.nodes[0]]["state"] = "idle"
+        j.nodes = ("n1",)  # the simulation does not share nodes; Slurm with cons_tres does
+
+    def job_detail(self, job_id):
+        from dataclasses import replace
+
+        info = self.job(job_id)
+        if info is None or not self.known:
+            return info
+        return replace(info, detailed=True, gpus=(("n1", (0,) if job_id == self.a else (1,)),))
+
+
+@pytest.mark.parametrize("known", [True, False])
+def test_a_shared_node_requeues_only_the_job_holding_the_faulty_gpu(world, known):
+    _, store, engine, act = world()
+    sim = Shared(known)
+    act.adapter = sim
+    # the Xid pinned to job b (assigned last), but NVML says GPU 0, which job a holds
+    engine.ingest(Fact.make("xid", {"code": 79, "node": "n1", "gpu": 0, "job": sim.b, "attempt": 0}, 0.0, "nvml:n1:0"))
+    engine.finish()
+    drive(act, 20)
+    requeued = [h[2] for h in sim.history if h[:2] == ["scontrol", "requeue"]]
+    inc = store.incident(engine.closed[0].id)
+    if known:
+        assert requeued == [sim.a]
+        assert sim.job(sim.b).state == "RUNNING" and sim.job(sim.b).attempt == 0
+    else:
+        assert requeued == []  # none requeued blindly
+        why = [g["why"] for g in inc.guards if g["guard"] == "shared_node"]
+        assert why and sim.a in why[0] and sim.b in why[0]
+        told = {a["target"] for a in by_name(store, "notify") if "shared" in a["idem_key"]}
+        assert told == {sim.a, sim.b}

@@ -222,3 +222,27 @@ actions:
     assert not act(h, "requeue")
     page = json.loads(notes(h, "notify")[0][2])[-1]
     assert f"incident {inc[0]}" in page and "unknown" in page and "stop" in page
+
+
+def test_two_jobs_on_one_node_with_the_faulty_gpu_unknown_none_is_requeued_blindly(h):
+    h.start_agents()
+    h.start_controller()
+    jobs = [h.submit(JOB, "--gres=gpu:1", "--exclude=n2,n3,n4") for _ in range(2)]
+    for job in jobs:
+        got = wait_for("both jobs running on n1", lambda job=job: h.running(job), 30)
+        assert got.nodes == ("n1",)
+    for job in jobs:
+        ready(h, job)
+    h.inject_xid("n1")  # a kernel-log Xid: the PCI address, not which job's GPU it is
+    wait_for("n1 drained", lambda: h.node("n1").drained, 20)
+    inc = wait_for("the incident names both jobs",
+                   lambda: [i[0] for i in h.incidents() if any(g["guard"] == "shared_node" for g in guards(h, i[0]))], 40)[0]
+    why = next(g["why"] for g in guards(h, inc) if g["guard"] == "shared_node")
+    assert all(j in why for j in jobs), why
+    told = h.query("SELECT target FROM actions WHERE action = 'notify' AND idem_key LIKE '%notify-shared%'")
+    assert {t[0] for t in told} == set(jobs)
+    time.sleep(4)
+    for job in jobs:  # both keep running; the drain lets them finish
+        j = h.slurm.job(job)
+        assert j.state == "RUNNING" and j.attempt == 0, j
+    assert not [r for r in notes(h, "requeue") if r[0] == "verified"]
