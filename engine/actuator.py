@@ -376,15 +376,17 @@ class Actuator:
         if required:
             self._keep_held(inc, job, required)
         union = set(live.excluded_nodes) | (bad - required)
+        # the journal shows the list this command sets (or would have set), never the plan's guess
+        if not self._rerender(action, inc, excluded=sorted(union)):
+            return "skipped", "could not be rendered with the job's exclusion list"
+        if required and not (bad - required):
+            return "skipped", f"refused: not excluded from {','.join(sorted(required))}: the job requires it (held instead)"
         if (bad - required) <= set(live.excluded_nodes):
-            return "verified", "already excluded" if not required else \
-                f"not excluded from {','.join(sorted(required))}: the job requires it"
+            return "verified", "already excluded"
         if live.state != "PENDING":
             where = f" on {','.join(live.nodes)}" if live.nodes else ""
             return "skipped", (f"job {job} is {live.state.lower()}{where}: its exclusion list changes only while "
                                "it is pending")
-        if not self._rerender(action, inc, excluded=sorted(union)):
-            return "skipped", "could not be rendered with the job's exclusion list"
         return None
 
     def _keep_held(self, inc, job: str, required: set[str]) -> None:

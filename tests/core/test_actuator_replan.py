@@ -229,3 +229,38 @@ def test_a_shared_node_requeues_only_the_job_holding_the_faulty_gpu(world, known
         assert why and sim.a in why[0] and sim.b in why[0]
         told = {a["target"] for a in by_name(store, "notify") if "shared" in a["idem_key"]}
         assert told == {sim.a, sim.b}
+
+
+STOP_CANCEL = """
+  - id: f.app
+    description: traceback
+    when: [{as: l, kind: log, where: {matcher: traceback}}]
+    then: {fault: {fault_class: app_error}}
+"""
+
+
+@pytest.mark.parametrize(("level", "running", "expected"), [
+    ("act", True, "verified"),        # the other ranks would wait for the NCCL watchdog: freed at once
+    ("recommend", True, "recommended"),  # the shipped default: recommended, not run
+    ("act", False, "skipped"),        # the job already ended: nothing to cancel
+])
+def test_stop_may_cancel_a_job_whose_ranks_still_run(world, write_rules, level, running, expected):
+    result = write_rules(RULES.replace("rules:\n", "rules:\n" + STOP_CANCEL.lstrip("\n"), 1).replace(
+        "stop: [notify]", "stop: [cancel, notify]")
+        + "  autonomy: {cancel: %s}\n" % level
+        + "actions:\n  cancel: {argv: [scancel, \"{{ job }}\"], verify: job_cancelled}\n")
+    assert result.ok, [str(d) for d in result.diagnostics]
+    sim = SimulatedCluster(["n1", "n2"])
+    store = Store(":memory:")
+    engine = Engine(result.compiled, store, mode="act")
+    act = Actuator(store, sim, result.compiled, verify_timeout=0.0, retry_delay=0.0)
+    job = sim.submit("train", nodes=2)
+    if not running:
+        sim.fail(job)
+    engine.ingest(Fact.make("log", {"matcher": "traceback", "job": job, "attempt": 0}, 0, "log:1"))
+    engine.finish()
+    drive(act)
+    (cancel,) = by_name(store, "cancel")
+    assert cancel["status"] == expected, cancel
+    assert (sim.job(job).state == "CANCELLED") == (expected == "verified")
+    assert by_name(store, "notify")[0]["status"] == "verified"

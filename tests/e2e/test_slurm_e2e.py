@@ -115,6 +115,12 @@ class Harness:
     def start_controller(self, *extra: str, env: dict | None = None) -> subprocess.Popen:
         self.controller = self.cli("run", "--scheduler", "slurm", "--spool", str(self.spool), "--db", str(self.db),
                                    "-r", str(self.site), "--scheduler-interval", "1", *extra, env=env, log="controller")
+        # on a loaded machine the controller takes seconds to start: a job that ran and ended
+        # before its first poll is history to it, and a Xid before it knows the job is no job's
+        log = self.tmp / "controller.log"
+        wait_for("the controller to start", lambda: self.controller.poll() is not None or
+                 b"recover run: mode=" in log.read_bytes(), 90)
+        time.sleep(2.0)  # its first scheduler poll
         return self.controller
 
     def stop_controller(self, sig=signal.SIGTERM) -> None:
