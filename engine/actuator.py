@@ -27,7 +27,7 @@ import time
 from typing import Any, Callable
 
 from .actions import idem_key, plan_actions
-from .policy import isolate_settings
+from .policy import DEFAULT_GUARDS, isolate_settings
 from .rulebook.compile import CompiledRulebook
 from .store import Store
 
@@ -48,6 +48,10 @@ ACTIVE = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED")
 
 class Unknown(Exception):
     """The scheduler could not tell (it did not answer): wait, never guess."""
+
+
+class Wait(Unknown):
+    """The job is between states (a requeued attempt still completing): ask again shortly."""
 
 
 def _node(adapter, name: str):
@@ -213,7 +217,7 @@ class Actuator:
 
     def outcome(self, incident_id: int) -> str:
         """What was done, what failed and what was refused for this incident, in a few words."""
-        done, failed, refused, waiting = [], [], [], []
+        done, failed, refused, waiting, skipped = [], [], [], [], []
         for a in self.store.actions(incident_id):
             if a["mode"] != "act" or a["action"] in ("notify", "alertmanager") or "notify" in a["idem_key"]:
                 continue
@@ -222,7 +226,7 @@ class Actuator:
             if a["status"] == "verified":
                 done.append(what + (f" ({note})" if note else ""))
             elif a["status"] == "skipped":
-                (refused if note.startswith("refused") else done).append(f"{what}: {note}" if note else what)
+                (refused if note.startswith("refused") else skipped).append(f"{what}: {note}" if note else what)
             elif a["status"] == "escalated":
                 failed.append(f"{what}: {note}")
             elif a["status"] == "failed":
@@ -233,7 +237,8 @@ class Actuator:
         policy = [g.get("why", "") for g in (inc.guards if inc is not None else ())
                   if g.get("guard") in ("blast_radius", "retry_budget", "no_progress", "cancelled", "silence", "autonomy")]
         parts = []
-        for label, items in (("done", done), ("FAILED", failed), ("refused", refused + policy), ("pending", waiting)):
+        for label, items in (("done", done), ("FAILED", failed), ("refused", refused + policy), ("not done", skipped),
+                             ("pending", waiting)):
             if items:
                 parts.append(f"{label}: " + ", ".join(items))
         # pages keep only characters safe everywhere (see actions.safe_reason): no ; or |
@@ -280,6 +285,13 @@ class Actuator:
         else (status, note): "verified" (its effect is there already), "skipped" (not needed, or
         refused: the note says why). Raises Unknown when the scheduler cannot tell."""
         kind = self._verify_name(action)
+        if kind == "job_cancelled":
+            decided = self._pre_cancel(action, inc)
+            if decided is not None:
+                return decided
+        level = self._autonomy_of(action["action"])
+        if level in ("observe", "recommend"):
+            return "recommended", f"policy.autonomy.{action['action']} is {level}: recommended, not run"
         if kind == "job_requeued":
             return self._pre_requeue(action, inc)
         if kind == "job_excluded":
@@ -288,6 +300,23 @@ class Actuator:
             return self._pre_drain(action, inc)
         if kind == "none" and action["action"] in ("notify", "alertmanager") or "{{ outcome }}" in self._sources(action):
             self._rerender(action, inc, outcome=(f"{action['note']} / " if action.get("note") else "") + self.outcome(inc.id))
+        return None
+
+    def _autonomy_of(self, name: str) -> str | None:
+        """An action's own autonomy (``policy.autonomy.cancel``), where the policy sets one."""
+        cfg = self.compiled.policy.get("autonomy") or {}
+        level = cfg.get(name) if name not in (self.compiled.policy.get("plans") or {}) else None
+        if level is None:
+            level = DEFAULT_GUARDS["autonomy"].get(name) if name not in (self.compiled.policy.get("plans") or {}) else None
+        return str(level) if level is not None else None
+
+    def _pre_cancel(self, action: dict, inc) -> tuple[str, str] | None:
+        job = action["target"]
+        live = live_job(self.adapter, job)
+        if live is None or live.state not in ACTIVE:
+            return "skipped", f"job {job} already ended: nothing to free"
+        if live.attempt != base_attempt(action, inc):
+            return "skipped", f"job {job} runs a newer attempt ({live.attempt}): not cancelled"
         return None
 
     def _sources(self, action: dict) -> str:
@@ -383,6 +412,8 @@ class Actuator:
             return "skipped", f"refused: not excluded from {','.join(sorted(required))}: the job requires it (held instead)"
         if (bad - required) <= set(live.excluded_nodes):
             return "verified", "already excluded"
+        if live.state in ("COMPLETING", "CONFIGURING") or live.state == "REQUEUED":
+            raise Wait(f"job {job} is {live.state.lower()}: its exclusion list is set once it is pending")
         if live.state != "PENDING":
             where = f" on {','.join(live.nodes)}" if live.nodes else ""
             return "skipped", (f"job {job} is {live.state.lower()}{where}: its exclusion list changes only while "
@@ -421,7 +452,7 @@ class Actuator:
             self._run(action)
             return False
         status, note = decided
-        self.store.update_action(action["id"], status, verified=(status == "verified"), note=note)
+        self.store.update_action(action["id"], status, verified=(status == "verified") or None, note=note)
         self._count(action["action"], status)
         logger.warning("act incident=%s action=%s target=%s: %s (%s)", action["incident"], action["action"],
                        action["target"], status, note)
@@ -449,6 +480,9 @@ class Actuator:
                     else:
                         # no enclosing transaction: "started" must be committed before the command runs
                         done = self._advance(action, inc)
+                except Wait as exc:
+                    logger.debug("action %s waits: %s", action["id"], exc)
+                    done = False
                 except Unknown as exc:
                     logger.warning("action %s waits: the scheduler could not tell its state (%s)", action["id"], exc)
                     done = False

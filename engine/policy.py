@@ -31,7 +31,8 @@ __all__ = ["Decision", "GuardContext", "decide", "DEFAULT_GUARDS", "fingerprint"
 DEFAULT_GUARDS: Mapping[str, Mapping[str, Any]] = {
     "retry": {"max_per_job": 5, "max_per_fingerprint": 3, "window": 86400.0, "no_progress_attempts": 2},
     "blast_radius": {"max_drains": 4, "max_fraction": 0.25, "window": 3600.0},
-    "autonomy": {"restart": "act", "isolate_and_restart": "act", "stop": "act", "observe": "act"},
+    # per decision, and per action where an action needs its own (cancel frees a job's GPUs at once)
+    "autonomy": {"restart": "act", "isolate_and_restart": "act", "stop": "act", "observe": "act", "cancel": "recommend"},
     "inhibit": {"drained_nodes": True},
     # fatal node hardware: drained (and its job requeued) as soon as the fault is known, not when
     # the incident settles; a drain that does not take is retried for drain_retry_for

@@ -245,10 +245,10 @@ STOP_CANCEL = """
     ("act", False, "skipped"),        # the job already ended: nothing to cancel
 ])
 def test_stop_may_cancel_a_job_whose_ranks_still_run(world, write_rules, level, running, expected):
-    result = write_rules(RULES.replace("rules:\n", "rules:\n" + STOP_CANCEL.lstrip("\n"), 1).replace(
-        "stop: [notify]", "stop: [cancel, notify]")
-        + "  autonomy: {cancel: %s}\n" % level
-        + "actions:\n  cancel: {argv: [scancel, \"{{ job }}\"], verify: job_cancelled}\n")
+    book = (RULES.replace("rules:\n", "rules:\n" + STOP_CANCEL.lstrip("\n"), 1)
+            .replace("stop: [notify]", "stop: [cancel, notify]")
+            .replace("actions:\n", "actions:\n  cancel: {argv: [scancel, \"{{ job }}\"], verify: job_cancelled}\n", 1))
+    result = write_rules(book + "  autonomy: {cancel: %s}\n" % level)
     assert result.ok, [str(d) for d in result.diagnostics]
     sim = SimulatedCluster(["n1", "n2"])
     store = Store(":memory:")

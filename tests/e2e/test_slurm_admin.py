@@ -201,6 +201,7 @@ def test_a_plain_non_zero_exit_is_not_restarted_and_pages_alertmanager(h, alertm
     stop: [notify, alertmanager]
 actions:
   alertmanager:
+    override: true
     scheduler: any
     per: job
     argv: [curl, -sS, --fail, --max-time, "8", -X, POST, -H, "Content-Type: application/json",
@@ -247,3 +248,39 @@ def test_two_jobs_on_one_node_with_the_faulty_gpu_unknown_none_is_requeued_blind
         j = h.slurm.job(job)
         assert j.state == "RUNNING" and j.attempt == 0, j
     assert not [r for r in notes(h, "requeue") if r[0] == "verified"]
+
+
+CTLD_PID = "/run/slurm/slurmctld.pid"
+
+
+def test_a_drain_during_a_90_s_slurmctld_outage_holds_once_slurmctld_is_back(h):
+    h.start_agents()
+    h.start_controller()
+    job = h.submit(JOB, "-N", "2")
+    first = wait_for("job running", lambda: h.running(job), 30)
+    bad = first.nodes[-1]
+    ready(h, job)
+    pid = int(open(CTLD_PID).read().strip())
+    os.kill(pid, 15)  # slurmctld goes away (a failover that takes its time)
+    try:
+        wait_for("slurmctld gone", lambda: subprocess.run(["scontrol", "ping"], capture_output=True, text=True,
+                                                          timeout=30).stdout.count("DOWN") > 0, 30)
+        h.inject_xid(bad)
+        inc = wait_for("the incident says the drain has not taken",
+                       lambda: [i[0] for i in h.incidents() if any(g["guard"] == "drain_pending" for g in guards(h, i[0]))],
+                       60)[0]
+        page = wait_for("the page says so", lambda: h.query(
+            "SELECT argv FROM actions WHERE incident = ? AND idem_key LIKE '%notify-drain-pending%' AND status = 'verified'",
+            inc), 60)
+        assert "waits" in json.loads(page[0][0])[-1] or "not taken" in json.loads(page[0][0])[-1]
+        time.sleep(max(0.0, 90 - 20))  # the rest of the outage
+        drain = h.query("SELECT status FROM actions WHERE incident = ? AND action = 'drain'", inc)
+        assert drain and drain[0][0] not in ("escalated", "verified"), drain  # still trying, not given up
+    finally:
+        # back with its saved state (SLURM_CLEAN=0: the jobs survive, as after a real failover)
+        subprocess.run(["bash", str(REPO / "scripts" / "slurm-up.sh")], capture_output=True, timeout=120,
+                       env=dict(os.environ, SLURM_CLEAN="0"))
+    wait_for(f"{bad} drained once slurmctld is back", lambda: (n := h.node(bad)).drained and f"incident {inc}" in n.reason, 90)
+    again = wait_for("job running again", lambda: (j := h.running(job)) and j.attempt >= 1 and j, 90)
+    assert bad not in again.nodes and again.attempt == 1
+    assert h.query("SELECT status FROM actions WHERE incident = ? AND action = 'drain'", inc)[0][0] == "verified"
