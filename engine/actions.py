@@ -22,6 +22,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["PlannedAction", "PlanError", "plan_actions", "safe_reason", "idem_key", "alert_json"]
 
 _REASON_BAD = re.compile(r"[^A-Za-z0-9 _.:/,()#+-]")
+_SETS_NODES = re.compile(r"=\{\{-?\s*(?:nodes|excluded)\b")  # ExcNodeList={{ nodes|join(',') }}
 _JOB_ARG = re.compile(r"^(?:\w+=)?\{\{-?\s*job\s*-?\}\}$")
 MAX_REASON = 120
 MAX_OUTCOME = 400
@@ -132,8 +133,8 @@ def plan_actions(compiled: CompiledRulebook, decision: str, incident: int, job: 
                     argv = _render(action, variables | {"node": node})
                     plan.append(PlannedAction(name, node, argv, idem_key(incident, name, node), action.verify, action.timeout))
             else:
-                if not clean_nodes and any("nodes" in t.source for t in action.argv):
-                    continue  # e.g. exclude: nothing to exclude
+                if not clean_nodes and any(_SETS_NODES.search(t.source) for t in action.argv):
+                    continue  # e.g. exclude: nothing to exclude (a page that mentions the nodes still goes)
                 argv = _render(action, variables)
                 target = variables["job"] or "-"
                 plan.append(PlannedAction(name, target, argv, idem_key(incident, name, target), action.verify, action.timeout))
