@@ -1,8 +1,8 @@
 """Plans: from a decision to rendered argv lists, with every value validated before rendering.
 
 A template never sees raw log text: node names and job ids must match strict patterns (else the
-action is not planned, and the incident says why), and the only free text, the reason, is
-built by us from the fault class and bounded, with characters outside a safe set removed.
+action is not planned, and the incident says why), and the only free text (the winning fault's
+reason, the first line of evidence) is bounded, with characters outside a safe set removed.
 Nothing here runs a command: ``engine/actuator.py`` (acting) and the store (recommending) do.
 """
 
@@ -19,13 +19,13 @@ from .rulebook.compile import CompiledAction, CompiledRulebook
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PlannedAction", "PlanError", "plan_actions", "safe_reason", "idem_key", "alert_json"]
+__all__ = ["PlannedAction", "PlanError", "plan_actions", "safe_reason", "idem_key", "evidence_summary", "alert_json"]
 
 _REASON_BAD = re.compile(r"[^A-Za-z0-9 _.:/,()#+-]")
-_SETS_NODES = re.compile(r"=\{\{-?\s*(?:nodes|excluded)\b")  # ExcNodeList={{ nodes|join(',') }}
 _JOB_ARG = re.compile(r"^(?:\w+=)?\{\{-?\s*job\s*-?\}\}$")
 MAX_REASON = 120
 MAX_OUTCOME = 400
+_SETS_NODES = re.compile(r"=\{\{-?\s*(?:nodes|excluded)\b")  # ExcNodeList={{ nodes|join(',') }}
 
 
 class PlanError(ValueError):
@@ -65,6 +65,13 @@ def _render(action: CompiledAction, variables: Mapping[str, Any]) -> tuple[str, 
     return tuple(argv)
 
 
+def evidence_summary(first_line: str | None, count: int, nodes: Iterable[str]) -> dict[str, Any]:
+    """What templates may read as ``evidence``: the first line (cleaned and bounded like a reason),
+    how many pieces of evidence, and the valid node names among those they name (at most 16)."""
+    clean = sorted({str(n) for n in nodes if NODE_RE.match(str(n))})[:16]
+    return {"first_line": safe_reason(first_line or ""), "count": max(0, int(count)), "nodes": clean}
+
+
 def alert_json(incident: int, job: str, fault_class: str, decision: str, nodes: list[str], fault_reason: str,
                outcome: str) -> str:
     """The body of an Alertmanager v2 ``POST /api/v2/alerts``: one alert, its labels the things a
@@ -78,12 +85,15 @@ def alert_json(incident: int, job: str, fault_class: str, decision: str, nodes: 
 
 def plan_actions(compiled: CompiledRulebook, decision: str, incident: int, job: str | None, attempt: int | None,
                  nodes: Iterable[str], fault_class: str, scheduler: str = "slurm",
-                 names: Iterable[str] | None = None, fault_reason: str = "", outcome: str | None = None,
+                 names: Iterable[str] | None = None, reason: str | None = None,
+                 evidence: Mapping[str, Any] | None = None, outcome: str | None = None,
                  excluded: Iterable[str] | None = None) -> tuple[list[PlannedAction], list[str]]:
     """Render the plan of a decision. Returns (actions, problems); a problem skips that action.
 
-    ``excluded`` is the job's whole exclusion list to set (what it had plus the new nodes; the
-    actuator passes it from the job's live state), ``outcome`` what was done so far (for pages)."""
+    ``reason`` is the winning fault's reason and ``evidence`` an ``evidence_summary``; both come
+    from logs, so both are cleaned and bounded before a template sees them. ``excluded`` is the
+    job's whole exclusion list to set (what it had plus the new nodes; the actuator reads it from
+    Slurm right before the command), ``outcome`` what was done so far (for pages)."""
     problems: list[str] = []
     clean_nodes = []
     for n in nodes:
@@ -95,7 +105,7 @@ def plan_actions(compiled: CompiledRulebook, decision: str, incident: int, job: 
     clean_excluded = sorted({str(n) for n in (excluded if excluded is not None else clean_nodes) if NODE_RE.match(str(n))})
     job_ok = job is not None and JOB_RE.match(str(job)) is not None
     names = list(names if names is not None else compiled.policy["plans"].get(decision, ()))
-    cleaned_reason = safe_reason(fault_reason) or "-"
+    fault_reason = safe_reason(reason or "") or "-"
     said = safe_reason(outcome if outcome is not None else "planned: " + ", ".join(n for n in names if n != "notify"),
                        MAX_OUTCOME) or "-"
     variables = {
@@ -105,11 +115,14 @@ def plan_actions(compiled: CompiledRulebook, decision: str, incident: int, job: 
         "nodes": clean_nodes,
         "fault_class": fault_class,
         "decision": decision,
-        "reason": safe_reason(f"recover incident {incident} {fault_class}"),
+        # the incident stays named first: a drain's Reason= is how its verification finds it
+        "reason": safe_reason(f"recover incident {incident} {fault_class}" + (f": {reason}" if reason else "")),
+        "evidence": evidence_summary((evidence or {}).get("first_line"), (evidence or {}).get("count", 0),
+                                     (evidence or {}).get("nodes", ())),
         "excluded": clean_excluded,
-        "fault_reason": cleaned_reason,
+        "fault_reason": fault_reason,
         "outcome": said,
-        "alert": alert_json(incident, str(job) if job_ok else "", fault_class, decision, clean_nodes, cleaned_reason, said),
+        "alert": alert_json(incident, str(job) if job_ok else "", fault_class, decision, clean_nodes, fault_reason, said),
     }
     plan: list[PlannedAction] = []
     for name in names:

@@ -248,7 +248,7 @@ class Actuator:
         """Render the action again with what is known now (live exclusions, the outcome so far)."""
         plan, problems = plan_actions(self.compiled, inc.decision or "stop", inc.id, inc.job, inc.attempt, inc.nodes,
                                       inc.fault_class or "unknown", names=(action["action"],),
-                                      fault_reason=inc.reason or "", **extra)
+                                      reason=inc.reason or "", **extra)
         mine = [p for p in plan if p.target == action["target"]]
         if not mine:
             logger.warning("action %s could not be rendered again: %s", action["id"], "; ".join(problems))
@@ -265,7 +265,7 @@ class Actuator:
             return
         outcome = f"{why} / {self.outcome(inc.id)}"
         plan, _ = plan_actions(self.compiled, inc.decision or "stop", inc.id, job or inc.job, inc.attempt, inc.nodes,
-                               inc.fault_class or "unknown", names=("notify",), fault_reason=inc.reason or "",
+                               inc.fault_class or "unknown", names=("notify",), reason=inc.reason or "",
                                outcome=outcome)
         for p in plan:
             key = idem_key(inc.id, f"notify-{tag}", p.target)

@@ -17,19 +17,22 @@ import argparse
 import logging
 import os
 import queue
+import re
+import shutil
 import signal
+import subprocess
 import threading
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from engine.facts import Fact
-from engine.sources.kmsg import KernelLogSource, _load_json, atomic_write_json
+from engine.sources.kmsg import KernelLogSource, _load_json, atomic_write_json, default_rulebook
 from engine.sources.nvml import NvmlEventWatcher, NvmlPoller, NvmlUnavailable
 from engine.sources.spool import SpoolWriter
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["run_agent", "default_state_dir", "EXIT_OK", "EXIT_NO_SOURCE", "main"]
+__all__ = ["run_agent", "default_state_dir", "gres_gpu_count", "EXIT_OK", "EXIT_NO_SOURCE", "main"]
 
 EXIT_OK = 0
 EXIT_NO_SOURCE = 2
@@ -40,6 +43,29 @@ MAX_PENDING = 100_000
 
 def default_state_dir(spool_dir: str, node: str) -> str:
     return os.path.join(spool_dir, f".agent-{node}.state")
+
+
+_GRES_RE = re.compile(r"(?:^|\s)Gres=(\S*)")
+_GPU_RE = re.compile(r"(?:^|,)gpu(?::[A-Za-z0-9_.-]+)?:(\d{1,4})")
+
+
+def gres_gpu_count(node: str, run: Callable[..., Any] = subprocess.run) -> int | None:
+    """How many GPUs Slurm's GRES gives this node (``scontrol show node -o NODE``: ``Gres=gpu:8``,
+    ``gpu:h100:4(S:0),gpu:a100:4``), or ``None`` when Slurm cannot say. No shell; bounded."""
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", node) or (run is subprocess.run and not shutil.which("scontrol")):
+        return None
+    try:
+        proc = run(["scontrol", "show", "node", "-o", node], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as exc:
+        logger.info("agent %s: cannot ask Slurm for the node's GRES (%s)", node, exc)
+        return None
+    if getattr(proc, "returncode", 1) != 0:
+        return None
+    m = _GRES_RE.search(str(proc.stdout)[:65536])
+    if not m:
+        return None
+    counts = [int(c) for c in _GPU_RE.findall(m.group(1))]
+    return sum(counts) if counts else None
 
 
 class _EventThread(threading.Thread):
@@ -75,13 +101,25 @@ def run_agent(
     tick: float = 0.25,
     nvml_retry_s: float = 300.0,
     kmsg_path: str = "/dev/kmsg",
+    rulebook: Any = None,
+    expected_gpus: int | str | None = None,
 ) -> int:
     """Run the node agent until ``stop_event`` is set (SIGTERM/SIGINT when it is ``None``).
 
     Returns ``EXIT_OK`` (0) after a stop, ``EXIT_NO_SOURCE`` (2) when no source can run.
     ``replay`` reads a kernel log (or the kmsg buffer) from its start on the very first run
-    instead of from its end.
+    instead of from its end. ``rulebook``: the compiled rulebook whose kernel matchers read the
+    kernel log and whose ``policy.thresholds`` judge the NVML counters (the shipped one when
+    ``None``), so that the agent and replay read lines alike and a site edits one place.
+    ``expected_gpus``: how many GPUs the node should have: a number, ``"gres"`` (ask Slurm for
+    the node's GRES), or ``None``; failing those, the rulebook's ``expected_gpus``, else the count
+    NVML first gave, remembered in the state across restarts. Fewer GPUs, a count NVML cannot
+    give, or NVML failing to start on a node that should have GPUs, is a ``gpus_missing`` fact.
     """
+    if rulebook is None:
+        rulebook = default_rulebook()
+    if thresholds is None:
+        thresholds = rulebook.policy.get("thresholds") or None
     state_dir = state_dir or default_state_dir(spool_dir, node)
     state_path = os.path.join(state_dir, "state.json")
     state = _load_json(state_path)
@@ -92,28 +130,51 @@ def run_agent(
 
     kernel_sources: dict[str, KernelLogSource] = {}
     if kernel_log:
-        kernel_sources["kernel_log"] = KernelLogSource(node, kernel_log, replay=replay, position=state.get("kernel_log"))
+        kernel_sources["kernel_log"] = KernelLogSource(node, kernel_log, replay=replay, position=state.get("kernel_log"),
+                                                       rulebook=rulebook)
         if not os.path.exists(kernel_log):
             logger.warning("agent %s: kernel log %s does not exist yet; waiting for it", node, kernel_log)
     if kmsg:
-        src = KernelLogSource(node, kmsg=True, kmsg_path=kmsg_path, replay=replay, position=state.get("kmsg"))
+        src = KernelLogSource(node, kmsg=True, kmsg_path=kmsg_path, replay=replay, position=state.get("kmsg"),
+                              rulebook=rulebook)
         try:
             src.open()
             kernel_sources["kmsg"] = src
         except OSError as exc:
             logger.warning("agent %s: cannot read %s (%s); kmsg source off", node, kmsg_path, exc)
 
+    if expected_gpus == "gres":
+        expected_gpus = gres_gpu_count(node)
+        if expected_gpus:
+            logger.info("agent %s: Slurm's GRES gives the node %d GPU(s)", node, expected_gpus)
+    if not isinstance(expected_gpus, int) or isinstance(expected_gpus, bool) or expected_gpus <= 0:
+        expected_gpus = None
+    remembered = state.get("expected_gpus")
+    expected: int | None = expected_gpus or (remembered if isinstance(remembered, int) and remembered > 0 else None)
+
     poller: NvmlPoller | None = None
     nvml_note_logged = False
+    nvml_missing_reported = False
     next_nvml_try = 0.0
+    early: list[Fact] = []
 
     def try_nvml() -> NvmlPoller | None:
-        nonlocal nvml_note_logged
-        p = NvmlPoller(node, backend=nvml_backend, thresholds=thresholds)
+        nonlocal nvml_note_logged, expected, nvml_missing_reported
+        p = NvmlPoller(node, backend=nvml_backend, thresholds=thresholds, expected_gpus=expected)
         p.restore(state.get("nvml"))
         try:
             p.start()
+            expected = p.expected
+            nvml_missing_reported = False
         except NvmlUnavailable as exc:
+            need = expected or p.expected
+            if need and not nvml_missing_reported:
+                # the node should have GPUs and NVML cannot reach any: the GPUs are missing
+                nvml_missing_reported = True
+                logger.error("agent %s: %s, and %d GPU(s) are expected: reporting them missing", node, exc, need)
+                early.append(Fact.make("gpu_state", {"node": node, "state": "gpus_missing", "count": 0, "expected": need,
+                                                     "severity": "fail", "error": str(exc)[:200]},
+                                       time.time(), f"nvml:{node}:count"))
             if not nvml_note_logged:
                 nvml_note_logged = True
                 more = " The kernel-log source keeps running." if kernel_sources else ""
@@ -134,7 +195,7 @@ def run_agent(
         poller = try_nvml()
         next_nvml_try = time.monotonic() + nvml_retry_s
 
-    if not kernel_sources and poller is None:
+    if not kernel_sources and poller is None and not early:
         why = [
             "kernel log: none given" if not kernel_log else "",
             ("kmsg: not readable" if kmsg else "kmsg: not asked for"),
@@ -171,7 +232,8 @@ def run_agent(
     if poller is not None:
         event_thread = start_events(poller)
 
-    pending: list[Fact] = []
+    pending: list[Fact] = list(early)
+    early.clear()
     saved_state: dict[str, Any] | None = None
     next_poll = 0.0
     logger.info(
@@ -187,6 +249,8 @@ def run_agent(
             st["nvml"] = poller.snapshot()
         elif isinstance(state.get("nvml"), dict):
             st["nvml"] = state["nvml"]
+        if expected:
+            st["expected_gpus"] = expected
         return st
 
     def flush() -> bool:
@@ -221,6 +285,8 @@ def run_agent(
             if nvml and poller is None and now_mono >= next_nvml_try:
                 next_nvml_try = now_mono + nvml_retry_s
                 poller = try_nvml()
+                pending.extend(early)
+                early.clear()
                 if poller is not None:
                     event_thread = start_events(poller)
             if poller is not None and now_mono >= next_poll:

@@ -92,10 +92,12 @@ def _setup_logging(verbose: bool = False) -> None:
 # -- rules ---------------------------------------------------------------------------------
 @rules_app.command("check")
 def rules_check(paths: List[str] = typer.Argument(None, help="Site rulebook files or folders."), no_defaults: bool = NoDefaultsOpt,
-                json_out: bool = JsonOpt) -> None:
+                json_out: bool = JsonOpt,
+                strict: bool = typer.Option(False, "--strict", help="Warnings fail the check too (exit 1): for CI.")) -> None:
     """Validate the layered rulebook; print every problem as file:line:col: CODE message."""
     paths, defaults, overlays = _rule_args(paths, no_defaults)
     result = load_rulebook(paths, defaults=defaults, overlays=overlays)
+    failed = not result.ok or (strict and len(result.diagnostics) > len(result.errors))
     if json_out:
         for d in result.diagnostics:
             typer.echo(json.dumps({"file": d.mark.file, "line": d.mark.line, "col": d.mark.col, "code": d.code,
@@ -104,36 +106,126 @@ def rules_check(paths: List[str] = typer.Argument(None, help="Site rulebook file
         for d in result.diagnostics:
             typer.echo(str(d))
         warnings = len(result.diagnostics) - len(result.errors)
-        if result.ok:
+        if not failed:
             c = result.compiled
-            typer.echo(f"ok: {len(result.files)} file(s), {len(c.matchers)} matchers, {len(c.rules)} rules, "
-                       f"{len(c.actions)} actions, {len(c.book.tests)} tests; {warnings} warning(s)")
+            typer.echo(f"ok: {len(result.files)} file(s), {len(c.fault_classes)} fault classes, {len(c.matchers)} matchers, "
+                       f"{len(c.rules)} rules, {len(c.actions)} actions, {len(c.book.tests)} tests; {warnings} warning(s)")
         else:
-            typer.echo(f"{len(result.errors)} error(s), {warnings} warning(s)")
-    raise typer.Exit(0 if result.ok else 1)
+            typer.echo(f"{len(result.errors)} error(s), {warnings} warning(s)" + (" (--strict: warnings fail)" if strict and warnings else ""))
+    raise typer.Exit(1 if failed else 0)
 
 
 @rules_app.command("test")
 def rules_test(paths: List[str] = typer.Argument(None, help="Site rulebook files or folders."), no_defaults: bool = NoDefaultsOpt,
                verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every test, not only failures."),
-               name: Optional[List[str]] = typer.Option(None, "--name", "-k", help="Run only the tests with this name.")) -> None:
-    """Run the embedded tests of the default and given rulebooks."""
-    from .ruletest import run_tests
+               name: Optional[List[str]] = typer.Option(None, "--name", "-k",
+                                                        help="Run only the tests whose name contains this text or matches this "
+                                                             "regex (case-insensitive; repeatable: any of them)."),
+               site_only: bool = typer.Option(False, "--site-only", help="Run only the tests written in the given files, not the shipped ones."),
+               junit: Optional[str] = typer.Option(None, "--junit", help="Also write the results as JUnit XML to this file (for CI)."),
+               json_out: bool = JsonOpt) -> None:
+    """Run the embedded tests of the default and given rulebooks. Exit 1 when a test fails or none is selected."""
+    from .rulebook import default_rule_files
+    from .rulebook import _display as display_name
+    from .ruletest import junit_xml, outcome_json, run_tests, select_tests
 
     compiled = _load_or_exit(paths or [], no_defaults)
-    outcomes = run_tests(compiled, name or None)
-    failed = 0
+    book = compiled.book
+    only = None
+    if site_only:
+        shipped = {display_name(p) for p in default_rule_files()}
+        only = {f for f in book.files if f not in shipped}
+    tests = select_tests(compiled, name or (), only)
+    disabled = dict(book.disabled_tests)
+    if not tests:
+        what = f" matching {', '.join(repr(n) for n in name)}" if name else ""
+        where = " in the site's files" if site_only else ""
+        _err(f"no test selected{what}{where} (of {len(book.tests)}): nothing was run")
+        raise typer.Exit(1)
+    outcomes = run_tests(compiled, tests=tests)
+    failed = sum(1 for o in outcomes if not o.passed)
     for o in outcomes:
+        if json_out:
+            typer.echo(json.dumps(outcome_json(o)))
+            continue
         if o.passed:
             if verbose:
                 typer.echo(f"PASS {o.test.name}  ({o.test.mark})")
             continue
-        failed += 1
         typer.echo(f"FAIL {o.test.name}  ({o.test.mark})")
         for p in o.problems:
             typer.echo(f"     {p}")
-    typer.echo(f"{len(outcomes) - failed} passed, {failed} failed")
+    if verbose and not json_out:
+        for n, m in disabled.items():
+            typer.echo(f"DISABLED {n}  (at {m})")
+    summary = f"{len(outcomes) - failed} passed, {failed} failed" + (f", {len(disabled)} disabled" if disabled else "")
+    if json_out:
+        typer.echo(json.dumps({"passed": len(outcomes) - failed, "failed": failed, "disabled": sorted(disabled),
+                               "selected": len(outcomes), "total": len(book.tests)}))
+    else:
+        typer.echo(summary)
+    if junit:
+        try:
+            Path(junit).write_text(junit_xml(outcomes, disabled))
+        except OSError as exc:
+            _err(f"cannot write {junit}: {exc.strerror or exc}")
+            raise typer.Exit(2)
     raise typer.Exit(1 if failed else 0)
+
+
+@rules_app.command("diff")
+def rules_diff(candidate: Optional[List[str]] = typer.Option(None, "--rules", "-r", help="The candidate: site rulebook files or "
+                                                            "folders, layered over the defaults (repeatable)."),
+               base: Optional[List[str]] = typer.Option(None, "--base", help="The rulebook in force (default: recover.toml's rules)."),
+               no_defaults: bool = NoDefaultsOpt, db: Optional[str] = DbOpt,
+               since: Optional[str] = typer.Option(None, "--since", help="Only incidents opened since: a date (2026-11-29, "
+                                                   "2026-11-29T17:00), seconds since the epoch, or a duration ago (24h, 90m)."),
+               json_out: bool = JsonOpt) -> None:
+    """Re-evaluate the stored evidence of past incidents with a candidate rulebook and list every incident
+    whose fault class, nodes or decision would change. Exit 0 when nothing changes, 1 otherwise."""
+    from .cli_ops import _open_store
+    from .rulediff import diff_store
+
+    if not candidate:
+        _err("give the candidate rulebook with --rules FILE_OR_FOLDER")
+        raise typer.Exit(2)
+    t = _since(since)
+    store = _open_store(db, readonly=True)
+    old = _load_or_exit(base or list(_settings().rules), no_defaults)
+    new = _load_or_exit(candidate, no_defaults)
+    changes = diff_store(store, old, new, since=t)
+    total = len(store.incidents(status="closed", since=t))
+    for c in changes:
+        typer.echo(json.dumps(c.to_dict()) if json_out else c.line())
+    if json_out:
+        typer.echo(json.dumps({"incidents": total, "changed": len(changes)}))
+    else:
+        typer.echo(f"{len(changes)} of {total} incident(s) would change")
+    raise typer.Exit(1 if changes else 0)
+
+
+def _since(text: Optional[str]) -> Optional[float]:
+    if text is None:
+        return None
+    import time
+    from datetime import datetime, timezone
+
+    from .rulebook.schema import parse_duration
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        d = datetime.fromisoformat(text)
+        return (d if d.tzinfo else d.replace(tzinfo=timezone.utc)).timestamp()
+    except ValueError:
+        pass
+    ago = parse_duration(text[:-1] + "h") * 24 if text.endswith("d") and parse_duration(text[:-1] + "h") is not None else parse_duration(text)
+    if ago is None:
+        _err(f"--since {text!r}: not a date, a number of seconds or a duration")
+        raise typer.Exit(2)
+    return time.time() - ago
 
 
 # -- replay, incidents, explain -------------------------------------------------------------
@@ -203,7 +295,9 @@ def _print_incident_table(rows, title: str) -> None:
 
 @app.command()
 def incidents(db: Optional[str] = DbOpt, json_out: bool = JsonOpt,
-              status: Optional[str] = typer.Option(None, "--status", help="open or closed")) -> None:
+              status: Optional[str] = typer.Option(None, "--status", help="open or closed"),
+              errors: bool = typer.Option(False, "--errors", help="List the quarantined inputs instead: lines and "
+                                          "spool facts whose handling failed, with the error.")) -> None:
     """List incidents."""
     from .store import Store, StoreError
 
@@ -212,6 +306,16 @@ def incidents(db: Optional[str] = DbOpt, json_out: bool = JsonOpt,
     except StoreError as exc:
         _err(str(exc))
         raise typer.Exit(2)
+    if errors:
+        quarantined = store.quarantined()
+        for q in quarantined:
+            if json_out:
+                typer.echo(json.dumps(q))
+            else:
+                typer.echo(f"{q['origin']}  x{q['count']}  {q['error']}\n    {q['input'][:200]!r}")
+        if not json_out:
+            typer.echo(f"{len(quarantined)} quarantined input(s) in {store.path}")
+        return
     rows = store.incidents(status=status)
     if json_out:
         for r in rows:
@@ -254,6 +358,9 @@ def run(dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: rec
         poll: Optional[float] = typer.Option(None, "--poll", help="Poll files every SECONDS instead of inotify (NFS, Lustre)."),
         metrics_port: Optional[int] = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on this port."),
         scheduler_interval: float = typer.Option(5.0, "--scheduler-interval", help="Seconds between scheduler polls."),
+        from_start: bool = typer.Option(False, "--from-start", help="With a new database, read the files that already "
+                                        "exist from their start (a backfill; monitor mode only). Without it a new "
+                                        "database starts reading them at their end: the past is not acted on."),
         verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the controller: follow logs, the agents' spool and the scheduler; record or act."""
     from .controller import Controller, ControllerConfig
@@ -269,6 +376,9 @@ def run(dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: rec
     if not follow and not spool and scheduler == "none":
         _err("nothing to watch: give --follow GLOB, --spool DIR or --scheduler slurm")
         raise typer.Exit(2)
+    if from_start and not dry_run:
+        _err("--from-start reads the past: only in monitor mode (--dry-run)")
+        raise typer.Exit(2)
     actuator_factory = None
     if not dry_run:
         try:
@@ -281,7 +391,7 @@ def run(dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: rec
     rule_paths, defaults, overlays = _rule_args(rules, no_defaults)
     cfg = ControllerConfig(rules=rule_paths, defaults=defaults, overlays=overlays, db=_db(db), follow=follow or [], spool=spool,
                            scheduler=scheduler, dry_run=dry_run, poll=poll, metrics_port=metrics_port,
-                           scheduler_interval=scheduler_interval, actuator_factory=actuator_factory)
+                           scheduler_interval=scheduler_interval, actuator_factory=actuator_factory, from_start=from_start)
     try:
         controller = Controller(cfg, compiled)
     except StoreError as exc:
@@ -300,8 +410,12 @@ def agent(node: str = typer.Option(..., "--node", help="This node's name, as the
           kmsg: bool = typer.Option(False, "--kmsg", help="Read /dev/kmsg."),
           nvml: bool = typer.Option(True, "--nvml/--no-nvml", help="Poll GPU counters through NVML."),
           interval: float = typer.Option(10.0, "--interval", help="NVML poll interval, seconds."),
+          expected_gpus: str = typer.Option("gres", "--expected-gpus", help="GPUs this node should have: a number, or "
+                                            "'gres' (Slurm's GRES for the node; the count first seen when Slurm cannot say)."),
+          rules: Optional[List[str]] = RulesOpt, no_defaults: bool = NoDefaultsOpt,
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
-    """Run the node agent: kernel-log Xids and NVML counters -> facts in the spool."""
+    """Run the node agent: kernel-log lines (the rulebook's kernel matchers) and NVML counters
+    (the rulebook's thresholds) -> facts in the spool."""
     from .agent import run_agent
 
     _setup_logging(verbose)
@@ -309,7 +423,12 @@ def agent(node: str = typer.Option(..., "--node", help="This node's name, as the
     if kernel_log is None and not kmsg and not nvml:
         _err("no source: give --kernel-log PATH, --kmsg or --nvml")
         raise typer.Exit(2)
-    raise typer.Exit(run_agent(node, spool, kernel_log=kernel_log, kmsg=kmsg, nvml=nvml, poll_interval=interval))
+    if not (expected_gpus == "gres" or expected_gpus.isdigit()):
+        _err(f"--expected-gpus: {expected_gpus!r} is neither a number nor 'gres'")
+        raise typer.Exit(2)
+    compiled = _load_or_exit(rules, no_defaults)
+    raise typer.Exit(run_agent(node, spool, kernel_log=kernel_log, kmsg=kmsg, nvml=nvml, poll_interval=interval,
+                               rulebook=compiled, expected_gpus=int(expected_gpus) if expected_gpus.isdigit() else "gres"))
 
 
 @app.command()

@@ -241,7 +241,7 @@ def _register_rules(rules_app: typer.Typer) -> None:
     @rules_app.command("show")
     def rules_show(rules: Optional[List[str]] = rules_opt, no_defaults: bool = no_defaults_opt,
                    section: Optional[List[str]] = typer.Option(None, "--section", "-s", help="Only these sections: "
-                                                                "lists, macros, matchers, rules, actions, policy, tests (repeatable)."),
+                                                                "fault_classes, lists, macros, matchers, rules, actions, policy, tests (repeatable)."),
                    name: Optional[str] = typer.Option(None, "--name", "-k", help="Only items whose name contains this."),
                    json_out: bool = typer.Option(False, "--json", help="The effective rulebook as one JSON object.")) -> None:
         """Print the effective rulebook after site layering, with the file:line each item came from and what overrode it."""

@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 from .facts import Fact
 from .incidents import ClosedIncident, Engine
-from .linefacts import ClusterContext, FileContext, HitConverter, job_from_filename
+from .linefacts import ClusterContext, FileContext, Flood, HitConverter, StreamFacts, job_from_filename
 from .matching import Scanner
 from .metrics import Metrics
 from .replay import matcher_specs, matchers_for
@@ -60,6 +60,20 @@ def _clock() -> float:
     return math.floor(time.time() / CLOCK_STEP) * CLOCK_STEP
 
 
+def _raise_nofile_limit() -> None:
+    """Open files: the soft limit raised to the hard one (the follower keeps at most a share of
+    it open, see Follower.max_open; the shipped unit sets LimitNOFILE)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ImportError, ValueError, OSError) as exc:
+        logger.info("could not raise the open-file limit: %s", exc)
+
+
 def _describe(exc: BaseException) -> str:
     """The error and what caused it (a failed ROLLBACK can hide the real cause, e.g. a full disk)."""
     parts, seen = [], set()
@@ -87,13 +101,25 @@ class ControllerConfig:
     scheduler_interval: float = 5.0
     adapter: Any = None  # a SchedulerAdapter; built from `scheduler` when None
     actuator_factory: Callable[..., Any] | None = None
+    from_start: bool = False  # a new database reads existing files from their start (monitor mode only)
+    #: at startup, input waits this long at most for the scheduler's first answer
+    scheduler_startup_wait: float = 30.0
 
 
 class Controller:
     def __init__(self, config: ControllerConfig, compiled: CompiledRulebook):
         self.cfg = config
         self.compiled = compiled
+        if config.from_start and not config.dry_run:
+            raise ValueError("from_start reads the past: only in monitor mode")
         self.store = Store(config.db)
+        # a new database knows nothing of what was read before it: the files already there are
+        # history, read from their end, unless a backfill (monitor mode) was asked for
+        self.skip_existing = self.store.fresh and not config.from_start
+        self._db_identity = self._identity_of_db()
+        with self.store.transaction():
+            scheduled = config.adapter is not None or config.scheduler not in ("none", "", None)
+            self.store.set_meta("context_source", "scheduler" if scheduled else "logs")
         self.metrics = Metrics(config.metrics_port)
         self.cluster = ClusterContext()
         self.stop_event = threading.Event()
@@ -111,10 +137,12 @@ class Controller:
         self.engine = self._new_engine(compiled)
         self.engine.resume()
         self.follower = Follower(list(config.follow), poll=config.poll, offsets=self.store.offsets(), on_new=self._on_new_file,
-                                 heads=self.store.offset_heads())
+                                 heads=self.store.offset_heads(), start_at_end=self.skip_existing)
         self.spool = None
         if config.spool:
             self.spool = self._new_spool_reader()
+            if self.skip_existing:
+                self.spool.skip_to_end()
         self._rule_mtimes = self._rulebook_mtimes()
         self._last_sched = 0.0
         # the last job states seen, kept in the store: a job that ended while the controller was
@@ -143,15 +171,67 @@ class Controller:
         self._spool_garbage = self.spool.stats.get("garbage", 0) if self.spool else 0
         self._tx_spool_last = dict(self.spool.offsets) if self.spool else None
         self._failures = 0  # unexpected errors in a row
+        self._sched_ok = False
+        self._poller = None  # started by run() after startup(); step() alone polls inline (tests)
         self._resync_reason: str | None = None
-        self._poller = None  # started by run(); step() alone polls inline (tests)
+        self.lost_reason: str | None = None
+        self._refused_seen: dict[str, int] = {}
 
     # -- setup -----------------------------------------------------------------------------
+    def _identity_of_db(self) -> tuple[int, int] | None:
+        if self.cfg.db == ":memory:":
+            return None
+        try:
+            st = os.stat(self.cfg.db)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    def db_lost(self) -> str | None:
+        """Why the database this controller opened is no longer the one at its path (deleted,
+        replaced), or None. A controller that went on would forget what it did and redo it."""
+        if self._db_identity is None:
+            return None
+        now = self._identity_of_db()
+        if now is None:
+            return f"incident store {self.cfg.db} was deleted while running"
+        if now != self._db_identity:
+            return f"incident store {self.cfg.db} was replaced by another file while running"
+        return None
+
+    def startup(self) -> None:
+        """Scheduler state first (which jobs run where, the job logs it names), then the spool and
+        the logs: a Xid read in the first moments after a restart finds its job."""
+        if self.adapter is not None:
+            deadline = time.monotonic() + max(0.0, self.cfg.scheduler_startup_wait)
+            while not self.stop_event.is_set():
+                self._last_sched = float("-inf")
+                if self._first_poll():
+                    break
+                if time.monotonic() >= deadline:
+                    logger.error("scheduler did not answer within %.0f s of startup: reading input without its state "
+                                 "(facts of nodes have no job until it answers)", self.cfg.scheduler_startup_wait)
+                    break
+                self.stop_event.wait(1.0)
+        self.follower.start()
+        self.follower.start_at_end = False  # files that appear from now on are new: read from their start
+
+    def _first_poll(self) -> bool:
+        try:
+            self._poll_scheduler(_clock())
+            ok = self._sched_ok
+            self._tx_commit()
+        except _STORE_ERRORS as exc:
+            self._store_failed(exc)
+            return True  # the store outage path takes over
+        return ok
+
     def _new_engine(self, compiled: CompiledRulebook) -> Engine:
         engine = Engine(compiled, self.store, scheduler=self._template_scheduler(),
                         mode=self.mode, cluster=self.cluster, on_close=self._on_close)
         # only once the engine exists (a rulebook the Rete refuses leaves everything as it was)
         self.converter = HitConverter(list(compiled.matchers), self.cluster, clock=_clock)
+        self.converter.scheduler = self.adapter is not None  # only the scheduler says which job runs where
         self.specs = matcher_specs(compiled)
         self.index_maps = {src: matchers_for(compiled, src) for src in ("job", "kernel", "slurm", "any")}
         self._scanner_templates: dict[str, Scanner] = {}
@@ -161,7 +241,8 @@ class Controller:
         from .sources.spool import SpoolReader
 
         saved = self._load_meta("spool_offsets") or {}
-        return SpoolReader(self.cfg.spool, {k: tuple(v) for k, v in saved.items()})
+        # without a scheduler there is no other word on which job ran on a node
+        return SpoolReader(self.cfg.spool, {k: tuple(v) for k, v in saved.items()}, trust_job_claims=self.adapter is None)
 
     def _on_new_file(self, t: Tailed) -> None:
         job = t.meta.get("job") or job_from_filename(os.path.basename(t.path))
@@ -311,7 +392,8 @@ class Controller:
             self.metrics.reloads.labels(result="rejected").inc()
             return False
         self.compiled = result.compiled
-        self.engine = engine
+        old, self.engine = self.engine, engine
+        old.session.close()  # its facts' memory is reused; the ruleset itself is shared when unchanged
         if self.actuator is not None and hasattr(self.actuator, "compiled"):
             self.actuator.compiled = result.compiled  # it renders and verifies with the rulebook's actions
         for t in list(self.follower.files.values()):
@@ -397,13 +479,16 @@ class Controller:
         scanner: Scanner = t.meta["scanner"]
         ctx: FileContext = t.meta["ctx"]
         index_map = t.meta["index_map"]
+        stream = t.meta.get("stream")
+        if stream is None or stream.scanner is not scanner or stream.ctx is not ctx:
+            stream = t.meta["stream"] = StreamFacts(scanner, self.converter, ctx, index_map)
         if data:
-            hits = scanner.feed(data)
+            hits = stream.scan(data)  # converted one by one below: a stop can come between lines
             end = scanner.position
             lines = data.count(b"\n")
         else:  # the old inode is finished: its last partial line counts; the next file starts at 0
             before = scanner.position
-            hits = scanner.flush()
+            hits = stream.scan_end()
             lines = scanner.position[1] - before[1]
             # where the old file ends, if it lives on renamed: a partial last line was judged now;
             # what may still be appended to it there gets that line's number again
@@ -425,11 +510,17 @@ class Controller:
                 line_no = hits[j].line_no
                 while j < n and hits[j].line_no == line_no:  # all hits of one line go together
                     hit = hits[j]
-                    fact = self.converter.convert(index_map[hit.matcher], hit.groups, hit.line.decode("utf-8", "replace"),
-                                                  hit.line_no, ctx)
-                    if fact is not None:
-                        self.engine.ingest(fact)
-                        self._tx_facts += 1
+                    try:
+                        item = stream.item(hit)
+                        if isinstance(item, Flood):  # repeats of an earlier fact: counted, not asserted
+                            self.engine.flooded(item)
+                        elif item is not None:
+                            self.engine.ingest(item)
+                            self._tx_facts += 1
+                    except _STORE_ERRORS:
+                        raise  # the store's trouble, not this line's: input pauses (see _store_failed)
+                    except Exception as exc:  # this line alone is poison: set it aside, go on
+                        self._quarantine("line", f"{t.path}:{hit.line_no}", hit.line.decode("utf-8", "replace"), exc)
                     j += 1
                     self._tx_hits += 1
                 if j < n and (self._tx_full() or self.stop_event.is_set()):
@@ -443,7 +534,7 @@ class Controller:
                 return True
             # a piece of a burst: commit up to the end of the last line ingested
             last = hits[j - 1]
-            t.offset, t.line_no = self._line_end(t, data, last), last.line_no
+            t.offset, t.line_no = self._line_end(t, data, last.offset), last.line_no
             self._tx_commit()
             if self.stop_event.is_set():
                 self.follower.rewind(t)  # the rest of this read is read again (after a restart)
@@ -460,9 +551,9 @@ class Controller:
             return t.read_at
 
     @staticmethod
-    def _line_end(t: Tailed, data: bytes, hit) -> int:
-        """File offset just past the newline that ends the line of ``hit``."""
-        k = hit.offset - t.read_pos
+    def _line_end(t: Tailed, data: bytes, offset: int) -> int:
+        """File offset just past the newline that ends the line that starts at ``offset``."""
+        k = offset - t.read_pos
         nl = data.find(b"\n", max(0, k))
         return t.read_pos + nl + 1
 
@@ -476,14 +567,26 @@ class Controller:
             self.metrics.source_health.labels(source="spool").set(0)
             self._log_every("spool", logging.WARNING, "spool %s: read failed: %s", self.cfg.spool, exc)
             return
+        for key, reason in (("refused_node", "spool_other_node"), ("refused_kind", "spool_scheduler_kind"),
+                            ("not_regular", "not_regular_file")):
+            seen = self.spool.stats.get(key, 0)
+            d = seen - self._refused_seen.get(key, 0)
+            if d > 0:
+                self.metrics.refused.labels(reason=reason).inc(d)
+                self._refused_seen[key] = seen
         garbage = self.spool.stats.get("garbage", 0)
         new_garbage = garbage - self._spool_garbage
         if not facts and not new_garbage and self.spool.offsets == self._tx_spool_last:
             return
         self._tx_begin()
         for f in facts:
-            self.engine.ingest(f)  # the engine gives a node's fact the job running there
-            self._tx_facts += 1
+            try:
+                self.engine.ingest(f)  # the engine gives a node's fact the job running there
+                self._tx_facts += 1
+            except _STORE_ERRORS:
+                raise
+            except Exception as exc:  # this fact alone is poison
+                self._quarantine("spool", f"spool:{f.origin}", f.to_json(), exc)
         offsets = {k: list(v) for k, v in self.spool.offsets.items()}
         self._tx_spool = offsets
         self._tx_spool_last = dict(self.spool.offsets)
@@ -501,18 +604,21 @@ class Controller:
             snap = self._poller.take()
             self.metrics.source_health.labels(source="scheduler").set(1 if self._poller.available else 0)
             if self.actuator is not None and hasattr(self.actuator, "available"):
-                self.actuator.available = self._poller.available
+                self.actuator.available = self._poller.available  # actions wait while it does not answer
             if snap is None:
                 return
             jobs, nodes = snap.jobs, snap.nodes
+            self._sched_ok = True
         else:
             if now - self._last_sched < self.cfg.scheduler_interval:
                 return
             self._last_sched = now
+            self._sched_ok = False
             try:
                 jobs = self.adapter.jobs()
                 nodes = self.adapter.nodes()
                 self.metrics.source_health.labels(source="scheduler").set(1)
+                self._sched_ok = True
             except Exception as exc:
                 self.metrics.source_health.labels(source="scheduler").set(0)
                 self._log_every("scheduler", logging.WARNING, "scheduler poll failed: %s", exc)
@@ -557,6 +663,16 @@ class Controller:
         if states_changed:
             self._save_meta("job_states", {k: [v[0], v[1], list(v[2]), v[3]] for k, v in self._job_states.items()})
 
+    def _quarantine(self, kind: str, origin: str, text: str, exc: BaseException) -> None:
+        """One input whose handling raised: kept in the store with its error (``recover incidents
+        --errors``), counted, logged (rate-limited); the batch it came in goes on without it."""
+        error = f"{type(exc).__name__}: {exc}"
+        self.metrics.quarantined.labels(kind=kind).inc()
+        self._log_every("quarantine", logging.ERROR, "%s: input set aside (quarantined), the rest goes on: %s",
+                        origin, error)
+        logger.debug("quarantined %s", origin, exc_info=exc)
+        self.store.quarantine(origin, text, error)
+
     # -- the store refusing writes -----------------------------------------------------------
     def _store_failed(self, exc: BaseException) -> None:
         self._tx_abort(exc)
@@ -588,7 +704,8 @@ class Controller:
         self._store_down_since = None
         self.metrics.store_healthy.set(1)
         self._closed_pending.clear()
-        self.engine = self._new_engine(self.compiled)
+        old, self.engine = self.engine, self._new_engine(self.compiled)
+        old.session.close()
         self.engine.resume()
         for t in list(self.follower.files.values()):
             inode, offset, line_no = committed.get(t.path, (t.inode, 0, 0))
@@ -609,6 +726,14 @@ class Controller:
     # -- the loop ----------------------------------------------------------------------------
     def step(self) -> None:
         """One pass: read what changed, advance time. The loop calls it every tick."""
+        lost = self.db_lost()
+        if lost is not None:
+            self._tx_abort(None)
+            logger.critical("%s: stopping; nothing more is read or done (a new database would replay the past "
+                            "as the present). Restore it, or start again on a new one (it reads from the files' end)", lost)
+            self.lost_reason = lost
+            self.stop_event.set()
+            return
         if self._store_down_since is not None and not self._store_recover():
             return
         try:
@@ -684,7 +809,8 @@ class Controller:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 signal.signal(sig, on_signal)
-        self.follower.start()
+        _raise_nofile_limit()
+        self.startup()
         if self.adapter is not None:
             from scheduler_adapters.worker import PollWorker
 
@@ -741,4 +867,4 @@ class Controller:
                 self._poller.stop()
             self.metrics.stop()
             self.store.close()
-        return 0
+        return 3 if self.lost_reason else 0

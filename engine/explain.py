@@ -31,6 +31,10 @@ def build(store: Store, incident_id: int) -> dict[str, Any]:
     if inc is None:
         raise ExplainError(f"no incident {incident_id} in {store.path}")
     facts = [_fact_dict(f, c, d) for f, c, d in store.facts(incident_id)]
+    floods = store.fact_floods(incident_id)
+    for f in facts:  # a collapsed flood: its last line, and who repeated it
+        if f["id"] in floods:
+            f["flood"] = floods[f["id"]]
     by_id = {f["id"]: f for f in facts}
     firings = store.firings(incident_id)
     firing_by_asserted = {}
@@ -57,7 +61,15 @@ def build(store: Store, incident_id: int) -> dict[str, Any]:
         "firings": [{k: v for k, v in fr.items()} for fr in firings],
         "actions": store.actions(incident_id),
         "reviews": store.reviews(incident_id),
+        "context_source": _context_source(store),
     }
+
+
+def _context_source(store: Store) -> str | None:
+    try:
+        return store.meta("context_source")
+    except Exception:  # a database from before this was recorded
+        return None
 
 
 def _describe(fact: dict[str, Any]) -> str:
@@ -86,6 +98,9 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append(f"  why:      {inc['reason']}")
     for g in inc.get("guards") or []:
         lines.append(f"  guard:    {g.get('guard')}: {g.get('why')}" + (f" ({g['from']} -> {g['to']})" if g.get("from") else ""))
+    if report.get("context_source") == "logs":
+        lines.append("  context:  which job ran on which nodes was taken from the logs' own lines (SLURM_JOB_ID, "
+                     "SLURM_JOB_NODELIST...): no scheduler was asked (replay); live, only the scheduler says that")
     lines.append("")
     lines.append("Chain of evidence (the winning fault, the rules that derived it, the facts they matched):")
 
@@ -97,6 +112,12 @@ def render_text(report: dict[str, Any]) -> str:
         text = fact.get("attrs", {}).get("text")
         if text:
             lines.append(f"{prefix}    | {text}")
+        flood = fact.get("flood")
+        if flood:
+            who = ", ".join(flood.get("nodes", [])[:8]) + (" ..." if len(flood.get("nodes", [])) > 8 else "")
+            lines.append(f"{prefix}    last of {fact['count']} @ {flood.get('last_origin')}" + (f" (nodes: {who})" if who else ""))
+            if flood.get("last_text"):
+                lines.append(f"{prefix}    | {flood['last_text']}")
         if "rule" in node:
             r = node["rule"]
             lines.append(f"{prefix}    <- rule {r['id']}  ({r['at']})")
@@ -120,7 +141,8 @@ def render_text(report: dict[str, Any]) -> str:
         if f["kind"] in ("symptom", "fault"):
             continue
         count = f" x{f['count']}" if f.get("count", 1) > 1 else ""
-        lines.append(f"  {f['origin']}: {_describe(f)}{count}")
+        last = f" (last @ {f['flood']['last_origin']})" if f.get("flood") else ""
+        lines.append(f"  {f['origin']}: {_describe(f)}{count}{last}")
     lines.append("")
     lines.append("Rules fired:")
     for fr in report["firings"]:

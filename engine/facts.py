@@ -33,6 +33,8 @@ DERIVED_KINDS = frozenset({"symptom", "fault", "decision", "action"})
 KINDS = SOURCE_KINDS | DERIVED_KINDS
 
 _SCALARS = (str, int, float, bool, type(None))
+#: the largest integer a fact may carry (what the store can hold)
+MAX_INT = (1 << 63) - 1
 
 
 class FactError(ValueError):
@@ -52,6 +54,9 @@ def _check_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
             raise FactError(f"attribute {key!r}: {type(value).__name__} is not a flat JSON value")
         if isinstance(value, float) and not math.isfinite(value):
             raise FactError(f"attribute {key!r}: {value} is not a finite number")
+        for v in value if isinstance(value, tuple) else (value,):
+            if isinstance(v, int) and not -MAX_INT <= v <= MAX_INT:
+                raise FactError(f"attribute {key!r}: {v} is out of range")
         out[key] = value
     return out
 

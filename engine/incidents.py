@@ -56,6 +56,7 @@ class _Live:
     incident: int | None = None
     count: int = 1
     asserted: bool = False
+    flood: Any = None  # linefacts.Flood of its repeats, when a flood was collapsed into it
 
 
 @dataclass
@@ -180,6 +181,22 @@ class Engine:
             if old is not None:
                 self._retract(old)
         self._assert_chain(fact)
+
+    def flooded(self, flood: Any) -> None:
+        """Repeats of a fact already ingested (a ``linefacts.Flood``): counted, never asserted."""
+        delta = flood.count - flood.applied
+        if delta <= 0:
+            return
+        flood.applied = flood.count
+        self.stats["flooded"] += delta
+        live = self.live.get(flood.fact_id)
+        if live is not None:
+            live.count += delta
+            live.flood = flood
+            if live.incident is None:
+                return  # counted when it joins an incident
+        # in an incident (or no longer live): the stored row, if any, is brought up to date
+        self.store.bump_fact(flood.fact_id, delta, flood.evidence())
 
     def _with_job(self, fact: Fact) -> Fact:
         """A node's fact (a Xid, a counter) belongs to the job attempt running on that node then."""
@@ -364,7 +381,7 @@ class Engine:
                 if live is not None and fid not in inc.facts:
                     self.store.add_fact(inc.id, live.fact)
                     if live.count > 1:
-                        self.store.bump_fact(fid, live.count - 1)
+                        self.store.bump_fact(fid, live.count - 1, live.flood.evidence() if live.flood is not None else None)
                     live.incident = inc.id
                     inc.facts.add(fid)
             firing_id = self.store.add_firing(inc.id, cr.rule.id, str(cr.rule.mark), cr.rule.description, matched_ids, asserted, fact.at)
@@ -383,6 +400,15 @@ class Engine:
                 self._isolate_now(inc, fact)
         inc.last_at = max(inc.last_at, fact.at)
         self.store.touch_incident(inc.id, fact.at)
+
+    def _evidence(self, inc: _Open) -> dict[str, Any]:
+        """The incident's evidence for action templates: its earliest line, how many, which nodes."""
+        lives = sorted((self.live[f] for f in inc.facts if f in self.live and self.live[f].fact.kind not in ("symptom", "fault")),
+                       key=lambda lv: lv.fact.at)
+        first = next((lv.fact.get("text") or lv.fact.get("evidence") for lv in lives
+                      if lv.fact.get("text") or lv.fact.get("evidence")), None)
+        nodes = {str(lv.fact.get("node")) for lv in lives if lv.fact.get("node")}
+        return {"first_line": str(first) if first else None, "count": sum(lv.count for lv in lives), "nodes": nodes}
 
     def _close(self, inc: _Open, at: float) -> ClosedIncident:
         if inc.faults:
@@ -404,7 +430,8 @@ class Engine:
             ctx = self._guard_context(inc, job_id, attempt, at)
             decision = decide(self.compiled, fault_class, nodes, reason, ctx, rule)
             plan, problems = plan_actions(self.compiled, decision.decision, inc.id, job_id, attempt, decision.nodes,
-                                          fault_class, self.scheduler, names=decision.plan_only, fault_reason=reason)
+                                          fault_class, self.scheduler, names=decision.plan_only, reason=reason,
+                                          evidence=self._evidence(inc))
             plan = [p for p in plan if (p.name, p.target) not in decision.skip_targets]
             guards = list(decision.guards) + [{"guard": "plan", "why": p} for p in problems]
             mode = decision.autonomy if self.mode == "act" else ("observe" if decision.autonomy == "observe" else "recommend")
@@ -446,7 +473,7 @@ class Engine:
         names = [n for n in self.compiled.policy["plans"].get("isolate_and_restart", ()) if n != "notify"]
         plan, _ = plan_actions(self.compiled, decision.decision, inc.id, job_id, attempt, decision.nodes,
                                str(fault.get("fault_class")), self.scheduler, names=names,
-                               fault_reason=str(fault.get("reason", "")))
+                               reason=str(fault.get("reason", "")), evidence=self._evidence(inc))
         for p in plan:
             if (p.name, p.target) in decision.skip_targets:
                 continue

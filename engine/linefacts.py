@@ -11,7 +11,7 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from scheduler_adapters.hostlist import HostlistError, expand_hostlist as _expand_hostlist
 
@@ -21,7 +21,8 @@ from .rulebook.model import Matcher
 logger = logging.getLogger(__name__)
 
 __all__ = ["NODE_RE", "JOB_RE", "clean_text", "parse_line_time", "FileContext", "ClusterContext", "HitConverter",
-           "expand_hostlist", "job_from_filename"]
+           "expand_hostlist", "job_from_filename", "Flood", "StreamFacts", "shape_key", "FLOOD_WINDOW",
+           "normalize_pci", "decode_xid"]
 
 NODE_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,62})$")
 JOB_RE = re.compile(r"^[0-9]{1,12}(?:_[0-9]{1,9})?$")
@@ -29,6 +30,9 @@ _CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u2028-\u202e\u2066-\u2
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 _ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?")
 _SYSLOG = re.compile(r"^(?:<\d+>)?(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})")
+# PyTorch's C++ (glog-style) lines: "E1129 17:21:30.123456 1234 ProcessGroupNCCL.cpp:..." or
+# "[rank3]:E1129 17:21:30.123000 ..." (severity letter, month, day; no year)
+_GLOG = re.compile(r"^(?:\[rank\d{1,6}\]:\s?)?[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
 _FILE_JOB = (
     re.compile(r"(?:^|[/_-])slurm-(\d{1,12})(?:_(\d{1,9}))?\.(?:out|err|log)$"),
     re.compile(r"(?:^|/)(?:job|train)[-_.]?(\d{1,12})(?:[-_.][^/]*)?\.(?:out|err|log)$"),
@@ -74,7 +78,63 @@ def parse_line_time(line: str, year: int | None = None) -> float | None:
             return float(calendar.timegm((y, _MONTHS[mon], int(d), int(h), int(mi), int(s), 0, 0, 0)))
         except (ValueError, OverflowError):
             return None
+    m = _GLOG.match(head)
+    if m:
+        mo, d, h, mi, s, frac = m.groups()
+        y = year or time.gmtime().tm_year
+        try:
+            if not (1 <= int(mo) <= 12 and 1 <= int(d) <= 31 and int(h) < 24 and int(mi) < 60 and int(s) < 61):
+                return None
+            t = float(calendar.timegm((y, int(mo), int(d), int(h), int(mi), int(s), 0, 0, 0)))
+        except (ValueError, OverflowError):
+            return None
+        return t + (int(frac) / (10 ** len(frac)) if frac else 0.0)
     return None
+
+
+def normalize_pci(text: str | None) -> str | None:
+    """``00000000:3B:00.0``, ``PCI:0000:3b:00``, ``3b:00.0`` → ``0000:3b:00`` (``None`` if not PCI).
+
+    The form both the kernel's Xid lines and NVML's bus ids are reduced to, so they compare."""
+    if not isinstance(text, str):
+        return None
+    t = text.strip()
+    if t[:4].upper() == "PCI:":
+        t = t[4:]
+    t = t.split(".", 1)[0]
+    parts = t.split(":")
+    if len(parts) == 2:
+        parts = ["0", *parts]
+    if len(parts) != 3:
+        return None
+    dom, bus, dev = parts
+    try:
+        if not (1 <= len(dom) <= 8 and 1 <= len(bus) <= 2 and 1 <= len(dev) <= 2):
+            return None
+        d, b, v = int(dom, 16), int(bus, 16), int(dev, 16)
+    except ValueError:
+        return None
+    return f"{d & 0xFFFF:04x}:{b:02x}:{v:02x}"
+
+
+def decode_xid(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The one Xid decoder, after the rulebook's Xid matchers took the line apart: the PCI
+    address in the form NVML devices carry, the words of a decode (fatality, recovery action)
+    with their blanks collapsed. Replay and the node agent both reach Xids through here."""
+    pci = normalize_pci(attrs.get("pci")) if "pci" in attrs else None
+    if pci is not None:
+        attrs["pci"] = pci
+    else:
+        attrs.pop("pci", None)
+    for name in ("fatality", "recovery_action", "nvlink_unit", "process"):
+        value = attrs.get(name)
+        if isinstance(value, str):
+            value = " ".join(value.split()).strip("'\"")
+            if value and value != "<unknown>":
+                attrs[name] = value
+            else:
+                attrs.pop(name)
+    return attrs
 
 
 def expand_hostlist(text: str) -> list[str]:
@@ -126,9 +186,17 @@ class ClusterContext:
         for node in [n for n, (j, _, _) in self.node_job.items() if j == job]:
             del self.node_job[node]
 
+    def nodes_of(self, job: str) -> set[str]:
+        return {n for n, (j, _, _) in self.node_job.items() if j == job}
+
     def job_on(self, node: str) -> tuple[str, int | None] | None:
         entry = self.node_job.get(node)
         return (entry[0], entry[1]) if entry else None
+
+
+#: numbers from logs are bounded: exact in a double (what the Rete compares) and far inside
+#: SQLite's integers, so that SLURM_RESTART_COUNT=99999999999999999999 is dropped, not stored
+MAX_NUMBER = 1 << 53
 
 
 def _number(raw: str, kind: str) -> int | float | None:
@@ -137,8 +205,9 @@ def _number(raw: str, kind: str) -> int | float | None:
     try:
         if kind == "float":
             v = float(raw)
-            return v if v == v and abs(v) != float("inf") else None
-        return int(raw, 16) if raw.lower().startswith("0x") else int(raw)
+            return v if v == v and abs(v) <= MAX_NUMBER else None
+        v = int(raw, 16) if raw.lower().startswith("0x") else int(raw)
+        return v if -MAX_NUMBER <= v <= MAX_NUMBER else None
     except ValueError:
         return None
 
@@ -156,6 +225,14 @@ class HitConverter:
         self.clock = clock  # live: facts are stamped on arrival; the line's own time is kept as logged_at
         self.on_context: Callable[[float, str, int | None, frozenset], None] | None = None
         self.dropped_values = 0
+        self._last_line: tuple[str, float | None] | None = None
+        #: a scheduler is present: it alone says which job a job log belongs to and on which
+        #: nodes that job runs; the log's own words about jobs and nodes are refused (see convert)
+        self.scheduler = False
+        self.refused: dict[str, int] = {}
+
+    def _refuse(self, why: str) -> None:
+        self.refused[why] = self.refused.get(why, 0) + 1
 
     def _typed(self, m: Matcher, groups: Mapping[str, str]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -180,12 +257,18 @@ class HitConverter:
             self.dropped_values += 1
         return out
 
+    collapse: "_Collapser | None" = None  # set per stream by StreamFacts
+
     def convert(self, index: int, groups: Mapping[str, str], line: str, line_no: int, ctx: FileContext,
-                before: bytes | None = None) -> Fact | None:
+                before: bytes | None = None) -> "Fact | Flood | None":
         """``before``: some bytes that precede the line in the file (to date an untimestamped line
         by the last timestamp before it, as a person reading the log would)."""
         m = self.matchers[index]
-        logged = parse_line_time(line, ctx.year)
+        if self._last_line is not None and self._last_line[0] == line:
+            logged = self._last_line[1]
+        else:
+            logged = parse_line_time(line, ctx.year)
+            self._last_line = (line, logged)
         if logged is None and before:
             for prev in reversed(before.split(b"\n")[-64:]):
                 t = parse_line_time(prev[:128].decode("utf-8", "replace"), ctx.year)
@@ -204,7 +287,14 @@ class HitConverter:
         attrs = self._typed(m, groups)
         if self.clock is not None and logged is not None:
             attrs["logged_at"] = logged
+        # Trust: with a scheduler, a job's log is evidence about that job (the one the scheduler
+        # or the file's name says) and the nodes the scheduler lists for it, never about other
+        # jobs or nodes. Without one (replay), the log's context lines are all there is.
+        guarded = self.scheduler and ctx.source == "job"
         if m.emit == "context":
+            if guarded:
+                self._refuse("context")  # SLURM_JOB_ID=, SLURM_JOB_NODELIST= ... printed by the job
+                return None
             if "job" in attrs:
                 ctx.job = str(attrs["job"])
             if "attempt" in attrs and isinstance(attrs["attempt"], int):
@@ -221,9 +311,28 @@ class HitConverter:
                 else:
                     self.cluster.assign(ctx.job, ctx.attempt, ctx.nodes, at)
             return None
+        if guarded and m.emit == "xid":
+            self._refuse("xid_in_job_log")  # a node-level claim: the kernel's and the agents' to make
+            return None
         fact_attrs: dict[str, Any] = dict(m.attrs)
         fact_attrs.update(attrs)
         fact_attrs.pop("nodes", None)
+        if guarded:
+            for name in ("job", "attempt"):
+                if name in attrs and str(attrs[name]) != str(ctx.job if name == "job" else ctx.attempt):
+                    self._refuse("other_job")
+                fact_attrs.pop(name, None)
+            if ctx.job is not None:
+                fact_attrs["job"] = ctx.job
+                if ctx.attempt is not None:
+                    fact_attrs["attempt"] = ctx.attempt
+            node = fact_attrs.get("node")
+            if node is not None:
+                allowed = ctx.nodes or (self.cluster.nodes_of(ctx.job) if ctx.job is not None else set())
+                if str(node) not in allowed:
+                    self._refuse("other_node")  # not in the job's allocation: dropped, the evidence stays
+                    fact_attrs.pop("node")
+            fact_attrs.pop("failed_nodes", None)
         fact_attrs["matcher"] = m.id
         fact_attrs["source"] = ctx.source
         if "job" not in fact_attrs and ctx.job is not None:
@@ -231,13 +340,191 @@ class HitConverter:
         if "attempt" not in fact_attrs:
             if ctx.attempt is not None and fact_attrs.get("job") == ctx.job:
                 fact_attrs["attempt"] = ctx.attempt
+        if m.emit == "xid":
+            decode_xid(fact_attrs)
         node = fact_attrs.get("node")
-        if node is None and len(ctx.nodes) == 1 and m.emit != "xid":
+        # an Xid printed in a job's log is not a node-level claim; one in a node's kernel log is
+        if node is None and len(ctx.nodes) == 1 and (m.emit != "xid" or ctx.source == "kernel"):
             fact_attrs["node"] = next(iter(ctx.nodes))
         # a node's fact without a job gets the job that ran there from the engine, in time order
         if "job" in fact_attrs and "attempt" not in fact_attrs:
             fact_attrs["attempt"] = self.cluster.job_attempt.get(str(fact_attrs["job"]), 0)
+        kind = {"log": "log", "xid": "xid", "progress": "progress"}[m.emit]
+        if self.collapse is not None and kind != "progress":
+            flood = self.collapse.repeat(kind, fact_attrs, at, f"{ctx.path}:{line_no}", line, m)
+            if flood is not False:
+                return flood
         if m.emit != "progress":
             fact_attrs["text"] = clean_text(line, MAX_TEXT)
-        kind = {"log": "log", "xid": "xid", "progress": "progress"}[m.emit]
-        return Fact.make(kind, fact_attrs, at, f"{ctx.path}:{line_no}")
+        fact = Fact.make(kind, fact_attrs, at, f"{ctx.path}:{line_no}")
+        if self.collapse is not None and kind != "progress":
+            self.collapse.first(fact, m)
+        return fact
+
+
+# --------------------------------------------------------------------------------------------
+# floods: one fact with a count instead of a fact per line
+
+FLOOD_WINDOW = 60.0  # seconds (of the facts' clock) during which lines of one shape are one fact
+FLOOD_SEEN_MAX = 64  # nodes and ranks remembered per flood
+_FLOOD_SHAPES_MAX = 4096
+#: attributes that differ from rank to rank of one job: set aside when comparing shapes
+VARYING = frozenset({"rank", "local_rank", "pid", "tid", "peer", "addr", "address", "port", "count", "seq",
+                     "process", "text", "logged_at"})
+#: also set aside in a job's own log: every node of the job prints the same error
+VARYING_IN_JOB_LOGS = frozenset({"node", "gpu", "device", "pci"})
+
+
+_NUMBERS = re.compile(r"0x[0-9a-fA-F]+|[0-9a-fA-F]*[0-9][0-9a-fA-F]*")
+
+
+def _shape(value: Any) -> Any:
+    # free text (a captured message) is compared with its numbers, addresses and ids blanked
+    if isinstance(value, str) and " " in value:
+        return _NUMBERS.sub("#", value)
+    return value
+
+
+def shape_key(kind: str, attrs: Mapping[str, Any], job_log: bool) -> tuple:
+    """What makes two hits the same evidence: the kind and every attribute but those that vary
+    per rank, pid, address or count (and, in a job's log, per node); in free text, numbers and
+    addresses do not count."""
+    skip = VARYING | VARYING_IN_JOB_LOGS if job_log else VARYING
+    return (kind,) + tuple(sorted((k, _shape(v)) for k, v in attrs.items() if k not in skip))
+
+
+@dataclass(eq=False)
+class Flood:
+    """Repeats of a fact already emitted: how many, the last one's origin and line, who said it.
+
+    Emitted (again) whenever it has grown since it was last handed on; ``applied`` is how many of
+    ``count`` the engine has already taken, so handing it on twice never counts twice."""
+
+    fact_id: str
+    first_at: float
+    last_at: float
+    last_origin: str = ""
+    last_line: str = ""
+    count: int = 0  # repeats after the first line
+    applied: int = 0
+    nodes: set[str] = field(default_factory=set)
+    ranks: set[int] = field(default_factory=set)
+
+    @property
+    def at(self) -> float:
+        return self.last_at
+
+    def seen(self, attrs: Mapping[str, Any]) -> None:
+        node, rank = attrs.get("node"), attrs.get("rank", attrs.get("local_rank"))
+        if node is not None and len(self.nodes) < FLOOD_SEEN_MAX:
+            self.nodes.add(str(node))
+        if isinstance(rank, int) and len(self.ranks) < FLOOD_SEEN_MAX and "rank" in attrs:
+            self.ranks.add(rank)
+
+    def evidence(self) -> dict[str, Any]:
+        """What the store keeps next to the first line: the last one, and who repeated it."""
+        return {"last_origin": self.last_origin, "last_at": self.last_at, "last_text": clean_text(self.last_line, MAX_TEXT),
+                "nodes": sorted(self.nodes), "ranks": sorted(self.ranks)}
+
+
+class _Collapser:
+    """Per stream: shape -> the flood of the fact that first had it, within FLOOD_WINDOW."""
+
+    def __init__(self, job_log: bool, window: float = FLOOD_WINDOW):
+        self.job_log = job_log
+        self.window = window
+        self.shapes: dict[tuple, Flood] = {}
+        self.touched: set[Flood] = set()  # floods already handed on in this batch
+
+    def _key(self, kind: str, attrs: Mapping[str, Any], m: Matcher) -> tuple:
+        job_log = self.job_log or (kind == "log" and tuple(m.sources) == ("job",))
+        return shape_key(kind, attrs, job_log)
+
+    def repeat(self, kind: str, attrs: dict, at: float, origin: str, line: str, m: Matcher) -> "Flood | None | bool":
+        """False: not a repeat (make the fact). A Flood: a repeat, hand this on. None: a repeat
+        already on its way in this batch."""
+        flood = self.shapes.get(self._key(kind, attrs, m))
+        if flood is None or at - flood.first_at > self.window or at < flood.first_at:
+            return False
+        flood.count += 1
+        flood.last_at, flood.last_origin, flood.last_line = max(flood.last_at, at), origin, line
+        flood.seen(attrs)
+        if flood in self.touched:
+            return None
+        self.touched.add(flood)
+        return flood
+
+    def first(self, fact: Fact, m: Matcher) -> None:
+        if len(self.shapes) >= _FLOOD_SHAPES_MAX:
+            self.shapes = {k: f for k, f in self.shapes.items() if fact.at - f.first_at <= self.window}
+            if len(self.shapes) >= _FLOOD_SHAPES_MAX:
+                self.shapes.clear()
+        flood = Flood(fact.id, fact.at, fact.at, fact.origin)
+        flood.seen(fact.attrs)
+        self.shapes[self._key(fact.kind, fact.attrs, m)] = flood
+
+
+#: one item of a stream: (line number, byte offset of the line, what it gave)
+Item = tuple[int, int, "Fact | Flood | None"]
+
+
+class StreamFacts:
+    """The one scan -> fact loop, shared by replay and the live controller.
+
+    ``feed(data)`` scans a chunk and returns one item per hit, in line order: a Fact, a Flood
+    (repeats of an earlier fact, collapsed), or None (a context line, or a repeat already
+    counted in this batch). An untimestamped hit is dated by the last timestamp before it: the
+    time is carried forward from hit to hit, and the only look back is into the lines since
+    the previous hit (at most ``BEFORE_BYTES``), so a flood of adjacent lines never looks back.
+    """
+
+    BEFORE_BYTES = 8192
+
+    def __init__(self, scanner: Any, converter: HitConverter, ctx: FileContext, index_map: Sequence[int],
+                 collapse: bool = True):
+        self.scanner = scanner
+        self.converter = converter
+        self.ctx = ctx
+        self.index_map = index_map
+        self._collapse = _Collapser(ctx.source == "job") if collapse else None
+        self._looked = scanner.position[0]  # stream offset up to which earlier bytes were looked at
+        self._data, self._base = b"", 0
+
+    def scan(self, data: bytes) -> list[Any]:
+        """Scan a chunk; its hits are then converted one by one with ``item`` (the controller
+        converts lazily, so that it can stop between lines of a burst)."""
+        self._begin(data, self.scanner.position[0] + self.scanner.pending)
+        return self.scanner.feed(data)
+
+    def scan_end(self) -> list[Any]:
+        """End of stream: the hits of the pending partial line."""
+        self._begin(b"", 0)
+        return self.scanner.flush()
+
+    def item(self, hit: Any) -> "Fact | Flood | None":
+        """The fact, flood or nothing that one hit of the last scanned chunk gives."""
+        conv, data, base = self.converter, self._data, self._base
+        local = hit.offset - base
+        before = None
+        if 0 < local <= len(data) and hit.offset > self._looked:
+            lo = max(0, local - self.BEFORE_BYTES, self._looked - base)
+            before = data[lo:local] if lo < local else None
+        conv.collapse = self._collapse
+        try:
+            out = conv.convert(self.index_map[hit.matcher], hit.groups, hit.line.decode("utf-8", "replace"),
+                               hit.line_no, self.ctx, before)
+        finally:
+            conv.collapse = None
+        self._looked = max(self._looked, hit.offset + len(hit.line))
+        return out
+
+    def feed(self, data: bytes) -> list[Item]:
+        return [(h.line_no, h.offset, self.item(h)) for h in self.scan(data)]
+
+    def flush(self) -> list[Item]:
+        return [(h.line_no, h.offset, self.item(h)) for h in self.scan_end()]
+
+    def _begin(self, data: bytes, base: int) -> None:
+        self._data, self._base = data, base
+        if self._collapse is not None:
+            self._collapse.touched.clear()  # a new batch: each grown flood is handed on once more

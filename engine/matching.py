@@ -44,6 +44,8 @@ from typing import Sequence
 
 import re2
 
+from . import cache
+
 logger = logging.getLogger(__name__)
 
 try:  # hyperscan is only built for x86-64
@@ -55,7 +57,8 @@ __all__ = ["MatcherSpec", "Hit", "Scanner", "check_pattern", "hyperscan_availabl
 
 _WINDOW = 16 * 1024  # first tail window for sampled matchers; grows x4
 _COMBINED_MAX_MEM = 64 << 20  # RE2 memory budget of the combined alternation (mostly DFA cache)
-_STORM = 4096  # hyperscan reports in one call before the scan stops and resumes after the line
+_UNANCHORED = re2._Anchor.UNANCHORED
+_STORM = 1 << 16  # hyperscan reports in one call before the scan stops and resumes after the line
 
 
 @dataclass(frozen=True)
@@ -284,7 +287,7 @@ class _Compiled:
     """One spec, compiled for the line (truth) and for the buffer-wide search."""
 
     __slots__ = ("idx", "spec", "utf8", "truth", "rx", "has_groups", "buf_src", "buf_rx", "hs_src",
-                 "cut_sensitive")
+                 "cut_sensitive", "named", "_match")
 
     def __init__(self, idx: int, spec: MatcherSpec):
         msg = check_pattern(spec.pattern)
@@ -297,6 +300,10 @@ class _Compiled:
         self.cut_sensitive = self.utf8 or "cut" in feats  # may match a cut head, not the line
         self.rx = re2.compile(self.truth, _options(self.utf8))
         self.has_groups = bool(self.rx.groupindex)
+        self.named = tuple((k.decode("utf-8", "replace") if isinstance(k, bytes) else k, i)
+                           for k, i in self.rx.groupindex.items())
+        # the wrapper's search() + groupdict() cost ~35 us a line in Python; its engine call, 2
+        self._match = self.rx._regexp.Match
         self.buf_src, _ = _source(spec.pattern, "re2buf", spec.ignore_case)
         self.buf_rx = None  # compiled on demand (sampled specs on the RE2 path)
         hs_ok = not (
@@ -306,6 +313,20 @@ class _Compiled:
             or ("numeric" in feats and (spec.ignore_case or "inline_i" in feats))
         )
         self.hs_src = _source(spec.pattern, "hs", False)[0] if hs_ok else None
+
+
+    def search(self, text: bytes):
+        """The spans of the first match in ``text`` (a line), or None."""
+        spans = self._match(_UNANCHORED, text, 0, len(text))
+        return None if spans[0][0] < 0 else spans
+
+    def groups(self, text: bytes, spans) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for name, i in self.named:
+            a, b = spans[i]
+            if a >= 0:
+                out[name] = text[a:b].decode("utf-8", "replace")
+        return out
 
 
 class _Re2Group:
@@ -325,9 +346,29 @@ def _log_fallback(c: _Compiled, err: Exception) -> None:
     logger.info("matcher %r: hyperscan cannot compile it (%s); matched with RE2", c.spec.id, err)
 
 
+def _stretch(hs_src: bytes) -> bytes:
+    """The pattern stretched over the newline that ends its line: one report per line."""
+    return b"(?:" + hs_src + b")[^\\n]*\\n"
+
+
 def _hs_compile(expressions: list[bytes], ids: list[int], flags: list[int]):
+    """A block-mode database, from the on-disk cache when it was built before from exactly these
+    patterns by these library versions (building takes ~1 s for a rulebook's patterns)."""
+    k = cache.key("hyperscan", expressions, ids, flags)
+    data = cache.get(k)
+    if data is not None:
+        try:
+            db = _hs.loadb(data, _hs.HS_MODE_BLOCK)
+            db.scratch = _hs.Scratch(db)  # a loaded database comes without one
+            return db
+        except Exception as exc:  # damaged or foreign: build it again
+            logger.debug("hyperscan cache entry %s unusable: %s", k, exc)
     db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
     db.compile(expressions=expressions, ids=ids, elements=len(expressions), flags=flags)
+    try:
+        cache.put(k, bytes(_hs.dumpb(db)))
+    except Exception as exc:  # pragma: no cover - serialisation is best effort
+        logger.debug("hyperscan database not cached: %s", exc)
     return db
 
 
@@ -387,29 +428,30 @@ class Scanner:
         for c, f in todo:
             if not c.spec.sample:
                 continue
-            # stretched over the newline that ends its line, a pattern reports each line once
             try:
-                sampled[c.idx] = _hs_compile([b"(?:" + c.hs_src + b")[^\\n]*\\n"], [c.idx], [f])
+                sampled[c.idx] = _hs_compile([_stretch(c.hs_src)], [c.idx], [f])
             except Exception as e:  # hyperscan refuses some RE2 syntax, e.g. (?U)
                 _log_fallback(c, e)
-        # non-sampled: bare patterns in one database, the fastest over healthy text
+        # non-sampled: one database, each pattern stretched to the end of its line, so that a
+        # line is reported once per pattern (bare patterns report every end offset: a flood
+        # line cost ~90 Python callbacks)
         db = None
         if main:
             try:
-                db = _hs_compile([c.hs_src for c, _ in main], [c.idx for c, _ in main],
+                db = _hs_compile([_stretch(c.hs_src) for c, _ in main], [c.idx for c, _ in main],
                                  [f for _, f in main])
             except Exception:  # find the patterns it refuses, keep the rest
                 keep = []
                 for c, f in main:
                     try:
-                        _hs_compile([c.hs_src], [c.idx], [f])
+                        _hs_compile([_stretch(c.hs_src)], [c.idx], [f])
                         keep.append((c, f))
                     except Exception as e:
                         _log_fallback(c, e)
                 main = keep
                 if main:
                     try:
-                        db = _hs_compile([c.hs_src for c, _ in main], [c.idx for c, _ in main],
+                        db = _hs_compile([_stretch(c.hs_src) for c, _ in main], [c.idx for c, _ in main],
                                          [f for _, f in main])
                     except Exception as e:
                         if strict:
@@ -430,6 +472,11 @@ class Scanner:
         number ``lines consumed + 1``. ``reset(*position)`` on a new Scanner resumes there.
         """
         return self._off, self._lines
+
+    @property
+    def pending(self) -> int:
+        """Bytes of the incomplete last line held back: the next chunk starts this far past ``position``."""
+        return self._pend_total
 
     def reset(self, offset: int = 0, line_no: int = 0) -> None:
         """Forget the pending line and resume at a known position (see ``position``)."""
@@ -538,12 +585,8 @@ class Scanner:
             for ls, idx, text, m in records:
                 nlines += count(b"\n", prev, ls)
                 prev = ls
-                groups: dict[str, str] = {}
-                if m is not None and self._c[idx].has_groups:
-                    for name, value in m.groupdict().items():
-                        if value is not None:
-                            key = name.decode("utf-8", "replace") if isinstance(name, bytes) else name
-                            groups[key] = value.decode("utf-8", "replace")
+                c = self._c[idx]
+                groups = c.groups(text, m) if m is not None and c.has_groups else {}
                 hits.append(
                     Hit(
                         matcher=idx,
@@ -585,7 +628,7 @@ class Scanner:
                     if (ls, c.idx) in seen:
                         continue
                     text = buf[ls : ls + ml]
-                    m = c.rx.search(text)
+                    m = c.search(text)
                     if m is None:
                         continue
                     if not c.spec.sample:
@@ -604,7 +647,7 @@ class Scanner:
 
     def _hs_scan(self, buf: bytes, lo: int, hi: int, line_at, records: list) -> None:
         """One hyperscan call over buf[lo:hi] (more only after a storm of reports on one line)."""
-        rx = [c.rx for c in self._c]
+        rx = [c.search for c in self._c]
         rfind, find = buf.rfind, buf.find
         seen: set[tuple[int, int]] = set()
         pos = lo
@@ -626,7 +669,7 @@ class Scanner:
             ls = le = -1
             text = b""
             for to, ident in ends:
-                to += pos
+                to += pos - 1  # the newline that ends the reported line
                 if not ls <= to <= le:  # not in the line of the previous report
                     if rfind(b"\n", 0, to) + 1 >= hi:
                         stopped = False  # only reports after the last line are left
@@ -637,7 +680,7 @@ class Scanner:
                 if (ls, ident) in seen:
                     continue
                 seen.add((ls, ident))
-                m = rx[ident].search(text)
+                m = rx[ident](text)
                 if m is not None:
                     records.append((ls, ident, text, m))
             if not stopped or ls < 0:
@@ -647,7 +690,7 @@ class Scanner:
             for c in self._c:
                 if c.idx in self.hyperscan_specs and not c.spec.sample and (ls, c.idx) not in seen:
                     seen.add((ls, c.idx))
-                    m = c.rx.search(text)
+                    m = c.search(text)
                     if m is not None:
                         records.append((ls, c.idx, text, m))
             pos = le + 1
@@ -669,7 +712,7 @@ class Scanner:
             text = line_at(ls, le)
             for k in sorted(match_set(text) or ()):
                 c = g.members[k]
-                records.append((ls, c.idx, text, c.rx.search(text) if c.has_groups else None))
+                records.append((ls, c.idx, text, c.search(text) if c.has_groups else None))
             pos = le + 1
 
     def _candidates(self, idx: int, buf: bytes, lo: int, hi: int) -> list[int]:
@@ -711,14 +754,14 @@ class Scanner:
         """
         find = buf.find
         for idx, floor in floors.items():
-            rx = self._c[idx].rx
+            rx = self._c[idx].search
             top, width = hi, _WINDOW
             while top > floor:
                 cut = top - width
                 wlo = max(buf.rfind(b"\n", 0, cut) + 1 if cut > floor else floor, floor)
                 for ls in reversed(self._candidates(idx, buf, wlo, top)):
                     text = line_at(ls, find(b"\n", ls, hi))
-                    m = rx.search(text)
+                    m = rx(text)
                     if m is not None:
                         out[idx] = (ls, text, m)
                         break

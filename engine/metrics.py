@@ -40,6 +40,11 @@ class Metrics:
         self.store_errors = Counter("recover_store_errors_total", "Failed writes to the incident store", registry=r)
         self.store_healthy = Gauge("recover_store_healthy", "1 while the incident store accepts writes", registry=r)
         self.spool_garbage = Gauge("recover_spool_garbage_lines", "Spool lines that were not facts", registry=r)
+        self.quarantined = Counter("recover_quarantined_total", "Inputs (lines, spool facts) whose handling failed: kept "
+                                   "aside in the store's quarantine, the rest goes on", ["kind"], registry=r)
+        self.refused = Counter("recover_refused_total", "Claims refused at a trust boundary (a job log naming another "
+                               "job or node, a spool fact for another node or of a scheduler kind, a file that is not regular)",
+                               ["reason"], registry=r)
         self.errors = Counter("recover_internal_errors_total", "Unexpected errors survived by the controller loop", registry=r)
         self.actions = Counter("recover_actions_total", "Actions by name and outcome", ["action", "status"], registry=r)
         self.store_healthy.set(1)

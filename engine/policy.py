@@ -3,9 +3,7 @@
 Guards, in the order they apply (each configurable under ``policy:`` in the rulebook)::
 
     silences      a silenced node's incidents are only recorded            (recover silence add)
-    retry         at most N restarts per job and per root-cause fingerprint in a window, and per
-                  fault class (``retry.per_class``: ``unknown: 0`` = an unexplained failure is not
-                  restarted; a site may grant it restarts)
+    retry         at most N restarts per job and per root-cause fingerprint in a window
     no_progress   stop when the last checkpoint/step did not advance across N attempts
     blast_radius  at most K drains (or P% of the nodes seen) in a window; past it: stop acting, notify
     inhibit       nodes already drained are not drained again (a DOWN node still gets the DRAIN
@@ -85,16 +83,6 @@ def _guard_cfg(compiled: CompiledRulebook, name: str) -> dict[str, Any]:
     return cfg
 
 
-def _class_budget(retry: Mapping[str, Any], fault_class: str) -> int | None:
-    per_class = retry.get("per_class") or {}
-    if not isinstance(per_class, Mapping) or per_class.get(fault_class) is None:
-        return None
-    try:
-        return max(0, int(per_class[fault_class]))
-    except (TypeError, ValueError):
-        return None
-
-
 def isolate_settings(compiled: CompiledRulebook) -> dict[str, Any]:
     """``policy.isolate``: which fault classes are isolated at once, how long a drain is retried."""
     cfg = _guard_cfg(compiled, "isolate")
@@ -144,16 +132,17 @@ def decide(compiled: CompiledRulebook, fault_class: str, nodes: tuple[str, ...],
         recent = [h for h in ctx.history if h.get("decision") in RESTARTING and ctx.now - float(h.get("closed_at") or 0) <= window]
         fp = fingerprint(fault_class, nodes, rule)
         same = [h for h in recent if h.get("fingerprint") == fp]
+        class_budget = (compiled.policy.get("class_retry") or {}).get(fault_class)  # fault_classes: {NAME: {retry: N}}
+        same_class = [h for h in recent if h.get("fault_class") == fault_class]
         if len(recent) >= int(retry.get("max_per_job", 5)):
             change("retry_budget", "stop", f"job {ctx.job} was already restarted {len(recent)} times "
                                            f"(budget {retry.get('max_per_job')} per {int(window)} s)")
-        elif (budget := _class_budget(retry, fault_class)) is not None and \
-                len(same_class := [h for h in recent if h.get("fault_class") == fault_class]) >= budget:
-            change("retry_budget", "stop", f"policy.retry.per_class allows {fault_class} {budget} restart(s) per job "
-                                           f"({len(same_class)} so far): a person decides")
         elif len(same) >= int(retry.get("max_per_fingerprint", 3)):
             change("retry_budget", "stop", f"the same root cause ({fault_class}) already caused {len(same)} restarts "
                                            f"(budget {retry.get('max_per_fingerprint')})")
+        elif class_budget is not None and len(same_class) >= class_budget:
+            change("retry_budget", "stop", f"{fault_class} already caused {len(same_class)} restarts of job {ctx.job} "
+                                           f"(the class's retry budget is {class_budget})")
         else:
             n = int(retry.get("no_progress_attempts", 2))
             if n > 0 and ctx.attempt is not None and ctx.attempt >= n:

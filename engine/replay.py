@@ -13,14 +13,16 @@ Usage::
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from .facts import Fact
 from .incidents import ClosedIncident, Engine
-from .linefacts import ClusterContext, FileContext, HitConverter, job_from_filename
+from .linefacts import ClusterContext, FileContext, Flood, HitConverter, StreamFacts, job_from_filename
 from .matching import MatcherSpec, Scanner
 from .rulebook.compile import CompiledRulebook
 from .store import Store
@@ -30,7 +32,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["replay", "replay_inputs", "Input", "file_input", "ReplayResult", "scan_chunks", "matcher_specs", "CHUNK"]
 
 CHUNK = 4 * 1024 * 1024
-BEFORE_BYTES = 8192  # how far back an untimestamped hit looks for the last timestamp
 
 
 @dataclass
@@ -58,32 +59,54 @@ def _file_chunks(path: str) -> Iterator[bytes]:
             yield data
 
 
+_TEMPLATES: "weakref.WeakKeyDictionary[Any, dict[str, Scanner]]" = weakref.WeakKeyDictionary()
+
+
+class _Key:
+    """Identity-hashed key for a compiled rulebook (its dataclass hash would walk its fields)."""
+
+    __slots__ = ("__weakref__",)
+
+
+def scanner_for(compiled: CompiledRulebook, source: str) -> tuple[Scanner, list[int]]:
+    """A fresh scanner for one stream of ``source`` and its index map. The patterns are compiled
+    once per rulebook and source kind (``recover rules test`` replays ~90 small inputs); each
+    stream gets a shallow copy that shares the databases and has its own state."""
+    key = compiled.__dict__.get("_scan_key")
+    if key is None:
+        key = _Key()
+        object.__setattr__(compiled, "_scan_key", key)
+    per = _TEMPLATES.setdefault(key, {})
+    index_map = matchers_for(compiled, source)
+    tmpl = per.get(source)
+    if tmpl is None:
+        specs = matcher_specs(compiled)
+        tmpl = per[source] = Scanner([specs[i] for i in index_map])
+    scanner = copy.copy(tmpl)
+    scanner.lines_seen = scanner.long_lines_cut = scanner.bytes_seen = 0
+    scanner.reset(0, 0)
+    return scanner, index_map
+
+
 def matchers_for(compiled: CompiledRulebook, source: str) -> list[int]:
     """Indexes (into compiled.matchers) of the matchers that apply to a source kind."""
     return [i for i, m in enumerate(compiled.matchers) if source == "any" or source in m.sources or "any" in m.sources]
 
 
 def scan_chunks(chunks: Iterable[bytes], scanner: Scanner, converter: HitConverter, ctx: FileContext,
-                index_map: Sequence[int], on_bytes: Callable[[int], None] | None = None) -> Iterator[Fact]:
-    """Yield the facts of one stream (context lines update ``ctx``); ``index_map`` maps the
-    scanner's matcher numbers to the converter's."""
-    def convert(hits, data: bytes, start: int):
-        for hit in hits:
-            local = hit.offset - start
-            before = data[max(0, local - BEFORE_BYTES):local] if 0 < local <= len(data) else None
-            fact = converter.convert(index_map[hit.matcher], hit.groups, hit.line.decode("utf-8", errors="replace"),
-                                     hit.line_no, ctx, before)
-            if fact is not None:
-                yield fact
-
-    start = scanner.position[0]
-    data = b""
+                index_map: Sequence[int], on_bytes: Callable[[int], None] | None = None) -> Iterator[Fact | Flood]:
+    """Yield the facts and floods of one stream (context lines update ``ctx``); ``index_map``
+    maps the scanner's matcher numbers to the converter's."""
+    stream = StreamFacts(scanner, converter, ctx, index_map)
     for data in chunks:
         if on_bytes:
             on_bytes(len(data))
-        yield from convert(scanner.feed(data), data, start)
-        start += len(data)
-    yield from convert(scanner.flush(), data, start - len(data))
+        for _, _, item in stream.feed(data):
+            if item is not None:
+                yield item
+    for _, _, item in stream.flush():
+        if item is not None:
+            yield item
 
 
 @dataclass(frozen=True)
@@ -106,14 +129,16 @@ def replay(paths: Sequence[str], compiled: CompiledRulebook, store: Store, **kw)
 def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: Store, *, job: str | None = None,
                   attempt: int | None = None, nodes: Sequence[str] = (), scheduler: str = "slurm",
                   on_bytes: Callable[[int], None] | None = None, extra_facts: Sequence[Fact] = (),
-                  network=None) -> ReplayResult:
+                  network=None, on_fact: Callable[[Fact], None] | None = None) -> ReplayResult:
+    """``on_fact`` sees every source fact, in the order the engine takes them."""
     result = ReplayResult()
+    # no scheduler here: which job ran where is taken from the logs' own lines (explain says so)
+    store.set_meta("context_source", "logs")
     cluster = ClusterContext()
     if job is not None and nodes:
         cluster.assign(job, attempt, nodes, 0.0)
     matchers = list(compiled.matchers)
     converter = HitConverter(matchers, cluster)
-    specs = matcher_specs(compiled)
     collected: list[tuple[float, int, int, Any]] = []
     context_seq = [0]
 
@@ -130,11 +155,11 @@ def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: St
             ctx.nodes.update(nodes)
         if ctx.job:
             cluster.assign(ctx.job, ctx.attempt, ctx.nodes, 0.0)
-        index_map = matchers_for(compiled, inp.source)
-        scanner = Scanner([specs[i] for i in index_map])
+        scanner, index_map = scanner_for(compiled, inp.source)
         try:
-            for seq, fact in enumerate(scan_chunks(inp.chunks(), scanner, converter, ctx, index_map, on_bytes)):
-                collected.append((fact.at, index, seq, fact))
+            for seq, item in enumerate(scan_chunks(inp.chunks(), scanner, converter, ctx, index_map, on_bytes)):
+                # a flood is applied when its first repeat was seen, with every repeat counted by then
+                collected.append((item.at, index, seq, item))
         except OSError as exc:
             logger.error("%s: cannot read: %s", inp.name, exc.strerror or exc)
             result.unreadable.append(inp.name)
@@ -145,13 +170,17 @@ def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: St
     for fact in extra_facts:
         collected.append((fact.at, -1, 0, fact))
     collected.sort(key=lambda t: (t[0], t[1], t[2]))
-    result.hits = sum(1 for c in collected if not isinstance(c[3], tuple))
+    result.hits = sum(1 for c in collected if isinstance(c[3], Fact)) + sum(f.count for f in {c[3] for c in collected if isinstance(c[3], Flood)})
     engine = Engine(compiled, store, scheduler=scheduler, cluster=cluster, network=network)
     for at, _, _, item in collected:
         if isinstance(item, tuple):
             _, cjob, catt, cnodes = item
             cluster.assign(cjob, catt, cnodes, at)
+        elif isinstance(item, Flood):
+            engine.flooded(item)
         else:
+            if on_fact is not None:
+                on_fact(item)
             engine.ingest(item)
     result.incidents = engine.finish()
     result.facts = engine.stats["facts"]

@@ -17,13 +17,12 @@ from html import escape
 from typing import Any, Mapping, Sequence
 
 from .report import autonomy_snippet, fmt_rate, fmt_seconds
-from .rulebook.model import FAULT_CLASSES
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["render_html", "class_color", "PALETTE", "AGREE_COLORS", "LATENCY_COLOR"]
 
-#: one color per fault class, in FAULT_CLASSES order (hardware reds/oranges first)
+#: one color per fault class, in the order of the shipped declarations (hardware reds/oranges first)
 PALETTE = ("#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#9467bd", "#7f7f7f", "#bcbd22", "#17becf",
            "#1f77b4", "#2ca02c", "#98df8a", "#ffbb78", "#aec7e8", "#c5b0d5", "#c49c94", "#f7b6d2")
 _OTHER = "#444444"
@@ -34,8 +33,20 @@ LATENCY_COLOR = "#4c72b0"
 _FONT = "font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif"
 
 
+_ORDER: list[str] | None = None
+
+
+def _class_order() -> list[str]:
+    from .schema_json import _shipped_fault_classes
+
+    global _ORDER
+    if _ORDER is None:
+        _ORDER = _shipped_fault_classes()
+    return _ORDER
+
+
 def class_color(fault_class: str) -> str:
-    names = list(FAULT_CLASSES)
+    names = _class_order()
     return PALETTE[names.index(fault_class) % len(PALETTE)] if fault_class in names else _OTHER
 
 

@@ -9,6 +9,8 @@ rulesets and runs facts through them, handling every sharp edge measured in DESI
   never raises; it records the error, and ``assert_fact`` re-raises it afterwards as ReteError;
 - ``set_rulesets`` mutates its input: we hand it a deep copy;
 - a ruleset name cannot be registered twice in one host: names are versioned (``recover_v3``);
+- a ruleset is never freed (~11 MB for the default rulebook): a network whose rules compile to a
+  definition already registered reuses that ruleset (a reload of unchanged rules costs nothing);
 - its timers and background dispatch threads are not used: time is our clock's business, so
   the host is created without its dispatch loop and every action runs synchronously, here.
 
@@ -52,6 +54,12 @@ class _QuietHost(_dr.Host):
 _HOST: _QuietHost | None = None
 _VERSION = itertools.count(1)
 _LOCK = threading.RLock()
+#: durable_rules never frees a ruleset (about 11 MB each for the default rulebook), so a reload
+#: whose rules compile to the same definition reuses the ruleset registered for it: its name by
+#: definition, and per name the live sessions (sids are never re-used within a name)
+_RULESETS: dict[str, str] = {}
+_SESSIONS: dict[str, dict[str, "ReteSession"]] = {}
+_SIDS: dict[str, "itertools.count[int]"] = {}
 
 
 def _host() -> _QuietHost:
@@ -99,8 +107,9 @@ def compile_rule(cr: CompiledRule) -> dict:
     terms = []
     for i, (cond, tree) in enumerate(positive):
         parts: list[dict] = [{"kind": cond.kind}]
-        if tree.items:
-            parts.append(_where(tree))
+        # The join and time terms come first: durable_rules 2.0.28 drops a reference to an
+        # earlier condition that follows an $or or a nested $and in the same $and (measured: a
+        # join on job then fires across jobs; tests/core/test_rete_differential.py pins it).
         if i > 0:
             for attr in rule.join:
                 parts.append({attr: {first: attr}})
@@ -108,6 +117,13 @@ def compile_rule(cr: CompiledRule) -> dict:
                 w = rule.within
                 parts.append({"$lte": {"at": {"$add": {"$l": {first: "at"}, "$r": w}}}})
                 parts.append({"$gte": {"at": {"$sub": {"$l": {first: "at"}, "$r": w}}}})
+        if len(positive) > 1:
+            # a join attribute must be there to be equal: facts of an unknown job never meet a
+            # job's facts (see conditions.join_holds, the reference)
+            parts.extend({"$ex": {attr: 1}} for attr in rule.join)
+        if tree.items:
+            where = _where(tree)
+            parts.extend(where["$and"] if set(where) == {"$and"} else [where])
         terms.append({cond.alias: {"$and": parts} if len(parts) > 1 else parts[0]})
     return {"all": terms}
 
@@ -122,29 +138,59 @@ def fact_message(fact: Fact, sid: str) -> dict:
     return msg
 
 
+def _action(name: str, key: str) -> Callable[[Any], None]:
+    """The action of rule ``key`` of ruleset ``name``: hands the firing to the session it fired
+    in (whichever network, of the ones sharing the ruleset, that session belongs to)."""
+
+    def action(c):  # exactly one parameter: durable_rules runs it synchronously
+        sessions = _SESSIONS.get(name, {})
+        try:
+            sid = str(c.s.sid) if c.s is not None else "0"
+            session = sessions.get(sid)
+            if session is None:
+                return
+            matched = {}
+            for alias, value in (c._m or {}).items():
+                matched[alias] = dict(value) if isinstance(value, dict) else value
+            session._pending.append((session.network.rules.get(key), matched))
+        except BaseException as exc:  # never let durable_rules see an exception
+            session = sessions.get(str(getattr(c.s, "sid", "0")))
+            if session is not None:
+                session._error = exc
+
+    return action
+
+
 class ReteNetwork:
     """One compiled rulebook registered in the process-wide host under a versioned name."""
 
     def __init__(self, compiled: CompiledRulebook):
         self.compiled = compiled
-        self.name = f"recover_v{next(_VERSION)}"
         self.rules: dict[str, CompiledRule] = {}
-        self._sessions: dict[str, "ReteSession"] = {}
-        self._sids = itertools.count(1)
-        definition: dict[str, dict] = {}
+        bodies: dict[str, dict] = {}
         for idx, cr in enumerate(compiled.rules):
             if not any(c.absent_for is None for c in cr.rule.conditions):
                 continue
             key = f"r{idx}"
             self.rules[key] = cr
-            body = compile_rule(cr)
-            body["run"] = self._action(key)
-            definition[key] = body
-        if not definition:  # durable_rules needs at least one rule
-            definition["r_none"] = {"all": [{"m": dict(_NEVER)}], "run": self._action("r_none")}
+            bodies[key] = compile_rule(cr)
+        if not bodies:  # durable_rules needs at least one rule
+            bodies["r_none"] = {"all": [{"m": dict(_NEVER)}]}
+        signature = json.dumps(bodies, sort_keys=True, default=str)
         with _LOCK:
-            _host().register_rulesets({self.name: copy.deepcopy(definition)})  # it mutates its input
-        self._ruleset = _host().get_ruleset(self.name)
+            name = _RULESETS.get(signature)
+            self.reused = name is not None
+            if name is None:
+                name = f"recover_v{next(_VERSION)}"
+                definition = {key: dict(body, run=_action(name, key)) for key, body in bodies.items()}
+                _host().register_rulesets({name: copy.deepcopy(definition)})  # it mutates its input
+                _RULESETS[signature] = name
+                _SESSIONS[name] = {}
+                _SIDS[name] = itertools.count(1)
+            self.name = name
+            self._sessions = _SESSIONS[name]
+            self._sids = _SIDS[name]
+            self._ruleset = _host().get_ruleset(name)
 
     def definition_json(self) -> str:
         """The JSON handed to durable_rules (for golden tests and debugging)."""
@@ -152,26 +198,6 @@ class ReteNetwork:
         for key, cr in self.rules.items():
             out[cr.rule.id] = compile_rule(cr)
         return json.dumps(out, sort_keys=True, indent=1)
-
-    def _action(self, key: str) -> Callable[[Any], None]:
-        network = self
-
-        def action(c):  # exactly one parameter: durable_rules runs it synchronously
-            try:
-                sid = str(c.s.sid) if c.s is not None else "0"
-                session = network._sessions.get(sid)
-                if session is None:
-                    return
-                matched = {}
-                for alias, value in (c._m or {}).items():
-                    matched[alias] = dict(value) if isinstance(value, dict) else value
-                session._pending.append((network.rules.get(key), matched))
-            except BaseException as exc:  # never let durable_rules see an exception
-                session = network._sessions.get(str(getattr(c.s, "sid", "0")))
-                if session is not None:
-                    session._error = exc
-
-        return action
 
     def session(self, sid: str | None = None) -> "ReteSession":
         sid = sid or str(next(self._sids))
@@ -252,3 +278,13 @@ class ReteSession:
 
     def held(self) -> list[str]:
         return list(self._held)
+
+    def close(self) -> None:
+        """Retract every fact this session holds (their memory is reused) and forget it: what a
+        replaced engine does on a rulebook reload."""
+        for fact_id in list(self._held):
+            try:
+                self.retract_fact(fact_id)
+            except ReteError as exc:
+                logger.debug("closing session %s: %s", self.sid, exc)
+        self.network.close_session(self.sid)

@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["effective_rulebook", "explain_line", "where_to_data", "SECTIONS"]
 
-SECTIONS = ("lists", "macros", "matchers", "rules", "actions", "policy", "tests")
+SECTIONS = ("fault_classes", "lists", "macros", "matchers", "rules", "actions", "policy", "tests")
 
 
 # -- rules show ----------------------------------------------------------------------------------
@@ -85,6 +85,9 @@ def effective_rulebook(compiled: CompiledRulebook) -> dict[str, Any]:
     """Every item of the layered rulebook as plain data, each with where it was defined and overridden."""
     book = compiled.book
     out: dict[str, Any] = {"files": list(book.files)}
+    out["fault_classes"] = [{"name": n, "description": fc.description, "decision": compiled.policy["decisions"].get(n, fc.decision),
+                             "priority": compiled.policy["priorities"].get(n, fc.priority), "retry": fc.retry,
+                             **_origin(book, "fault_classes", n)} for n, fc in book.fault_classes.items()]
     out["lists"] = [{"name": n, "items": _plain(v), **_origin(book, "lists", n)} for n, v in book.lists.items()]
     out["macros"] = [{"name": n, "where": where_to_data(v), **_origin(book, "macros", n)} for n, v in book.macros.items()]
     out["matchers"] = [{
@@ -105,7 +108,7 @@ def effective_rulebook(compiled: CompiledRulebook) -> dict[str, Any]:
     } for a in book.actions.values()]
     policy = []
     builtin = {**DEFAULT_POLICY, **DEFAULT_GUARDS, "hang": HANG_DEFAULTS, "straggler": STRAGGLER_DEFAULTS}
-    for key in list(compiled.policy) + [k for k in builtin if k not in compiled.policy]:
+    for key in [k for k in compiled.policy if k != "class_retry"] + [k for k in builtin if k not in compiled.policy]:
         value = compiled.policy.get(key)
         if key in builtin and key not in DEFAULT_POLICY:  # guard settings: the guard merges its defaults the same way
             value = {**builtin[key], **dict(value or {})}
@@ -114,7 +117,14 @@ def effective_rulebook(compiled: CompiledRulebook) -> dict[str, Any]:
                        "defined_at": str(marks[0]) if marks else ("built-in default" if key in builtin else None),
                        "overridden_by": [str(m) for m in marks[1:]]})
     out["policy"] = policy
-    out["tests"] = [{"name": t.name, "defined_at": str(t.mark), "overridden_by": []} for t in book.tests]
+    tests = []
+    for t in book.tests:  # a superseded test: defined where it first was, replaced by the last
+        marks = book.origins.get(("tests", t.name), (t.mark,))
+        tests.append({"name": t.name, "enabled": True, "defined_at": str(marks[0]), "overridden_by": [str(m) for m in marks[1:]]})
+    for name, mark in book.disabled_tests.items():
+        marks = book.origins.get(("tests", name), (mark,))
+        tests.append({"name": name, "enabled": False, "defined_at": str(marks[0]), "overridden_by": [str(m) for m in marks[1:]]})
+    out["tests"] = tests
     return out
 
 
@@ -139,6 +149,13 @@ def summary_of(section: str, item: Mapping[str, Any]) -> str:
         return f"per {item['per']}: {' '.join(item['argv'])}"
     if section == "policy":
         return _short(item["value"])
+    if section == "fault_classes":
+        retry = f", at most {item['retry']} restarts" if item.get("retry") is not None else ""
+        return f"priority {item['priority']} → {item['decision']}{retry}: {item['description']}"
+    if section == "tests":
+        if not item.get("enabled", True):
+            return f"DISABLED at {item['overridden_by'][-1] if item['overridden_by'] else item['defined_at']}"
+        return f"SUPERSEDED by {item['overridden_by'][-1]}" if item["overridden_by"] else ""
     return ""
 
 

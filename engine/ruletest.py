@@ -2,13 +2,25 @@
 (scanner, converter, engine, store in memory) and compares the incidents with what it expects.
 
 An expectation matches one incident; every expectation must match a distinct incident and no
-incident may be left over, so ``expect: []`` means "nothing must fire".
+incident may be left over, so ``expect: []`` means "nothing must fire". A rule whose template or
+derived fact fails while a test runs fails that test, naming the rule's file:line (the engine
+itself only logs such errors and goes on).
+
+Usage::
+
+    tests = select_tests(compiled, ["nccl", "^Xid 79"], only_files={"site/ib.yaml"})
+    outcomes = run_tests(compiled, tests=tests)
+    junit_xml(outcomes)                     # for CI
 """
 
 from __future__ import annotations
 
+import logging
+import re
+import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
+from xml.sax.saxutils import quoteattr
 
 from .facts import Fact
 from .rete import ReteNetwork
@@ -17,7 +29,7 @@ from .rulebook.compile import CompiledRulebook
 from .rulebook.model import RuleTest
 from .store import Store
 
-__all__ = ["run_tests", "TestOutcome"]
+__all__ = ["run_tests", "TestOutcome", "select_tests", "junit_xml", "outcome_json"]
 
 
 @dataclass
@@ -26,6 +38,23 @@ class TestOutcome:
     passed: bool
     problems: list[str] = field(default_factory=list)
     incidents: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class _RuleErrors(logging.Handler):
+    """Collects what the engine logs when a rule's template or derived fact fails."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.errors: list[tuple[str, str]] = []  # (rule id, message)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = str(record.msg)
+        if msg.startswith("rule %s") and record.args:
+            args = record.args if isinstance(record.args, tuple) else (record.args,)
+            self.errors.append((str(args[0]), record.getMessage()))
+        elif msg.startswith("rule engine refused"):
+            self.errors.append(("", record.getMessage()))
 
 
 def _incident_summary(store: Store, closed) -> dict[str, Any]:
@@ -62,6 +91,25 @@ def _mismatch(expect: Mapping[str, Any], got: Mapping[str, Any]) -> list[str]:
 
 
 def run_one(compiled: CompiledRulebook, test: RuleTest, network: ReteNetwork) -> TestOutcome:
+    started = time.perf_counter()
+    handler = _RuleErrors()
+    engine_log = logging.getLogger("engine")
+    engine_log.addHandler(handler)
+    try:
+        outcome = _run_one(compiled, test, network)
+    finally:
+        engine_log.removeHandler(handler)
+    for rule_id, message in handler.errors:
+        r = compiled.book.rule(rule_id)
+        where = f" ({r.mark})" if r is not None else ""
+        message = message.removeprefix(f"rule {rule_id}: ").removeprefix(f"rule {rule_id} ")
+        outcome.problems.append(f"runtime error in rule {rule_id}{where}: {message}" if rule_id else f"runtime error: {message}")
+        outcome.passed = False
+    outcome.seconds = time.perf_counter() - started
+    return outcome
+
+
+def _run_one(compiled: CompiledRulebook, test: RuleTest, network: ReteNetwork) -> TestOutcome:
     store = Store(":memory:")
     inputs = [Input(i.file, (lambda b=i.lines.encode("utf-8"): [b]), i.source) for i in test.inputs]
     ctx = dict(test.context)
@@ -98,7 +146,66 @@ def run_one(compiled: CompiledRulebook, test: RuleTest, network: ReteNetwork) ->
     return TestOutcome(test, not problems, problems, got)
 
 
-def run_tests(compiled: CompiledRulebook, names: Sequence[str] | None = None) -> list[TestOutcome]:
+def select_tests(compiled: CompiledRulebook, patterns: Sequence[str] = (), only_files: Iterable[str] | None = None) -> list[RuleTest]:
+    """The tests whose name contains any of ``patterns`` or matches it as a regex (all when
+    none), among those written in ``only_files`` when given."""
+    files = set(only_files) if only_files is not None else None
+    regexes = []
+    for p in patterns:
+        try:
+            regexes.append(re.compile(p, re.IGNORECASE))
+        except re.error:
+            regexes.append(None)
+
+    def chosen(t: RuleTest) -> bool:
+        if files is not None and t.mark.file not in files:
+            return False
+        if not patterns:
+            return True
+        return any(p.lower() in t.name.lower() or (rx is not None and rx.search(t.name)) for p, rx in zip(patterns, regexes))
+
+    return [t for t in compiled.book.tests if chosen(t)]
+
+
+def run_tests(compiled: CompiledRulebook, names: Sequence[str] | None = None, tests: Sequence[RuleTest] | None = None) -> list[TestOutcome]:
     network = ReteNetwork(compiled)
-    tests = [t for t in compiled.book.tests if names is None or t.name in names]
+    if tests is None:
+        tests = [t for t in compiled.book.tests if names is None or t.name in names]
     return [run_one(compiled, t, network) for t in tests]
+
+
+def outcome_json(o: TestOutcome) -> dict[str, Any]:
+    return {"name": o.test.name, "file": o.test.mark.file, "line": o.test.mark.line, "passed": o.passed,
+            "problems": list(o.problems), "seconds": round(o.seconds, 4)}
+
+
+def junit_xml(outcomes: Sequence[TestOutcome], disabled: Mapping[str, Any] | None = None, suite: str = "recover rules test") -> str:
+    """JUnit XML, as CI systems read it: one testcase per rule test, classname = its file."""
+    failures = sum(1 for o in outcomes if not o.passed)
+    skipped = len(disabled or {})
+    total = sum(o.seconds for o in outcomes)
+    out = ['<?xml version="1.0" encoding="UTF-8"?>',
+           f'<testsuites tests="{len(outcomes) + skipped}" failures="{failures}" time="{total:.3f}">',
+           f'  <testsuite name={quoteattr(suite)} tests="{len(outcomes) + skipped}" failures="{failures}" errors="0" '
+           f'skipped="{skipped}" time="{total:.3f}">']
+    for o in outcomes:
+        attrs = (f'classname={quoteattr(o.test.mark.file)} name={quoteattr(o.test.name)} file={quoteattr(o.test.mark.file)} '
+                 f'line="{o.test.mark.line}" time="{o.seconds:.3f}"')
+        if o.passed:
+            out.append(f"    <testcase {attrs}/>")
+        else:
+            text = "\n".join(o.problems)
+            out.append(f"    <testcase {attrs}>")
+            out.append(f"      <failure message={quoteattr(o.problems[0] if o.problems else 'failed')}>{_xml_text(text)}</failure>")
+            out.append("    </testcase>")
+    for name, mark in (disabled or {}).items():
+        out.append(f"    <testcase classname={quoteattr(str(getattr(mark, 'file', '')))} name={quoteattr(name)}>"
+                   f"<skipped message={quoteattr(f'disabled at {mark}')}/></testcase>")
+    out.append("  </testsuite>")
+    out.append("</testsuites>")
+    return "\n".join(out) + "\n"
+
+
+def _xml_text(text: str) -> str:
+    text = "".join(c for c in text if c in "\t\n" or ord(c) >= 0x20)
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

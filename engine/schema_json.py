@@ -25,7 +25,7 @@ from .policy import DEFAULT_GUARDS
 from .progress import HANG_DEFAULTS, STRAGGLER_DEFAULTS
 from .rulebook import schema as _validator
 from .rulebook.conditions import OPS
-from .rulebook.model import DECISIONS, EMITS, FAULT_CLASSES, SOURCES
+from .rulebook.model import DECISIONS, EMITS, SOURCES
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,19 @@ _ID = _validator._ID_RE.pattern
 _ALIAS = _validator._ALIAS_RE.pattern
 _DURATION = _validator._DUR_RE.pattern
 # Expectation keys of an embedded test (written inline in the validator's test checker).
-_EXPECT_KEYS = ("fault_class", "decision", "nodes", "rules", "job", "attempt", "commands", "not_rules")
+_EXPECT_KEYS = _validator.ITEM_KEYS["expectation"]
+
+
+def _shipped_fault_classes() -> list[str]:
+    """The shipped class names, as examples: a site may declare more, so they are not an enum."""
+    import yaml
+
+    from .rulebook import fault_class_files
+
+    names: list[str] = []
+    for path in fault_class_files():
+        names.extend((yaml.safe_load(path.read_text()) or {}).get("fault_classes", {}) or {})
+    return names
 _AUTONOMY = ("observe", "recommend", "act")
 _ORDERED_OPS = ("gt", "ge", "lt", "le")
 
@@ -96,21 +108,22 @@ def _op_tests() -> list[dict[str, Any]]:
 
 def _guard(name: str, defaults: dict[str, Any], description: str) -> dict[str, Any]:
     props: dict[str, Any] = {}
-    for key, value in defaults.items():
+    for key in _validator.GUARD_KEYS[name]:  # every key the validator accepts, and no other
+        value = defaults.get(key)
         if isinstance(value, bool):
             props[key] = {"type": "boolean", "default": value}
         elif isinstance(value, (int, float)) or value is None:
             props[key] = {"anyOf": [{"type": "number"}, _ref("duration"), {"type": "null"}], "default": value}
         else:
             props[key] = {"default": value}
-    # the policy layer reads known keys and ignores others; the validator only asks for a mapping
-    return {"type": "object", "description": description, "properties": props}
+    return {"type": "object", "description": description, "properties": props, "additionalProperties": False}
 
 
 def rulebook_schema() -> dict[str, Any]:
     """The JSON Schema of one rulebook file."""
     keys = _validator.ITEM_KEYS
-    fault_classes = list(FAULT_CLASSES)
+    fault_class = {"type": "string", "pattern": _ID, "examples": _shipped_fault_classes(),
+                   "description": "A fault class declared under fault_classes: (shipped or the site's own)."}
     then_value = {"anyOf": [_SCALAR, {"type": "array", "items": _SCALAR}, {"type": "null"}]}
 
     matcher = _object(keys["matcher"], {
@@ -139,7 +152,7 @@ def rulebook_schema() -> dict[str, Any]:
                "properties": {"name": {"type": "string"}, "severity": {"enum": ["fatal", "error", "warning"], "default": "error"}},
                "propertyNames": {"not": {"enum": list(_RESERVED)}}, "additionalProperties": then_value}
     fault = {"type": "object", "required": ["fault_class"],
-             "properties": {"fault_class": {"enum": fault_classes},
+             "properties": {"fault_class": fault_class,
                             "nodes": {"type": "array", "items": {"type": "string"}},
                             "priority": {"type": "integer"}, "reason": {"type": "string"}},
              "propertyNames": {"not": {"enum": list(_RESERVED)}}, "additionalProperties": then_value}
@@ -170,15 +183,19 @@ def rulebook_schema() -> dict[str, Any]:
 
     policy_props: dict[str, Any] = {
         "settle": _ref("duration"),
-        "decisions": {"type": "object", "propertyNames": {"enum": fault_classes}, "additionalProperties": {"enum": list(DECISIONS)}},
+        "decisions": {"type": "object", "propertyNames": {"pattern": _ID}, "additionalProperties": {"enum": list(DECISIONS)}},
         "plans": {"type": "object", "propertyNames": {"enum": list(DECISIONS)},
                   "additionalProperties": {"type": "array", "items": {"type": "string"}}},
-        "priorities": {"type": "object", "propertyNames": {"enum": fault_classes}, "additionalProperties": {"type": "integer"}},
+        "priorities": {"type": "object", "propertyNames": {"pattern": _ID}, "additionalProperties": {"type": "integer"}},
         "retry": _guard("retry", dict(DEFAULT_GUARDS["retry"]), "Restart budgets per job and per root cause."),
         "blast_radius": _guard("blast_radius", dict(DEFAULT_GUARDS["blast_radius"]), "At most this many drains in a window."),
-        "autonomy": {"type": "object", "description": "Per decision kind: observe | recommend | act.",
-                     "propertyNames": {"enum": list(DECISIONS)}, "additionalProperties": {"enum": list(_AUTONOMY)}},
-        "inhibit": _guard("inhibit", dict(DEFAULT_GUARDS["inhibit"]), "Nodes already down or drained are not drained again."),
+        "autonomy": {"type": "object", "description": "Per decision kind (and per action: cancel): observe | recommend | act.",
+                     "propertyNames": {"enum": list(DECISIONS) + ["cancel"]}, "additionalProperties": {"enum": list(_AUTONOMY)}},
+        "inhibit": _guard("inhibit", dict(DEFAULT_GUARDS["inhibit"]), "Nodes already drained are not drained again."),
+        "isolate": {"type": "object", "description": "Fatal node hardware drained and requeued at once; drain retries.",
+                    "properties": {"at_once": {"type": "array", "items": {"type": "string", "pattern": _ID}},
+                                   "drain_retry_for": {"anyOf": [{"type": "number"}, _ref("duration")], "default": 600.0}},
+                    "additionalProperties": False},
         "hang": _guard("hang", dict(HANG_DEFAULTS), "Hang detection: no progress for longer than the bound."),
         "straggler": _guard("straggler", dict(STRAGGLER_DEFAULTS), "Straggler detection from per-node step times."),
     }
@@ -192,7 +209,7 @@ def rulebook_schema() -> dict[str, Any]:
         "lines": {"type": "string"},
     }, "Log lines fed to the pipeline.", required=["lines"])
     expectation = _object(_EXPECT_KEYS, {
-        "fault_class": {"enum": fault_classes},
+        "fault_class": fault_class,
         "decision": {"enum": list(DECISIONS)},
         "nodes": {"type": "array", "items": {"type": "string"}},
         "rules": {"type": "array", "items": {"type": "string"}},
@@ -202,12 +219,22 @@ def rulebook_schema() -> dict[str, Any]:
         "commands": {"type": "array", "items": {"type": "array", "items": {"type": "string"}}},
     }, "One incident the test expects.")
     test = _object(keys["test"], {
-        "name": {"type": "string"},
+        "name": {"type": "string", "description": "Unique; a later file supersedes it with override: true."},
+        "description": {"type": "string"},
+        "enabled": {"type": "boolean", "description": "false (with override: true) disables a shipped test."},
+        "override": {"enum": [True, "replace"], "description": "This test replaces an earlier one of the same name."},
         "input": {"type": "array", "items": test_input},
         "context": {"type": "object", "description": "What the scheduler would say: job, attempt, nodes."},
         "facts": {"type": "array", "items": {"type": "object"}},
         "expect": {"type": "array", "items": expectation, "description": "[] means: nothing may fire."},
-    }, "An embedded test.", required=["name", "expect"])
+    }, "An embedded test.", required=["name"], anyOf=[{"required": ["expect"]}, {"required": ["override"]}])
+    fault_class_def = _object(keys["fault_class"], {
+        "description": {"type": "string"},
+        "decision": {"enum": list(DECISIONS), "description": "The default decision for this class."},
+        "priority": {"type": "integer", "description": "The highest priority in an incident wins; root causes above their cascade."},
+        "retry": {"type": "integer", "minimum": 0, "description": "At most this many restarts of one job for this class per retry window."},
+        "override": _override(keys["fault_class"]),
+    }, "A fault class.", anyOf=[{"required": ["description", "decision", "priority"]}, {"required": ["override"]}])
 
     list_def = {"oneOf": [
         {"type": "array", "items": _SCALAR},
@@ -224,6 +251,7 @@ def rulebook_schema() -> dict[str, Any]:
         "additionalProperties": {"oneOf": [_SCALAR, *_op_tests()]},
     }
     sections = {
+        "fault_classes": {"type": "object", "propertyNames": {"pattern": _ID}, "additionalProperties": _ref("fault_class")},
         "lists": {"type": "object", "propertyNames": {"pattern": _ID}, "additionalProperties": list_def},
         "macros": {"type": "object", "additionalProperties": {"oneOf": [
             {"type": "object", "properties": {"where": _ref("where"), "override": {"enum": [True, "replace"]}},
@@ -254,5 +282,6 @@ def rulebook_schema() -> dict[str, Any]:
             "action": action,
             "policy": policy,
             "test": test,
+            "fault_class": fault_class_def,
         },
     }

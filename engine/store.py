@@ -2,7 +2,12 @@
 
 Tables: incidents, facts (with origins), firings (rule id, rulebook file:line, matched facts,
 what was asserted), actions (the journal: rendered argv, mode, status, idempotency key),
-offsets (where each followed source was read up to), meta.
+offsets (where each followed source was read up to), quarantine (inputs whose handling failed,
+with the error: kept aside so that one poison line never stops the rest), meta.
+
+The database file is created 0600 (its folder, when created here, 0700): it holds excerpts of
+job logs. A read-only reader opens it read-only, and a WAL database on read-only media
+immutable.
 
 Usage::
 
@@ -15,12 +20,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
+from urllib.parse import quote
 
 from .facts import Fact
 
@@ -86,12 +93,24 @@ CREATE TABLE IF NOT EXISTS silences (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     node TEXT NOT NULL, until REAL NOT NULL, reason TEXT NOT NULL, by TEXT, created_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS quarantine (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    origin TEXT NOT NULL,       -- path:line, spool:node, ...
+    input TEXT NOT NULL,        -- the line or fact (bounded)
+    error TEXT NOT NULL, at REAL NOT NULL, count INTEGER NOT NULL DEFAULT 1
+);
 CREATE TABLE IF NOT EXISTS reviews (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     incident INTEGER NOT NULL REFERENCES incidents(id),
     verdict TEXT NOT NULL, did TEXT, by TEXT, at REAL NOT NULL
 );
 """
+
+
+#: the most a quarantined input keeps of its text
+QUARANTINE_TEXT = 2000
+#: numbers SQLite can hold; anything from a log is bounded long before this
+MAX_INT = (1 << 63) - 1
 
 
 class StoreError(Exception):
@@ -136,19 +155,19 @@ def _row_to_incident(r: sqlite3.Row) -> IncidentRow:
 
 
 class Store:
-    def __init__(self, path: str | Path = ":memory:", readonly: bool = False):
+    def __init__(self, path: str | Path = ":memory:", readonly: bool = False, mode: int = 0o600):
         self.path = str(path)
         self._lock = threading.RLock()
         self._depth = 0
         try:
+            self.fresh = False
             if readonly:
                 if self.path != ":memory:" and not Path(self.path).exists():
                     raise StoreError(f"{self.path}: no such database")
-                uri = f"file:{self.path}?mode=ro"
-                self.db = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=10)
+                self.db = _connect_readonly(self.path)
             else:
                 if self.path != ":memory:":
-                    Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                    _create_private(Path(self.path), mode)
                 self.db = sqlite3.connect(self.path, check_same_thread=False, timeout=10, isolation_level=None)
             self.db.row_factory = sqlite3.Row
             if not readonly:
@@ -160,6 +179,12 @@ class Store:
                     self.db.execute("ALTER TABLE offsets ADD COLUMN head TEXT")
                 except sqlite3.OperationalError:
                     pass
+                try:  # databases from before floods kept their last line and who repeated it
+                    self.db.execute("ALTER TABLE facts ADD COLUMN flood TEXT")
+                except sqlite3.OperationalError:
+                    pass
+                # a database that did not exist before (or was never used) knows nothing of the past
+                self.fresh = self.db.execute("SELECT 1 FROM meta WHERE key = 'schema'").fetchone() is None
                 self.db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             else:
                 self.db.execute("SELECT 1 FROM incidents LIMIT 1")
@@ -256,8 +281,21 @@ class Store:
             (incident, fact.id, fact.kind, json.dumps(fact.to_dict()["attrs"], sort_keys=True), fact.at, fact.origin, derived_by),
         )
 
-    def bump_fact(self, fact_id: str, by: int = 1) -> None:
-        self._exec("UPDATE facts SET count = count + ? WHERE id = ?", (by, fact_id))
+    def bump_fact(self, fact_id: str, by: int = 1, flood: dict[str, Any] | None = None) -> None:
+        """Count ``by`` more sightings; ``flood``: the last one's origin and text, nodes and ranks seen."""
+        if flood is None:
+            self._exec("UPDATE facts SET count = count + ? WHERE id = ?", (by, fact_id))
+        else:
+            self._exec("UPDATE facts SET count = count + ?, flood = ? WHERE id = ?",
+                       (by, json.dumps(flood, sort_keys=True), fact_id))
+
+    def fact_floods(self, incident: int) -> dict[str, dict[str, Any]]:
+        """fact id -> what the store knows of its repeats (see ``bump_fact``)."""
+        try:
+            rows = self._exec("SELECT id, flood FROM facts WHERE incident = ? AND flood IS NOT NULL", (incident,))
+        except StoreError:  # opened read-only, a database from before the column
+            return {}
+        return {r["id"]: json.loads(r["flood"]) for r in rows}
 
     def add_firing(self, incident: int | None, rule: str, rule_mark: str, description: str,
                    matched: dict[str, str], asserted: str | None, at: float) -> int:
@@ -288,6 +326,31 @@ class Store:
             "note=COALESCE(?, note), attempts=attempts + ?, updated_at=? WHERE id=?",
             (status, rc, output, None if verified is None else int(verified), note, 1 if attempt else 0, time.time(), action_id),
         )
+
+    def quarantine(self, origin: str, text: str, error: str, at: float | None = None) -> None:
+        """Keep aside an input whose handling failed (the same input and error again is counted)."""
+        text, error, origin = text[:QUARANTINE_TEXT], error[:QUARANTINE_TEXT], origin[:500]
+        row = self._exec("SELECT id FROM quarantine WHERE origin = ? AND input = ? AND error = ?", (origin, text, error)).fetchone()
+        if row is not None:
+            self._exec("UPDATE quarantine SET count = count + 1, at = ? WHERE id = ?", (at or time.time(), row[0]))
+        else:
+            self._exec("INSERT INTO quarantine(origin, input, error, at) VALUES (?,?,?,?)", (origin, text, error, at or time.time()))
+
+    def meta(self, key: str) -> str | None:
+        row = self._exec("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._exec("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                   (key, value))
+
+    def quarantined(self, limit: int = 1000) -> list[dict[str, Any]]:
+        try:
+            return [dict(r) for r in self._exec("SELECT * FROM quarantine ORDER BY id DESC LIMIT ?", (limit,))]
+        except StoreError as exc:
+            if "no such table" in str(exc):  # a database from before the quarantine
+                return []
+            raise
 
     def save_offset(self, source: str, inode: int | None, offset: int, line_no: int, head: str | None = None) -> None:
         """``head``: a fingerprint of the file's first bytes, so that a new file that got the old
@@ -352,6 +415,32 @@ class Store:
         if incident is None:
             return [dict(r) for r in self._exec("SELECT * FROM reviews ORDER BY id")]
         return [dict(r) for r in self._exec("SELECT * FROM reviews WHERE incident = ? ORDER BY id", (incident,))]
+
+
+def _create_private(path: Path, mode: int) -> None:
+    """Create the database file (and its folder) private before SQLite does, with its umask."""
+    parent = path.parent
+    if not parent.exists():
+        parent.mkdir(parents=True, exist_ok=True, mode=0o700 if mode & 0o077 == 0 else 0o750)
+    try:
+        fd = os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
+    except FileExistsError:
+        return
+    os.close(fd)
+    os.chmod(str(path), mode)  # the umask may have taken bits away that were asked for (group read)
+
+
+def _connect_readonly(path: str) -> sqlite3.Connection:
+    """Read-only, never creating anything; a WAL database on read-only media (where SQLite cannot
+    create its -shm file) is opened immutable."""
+    uri = f"file:{quote(path)}?mode=ro"
+    db = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=10)
+    try:
+        db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        return db
+    except sqlite3.OperationalError:
+        db.close()
+    return sqlite3.connect(f"file:{quote(path)}?immutable=1", uri=True, check_same_thread=False, timeout=10)
 
 
 class _Tx:

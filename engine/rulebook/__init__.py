@@ -26,7 +26,8 @@ from .model import Diagnostic, FileModel
 from .schema import check_file
 from .yamlmarks import Mark, load_marked
 
-__all__ = ["load_rulebook", "require_rulebook", "LoadResult", "RulebookError", "default_rule_files", "Diagnostic", "CompiledRulebook"]
+__all__ = ["load_rulebook", "require_rulebook", "LoadResult", "RulebookError", "default_rule_files", "fault_class_files",
+           "Diagnostic", "CompiledRulebook"]
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
 
@@ -51,6 +52,12 @@ class LoadResult:
     @property
     def ok(self) -> bool:
         return self.compiled is not None and not self.errors
+
+
+def fault_class_files() -> list[Path]:
+    """The shipped fault class declarations: loaded even with ``defaults=False`` (--no-defaults),
+    because they are the vocabulary every rulebook, report and test speaks, not rules."""
+    return [p for p in default_rule_files() if p.name.endswith("fault-classes.yaml")]
 
 
 def default_rule_files() -> list[Path]:
@@ -89,7 +96,7 @@ def load_rulebook(paths: Iterable[str | os.PathLike] = (), defaults: bool = True
                   overlays: Sequence[tuple[str, str]] = ()) -> LoadResult:
     """``overlays``: (name, YAML text) layers after the files (e.g. autonomy from recover.toml)."""
     diags: list[Diagnostic] = []
-    files = (default_rule_files() if defaults else []) + _expand(paths, diags)
+    files = (default_rule_files() if defaults else fault_class_files()) + _expand(paths, diags)
     models: list[FileModel] = []
     for path in files:
         name = _display(path)

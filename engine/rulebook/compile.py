@@ -16,20 +16,25 @@ from jinja2 import meta
 from jinja2.sandbox import SandboxedEnvironment
 
 from .conditions import aliases_used, references, resolve
-from .model import DECISIONS, FAULT_CLASSES, Diagnostic, Rule, Rulebook, frozen
+from .model import BUILTIN_FAULT_CLASSES, DECISIONS, Diagnostic, FaultClass, Rule, Rulebook, frozen
 from .yamlmarks import Mark
 
 __all__ = ["CompiledRulebook", "Template", "compile_rulebook", "ACTION_VARS", "DEFAULT_POLICY", "jinja_env"]
 
-ACTION_VARS = frozenset({"incident", "job", "attempt", "node", "nodes", "fault_class", "decision", "reason",
+ACTION_VARS = frozenset({"incident", "job", "attempt", "node", "nodes", "fault_class", "decision", "reason", "evidence",
                          "excluded", "fault_reason", "outcome", "alert"})
+#: policy defaults; ``decisions`` and ``priorities`` start from the declared fault classes
 DEFAULT_POLICY: Mapping[str, Any] = {
     "settle": 120.0,
-    "decisions": {fc: dec for fc, (_, dec) in FAULT_CLASSES.items()},
-    "priorities": {fc: pri for fc, (pri, _) in FAULT_CLASSES.items()},
+    "decisions": {"unknown": "restart"},
+    "priorities": {"unknown": 0},
     # requeue before exclude: Slurm changes ExcNodeList only on a pending job
     "plans": {"restart": ("requeue",), "isolate_and_restart": ("drain", "requeue", "exclude"), "stop": ("notify",), "observe": ()},
 }
+
+#: the sources that may make node-level claims (a Xid naming a node): the kernel's log (read by
+#: the node agents) and Slurm's own daemons; never a job's output, which its user writes
+NODE_CLAIM_SOURCES = frozenset({"kernel", "slurm"})
 
 _ENV = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
 
@@ -81,6 +86,10 @@ class CompiledRulebook:
     rules: tuple[CompiledRule, ...]
     actions: Mapping[str, CompiledAction]
     policy: Mapping[str, Any]
+
+    @property
+    def fault_classes(self) -> Mapping[str, FaultClass]:
+        return self.book.fault_classes
 
     @property
     def matchers(self):
@@ -136,13 +145,23 @@ def compile_rulebook(book: Rulebook) -> tuple[CompiledRulebook, list[Diagnostic]
         if problem:
             diags.append(Diagnostic(m.mark, "E-REGEX", f"matcher {m.id}: {problem}", "patterns are RE2 syntax"))
             continue
+        if m.emit == "xid" and not set(m.sources) <= NODE_CLAIM_SOURCES:
+            # a Xid names a node to drain: a job's log (written by the job's user) may not say that
+            diags.append(Diagnostic(m.mark, "E-SOURCE", f"matcher {m.id}: emit xid is a node-level claim; "
+                                    f"it accepts {', '.join(sorted(NODE_CLAIM_SOURCES))} sources only, not "
+                                    f"{', '.join(s for s in m.sources if s not in NODE_CLAIM_SOURCES)}",
+                                    "source: [kernel] (or [kernel, slurm])"))
         if m.emit == "xid" and "(?P<code>" not in m.pattern:
             diags.append(Diagnostic(m.mark, "E-REGEX", f"matcher {m.id}: emit xid needs a (?P<code>...) group"))
         for group in m.types:
             if f"(?P<{group}>" not in m.pattern:
                 diags.append(Diagnostic(m.mark, "E-REF", f"matcher {m.id}: types names group {group!r}, which the pattern lacks", "", "warning"))
 
-    priorities = {**DEFAULT_POLICY["priorities"], **dict(book.policy.get("priorities", {}))}
+    declared = {**{fc: FaultClass(fc, "no rule explains the failure", "restart", 0, Mark("?", 0, 0)) for fc in BUILTIN_FAULT_CLASSES},
+                **dict(book.fault_classes)}
+    class_decisions = {name: fc.decision for name, fc in declared.items()}
+    class_priorities = {name: fc.priority for name, fc in declared.items()}
+    priorities = {**class_priorities, **dict(book.policy.get("priorities", {}))}
     compiled_rules: list[CompiledRule] = []
     for rule in book.rules:
         if not rule.enabled:
@@ -193,6 +212,11 @@ def compile_rulebook(book: Rulebook) -> tuple[CompiledRulebook, list[Diagnostic]
             actions[name] = CompiledAction(name, tuple(argv), action.per, action.scheduler, action.verify, action.timeout, action.mark)
 
     policy = {key: (dict(value) if isinstance(value, Mapping) else value) for key, value in DEFAULT_POLICY.items()}
+    policy["decisions"].update(class_decisions)
+    policy["priorities"].update(class_priorities)
+    retry_budgets = {name: fc.retry for name, fc in declared.items() if fc.retry is not None}
+    if retry_budgets:
+        policy["class_retry"] = retry_budgets
     for key, value in book.policy.items():
         if isinstance(value, Mapping) and isinstance(policy.get(key), dict):
             policy[key].update(value)
@@ -215,4 +239,7 @@ def compile_rulebook(book: Rulebook) -> tuple[CompiledRulebook, list[Diagnostic]
         if name not in used_macros:
             diags.append(Diagnostic(book.origins[("macros", name)][-1], "W-UNUSED", f"macro {name!r} is never used", "", "warning"))
 
+    from .lint import lint  # the cross-reference checks need the whole layered book
+
+    diags.extend(lint(book, compiled_rules))
     return CompiledRulebook(book, tuple(compiled_rules), MappingProxyType(actions), frozen(policy)), diags

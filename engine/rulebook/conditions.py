@@ -27,6 +27,7 @@ __all__ = [
     "parse_where",
     "resolve",
     "evaluate",
+    "join_holds",
     "references",
     "aliases_used",
 ]
@@ -244,3 +245,20 @@ def evaluate(tree: Any, fact: Mapping[str, Any], bound: Mapping[str, Mapping[str
             return False
         return {"gt": v > tree.value, "ge": v >= tree.value, "lt": v < tree.value, "le": v <= tree.value}[tree.op]
     raise TypeError(f"not a resolved condition: {tree!r}")
+
+
+def join_holds(join: tuple[str, ...], matched: list[Mapping[str, Any]]) -> bool:
+    """Reference semantics of a rule's ``join`` over the facts of one firing (its positive
+    conditions, in order): every join attribute is present in each of them and equal to the
+    first one's. A fact without the attribute (a node's fact whose job is not known) joins no
+    one: facts of different jobs or attempts meet only when a rule asks for it (``join: []``,
+    or a join on other attributes)."""
+    if len(matched) < 2:
+        return True
+    first = matched[0]
+    for attr in join:
+        if first.get(attr) is None:
+            return False
+        if any(m.get(attr) is None or not _eq(m[attr], first[attr]) for m in matched[1:]):
+            return False
+    return True

@@ -4,6 +4,10 @@ A later item with the name of an earlier one must say ``override:``; then each f
 replaces the earlier value, or is appended to it where the override says ``append`` (structured
 fields only: conditions, join, sources, argv, list items, attrs). An override of a name that no
 earlier file defines is an error. ``policy`` mappings merge key by key.
+
+Tests are replaced whole: a later test with the name of an earlier one and ``override: true``
+supersedes it; with ``enabled: false`` as well it disables it (``rules show`` and ``rules test``
+say where).
 """
 
 from __future__ import annotations
@@ -18,13 +22,19 @@ from .yamlmarks import Mark
 __all__ = ["layer"]
 
 # YAML field name -> model attribute(s), per item type
-_RULE_FIELDS = {"when": ("conditions",), "then": ("then_kind", "then_attrs"), "for": ("for_s",), "join": ("join",),
+_RULE_FIELDS = {"when": ("conditions",), "then": ("then_kind", "then_attrs", "then_marks"), "for": ("for_s",), "join": ("join",),
                 "within": ("within",), "description": ("description",), "enabled": ("enabled",), "id": (), "override": ()}
 _MATCHER_FIELDS = {"source": ("sources",), "pattern": ("pattern",), "emit": ("emit",), "attrs": ("attrs",), "types": ("types",),
                    "sample": ("sample",), "ignore_case": ("ignore_case",), "description": ("description",),
                    "enabled": ("enabled",), "id": (), "override": ()}
+_FAULT_CLASS_FIELDS = {"description": ("description",), "decision": ("decision",), "priority": ("priority",),
+                       "retry": ("retry",), "override": ()}
 _ACTION_FIELDS = {"argv": ("argv",), "scheduler": ("scheduler",), "per": ("per",), "verify": ("verify",),
                   "timeout": ("timeout",), "description": ("description",), "override": ()}
+
+
+def _singular(section: str) -> str:
+    return "fault class" if section == "fault_classes" else section[:-1]
 
 
 def _combine(old: Any, new: Any, mode: str) -> Any | None:
@@ -59,9 +69,10 @@ def layer(files: Sequence[FileModel]) -> tuple[Rulebook, list[Diagnostic]]:
     rules: dict[str, Any] = {}
     actions: dict[str, Any] = {}
     policy: dict[str, Any] = {}
-    tests: list = []
+    tests: dict[str, Any] = {}
+    disabled_tests: dict[str, Mark] = {}
+    fault_classes: dict[str, Any] = {}
     origins: dict[tuple[str, str], tuple[Mark, ...]] = {}
-    test_names: dict[str, Mark] = {}
 
     def note(section: str, name: str, mark: Mark) -> None:
         origins[(section, name)] = origins.get((section, name), ()) + (mark,)
@@ -72,7 +83,7 @@ def layer(files: Sequence[FileModel]) -> tuple[Rulebook, list[Diagnostic]]:
     def merge_fields(fields):
         def merge(old, new, modes, fm, section, name, mark):
             given = fm.overrides.get((section + ".fields", name), {})
-            return _merge_item(old, new, given, modes, fields, f"{section[:-1]} {name}", mark, diags)
+            return _merge_item(old, new, given, modes, fields, f"{_singular(section)} {name}", mark, diags)
         return merge
 
     hints = {"lists": "write {name}: {{override: replace|append, items: [...]}}",
@@ -81,6 +92,7 @@ def layer(files: Sequence[FileModel]) -> tuple[Rulebook, list[Diagnostic]]:
         # lists and macros are replaced (lists may be appended to) whole; matchers, rules and
         # actions are merged field by field
         for section, items, store, merge in (
+            ("fault_classes", dict(fm.fault_classes), fault_classes, merge_fields(_FAULT_CLASS_FIELDS)),
             ("lists", dict(fm.lists), lists, merge_list),
             ("macros", dict(fm.macros), macros, merge_list),
             ("matchers", {m.id: m for m in fm.matchers}, matchers, merge_fields(_MATCHER_FIELDS)),
@@ -93,14 +105,14 @@ def layer(files: Sequence[FileModel]) -> tuple[Rulebook, list[Diagnostic]]:
                 if name in store and ov is None:
                     first = origins[(section, name)][0]
                     hint = hints.get(section, "add override: true (or override: {{field: append}})").format(name=name)
-                    diags.append(Diagnostic(mark, "E-DUP-ID", f"{section[:-1]} {name!r} is already defined at {first}",
+                    diags.append(Diagnostic(mark, "E-DUP-ID", f"{_singular(section)} {name!r} is already defined at {first}",
                                             f"to change it, {hint}"))
                     continue
                 if name in store:
                     store[name] = merge(store[name], item, ov, fm, section, name, mark)
                 else:
                     if ov is not None:
-                        diags.append(Diagnostic(mark, "E-OVERRIDE-NOTHING", f"override of {section[:-1]} {name!r}, which no earlier file defines",
+                        diags.append(Diagnostic(mark, "E-OVERRIDE-NOTHING", f"override of {_singular(section)} {name!r}, which no earlier file defines",
                                                 "remove override: to define it"))
                     store[name] = item
                 note(section, name, mark)
@@ -111,11 +123,21 @@ def layer(files: Sequence[FileModel]) -> tuple[Rulebook, list[Diagnostic]]:
                 policy[key] = value
             note("policy", key, fm.policy_marks.get(key, Mark(fm.path, 1, 1)))
         for t in fm.tests:
-            if t.name in test_names:
-                diags.append(Diagnostic(t.mark, "E-DUP-ID", f"test {t.name!r} is already defined at {test_names[t.name]}"))
+            ov = fm.overrides.get(("tests", t.name))
+            if t.name in tests and ov is None:
+                diags.append(Diagnostic(t.mark, "E-DUP-ID", f"test {t.name!r} is already defined at {tests[t.name].mark}",
+                                        "to supersede it, add override: true (and enabled: false to disable it)"))
                 continue
-            test_names[t.name] = t.mark
-            tests.append(t)
+            if t.name not in tests and t.name not in disabled_tests and ov is not None:
+                diags.append(Diagnostic(t.mark, "E-OVERRIDE-NOTHING", f"override of test {t.name!r}, which no earlier file defines",
+                                        "remove override: to define it"))
+            note("tests", t.name, t.mark)
+            if t.enabled:
+                tests[t.name] = t
+                disabled_tests.pop(t.name, None)
+            else:
+                tests.pop(t.name, None)
+                disabled_tests[t.name] = t.mark
 
     book = Rulebook(
         files=tuple(f.path for f in files),
@@ -125,7 +147,9 @@ def layer(files: Sequence[FileModel]) -> tuple[Rulebook, list[Diagnostic]]:
         rules=tuple(rules.values()),
         actions=MappingProxyType(actions),
         policy=frozen(policy),
-        tests=tuple(tests),
+        tests=tuple(tests.values()),
         origins=MappingProxyType(origins),
+        fault_classes=MappingProxyType(fault_classes),
+        disabled_tests=MappingProxyType(disabled_tests),
     )
     return book, diags

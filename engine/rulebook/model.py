@@ -14,7 +14,8 @@ from typing import Any, Mapping
 from .yamlmarks import Mark
 
 __all__ = [
-    "FAULT_CLASSES",
+    "BUILTIN_FAULT_CLASSES",
+    "FaultClass",
     "DECISIONS",
     "SOURCES",
     "EMITS",
@@ -30,27 +31,9 @@ __all__ = [
     "frozen",
 ]
 
-#: fault class -> (default priority, default decision); the contract of the default rulebook
-FAULT_CLASSES: Mapping[str, tuple[int, str]] = MappingProxyType(
-    {
-        "gpu_fell_off_bus": (100, "isolate_and_restart"),
-        "gpu_memory_uncorrectable": (95, "isolate_and_restart"),
-        "nvlink_error": (92, "isolate_and_restart"),
-        "gpu_hardware_other": (90, "isolate_and_restart"),
-        "node_failure": (85, "isolate_and_restart"),
-        "job_time_limit": (75, "observe"),
-        "preempted": (75, "observe"),
-        "host_oom": (70, "stop"),
-        "straggler": (60, "isolate_and_restart"),
-        "storage_io_error": (55, "restart"),
-        "nccl_network_error": (50, "restart"),
-        "cuda_oom": (45, "stop"),
-        "cuda_illegal_access_app": (40, "stop"),
-        "app_error": (35, "stop"),
-        "nccl_timeout": (30, "restart"),
-        "unknown": (0, "restart"),
-    }
-)
+#: the fault classes the engine itself relies on; every other class is declared in the rulebook
+#: (``fault_classes:``, the shipped ones in rules/05-fault-classes.yaml)
+BUILTIN_FAULT_CLASSES = ("unknown",)
 DECISIONS = ("restart", "isolate_and_restart", "stop", "observe")
 SOURCES = ("job", "kernel", "slurm", "any")
 EMITS = ("log", "xid", "progress", "context")
@@ -78,6 +61,18 @@ class Diagnostic:
         if self.hint:
             text += f" (hint: {self.hint})"
         return text
+
+
+@dataclass(frozen=True)
+class FaultClass:
+    """A declared fault class: what it means, what to do by default, and how it ranks."""
+
+    name: str
+    description: str
+    decision: str
+    priority: int
+    mark: Mark
+    retry: int | None = None  # at most this many restarts of one job for this class per retry window
 
 
 @dataclass(frozen=True)
@@ -116,6 +111,7 @@ class Rule:
     within: float | None = None
     for_s: float | None = None
     enabled: bool = True
+    then_marks: Mapping[str, Mark] = field(default_factory=lambda: MappingProxyType({}))  # then attr -> where written
 
 
 @dataclass(frozen=True)
@@ -145,6 +141,7 @@ class RuleTest:
     mark: Mark
     context: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     facts: tuple[Mapping[str, Any], ...] = ()
+    enabled: bool = True
 
 
 @dataclass(frozen=True)
@@ -162,6 +159,7 @@ class FileModel:
     overrides: Mapping[tuple[str, str], Mapping[str, str]]
     marks: Mapping[tuple[str, str], Mark]  # (section, name) -> where it was written
     policy_marks: Mapping[str, Mark] = field(default_factory=lambda: MappingProxyType({}))
+    fault_classes: Mapping[str, FaultClass] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -177,6 +175,8 @@ class Rulebook:
     policy: Mapping[str, Any]
     tests: tuple[RuleTest, ...]
     origins: Mapping[tuple[str, str], tuple[Mark, ...]]  # (section, name) -> every place that defined/changed it
+    fault_classes: Mapping[str, FaultClass] = field(default_factory=lambda: MappingProxyType({}))
+    disabled_tests: Mapping[str, Mark] = field(default_factory=lambda: MappingProxyType({}))  # name -> where it was disabled
 
     def rule(self, rule_id: str) -> Rule | None:
         for r in self.rules:

@@ -16,11 +16,11 @@ from .conditions import parse_where
 from .model import (
     DECISIONS,
     EMITS,
-    FAULT_CLASSES,
     SOURCES,
     Action,
     Condition,
     Diagnostic,
+    FaultClass,
     FileModel,
     Matcher,
     Rule,
@@ -28,20 +28,36 @@ from .model import (
     TestInput,
     frozen,
 )
+from .thresholds import check_thresholds
 from .yamlmarks import MDict, MList, Mark, mark_of
 
-__all__ = ["check_file", "parse_duration", "SECTION_KEYS", "ITEM_KEYS"]
+__all__ = ["check_file", "parse_duration", "SECTION_KEYS", "ITEM_KEYS", "GUARD_KEYS"]
 
-SECTION_KEYS = ("lists", "macros", "matchers", "rules", "actions", "policy", "tests")
+SECTION_KEYS = ("fault_classes", "lists", "macros", "matchers", "rules", "actions", "policy", "tests")
 ITEM_KEYS = {
     "matcher": ("id", "description", "source", "pattern", "ignore_case", "emit", "attrs", "types", "sample", "enabled", "override"),
     "rule": ("id", "description", "when", "join", "within", "for", "then", "enabled", "override"),
     "condition": ("as", "kind", "where", "absent_for"),
     "action": ("argv", "scheduler", "per", "verify", "timeout", "description", "override"),
-    "test": ("name", "input", "context", "facts", "expect"),
+    "test": ("name", "description", "input", "context", "facts", "expect", "enabled", "override"),
     "input": ("file", "source", "lines"),
-    "policy": ("settle", "cascade", "decisions", "plans", "priorities", "retry", "blast_radius", "throttle",
-               "autonomy", "inhibit", "notify", "hang", "straggler", "thresholds", "isolate"),
+    "expectation": ("fault_class", "decision", "nodes", "rules", "job", "attempt", "commands", "not_rules"),
+    "fault_class": ("description", "decision", "priority", "retry", "override"),
+    "policy": ("settle", "cascade", "decisions", "plans", "priorities", "retry", "blast_radius",
+               "autonomy", "inhibit", "hang", "straggler", "thresholds", "isolate"),
+}
+#: the settings of each policy guard, and the type of each (dur: a duration; decision: a decision
+#: name as key). What is not here is read by nothing, so it is an error rather than a silent no-op.
+GUARD_KEYS: dict[str, dict[str, str]] = {
+    "retry": {"max_per_job": "int", "max_per_fingerprint": "int", "window": "dur", "no_progress_attempts": "int"},
+    "blast_radius": {"max_drains": "int", "max_fraction": "num", "window": "dur"},
+    # per decision kind, and per action where one needs its own (cancel)
+    "autonomy": {**{d: "autonomy" for d in DECISIONS}, "cancel": "autonomy"},
+    "isolate": {"at_once": "classes", "drain_retry_for": "dur"},
+    "inhibit": {"drained_nodes": "bool"},
+    "hang": {"bound": "dur", "factor": "num", "min_bound": "dur", "min_samples": "int", "require_running": "bool",
+             "any_output": "bool", "fact_ttl": "dur"},
+    "straggler": {"factor": "num", "duration": "dur", "min_peers": "int", "window": "int"},
 }
 _ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,127}$")
 _ALIAS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
@@ -268,7 +284,7 @@ class _Checker:
             self.err(mark_of(node, "join"), "E-TYPE", f"{what}.join must be a list of attribute names")
             join = ("job", "attempt")
         then = self.typed(node, "then", (dict,), what, required=ov is None, default=None)
-        then_kind, then_attrs = "symptom", {}
+        then_kind, then_attrs, then_marks = "symptom", {}, {}
         if then is not None:
             self.keys(then, ("symptom", "fault"), f"{what}.then")
             kinds = [k for k in ("symptom", "fault") if k in then]
@@ -281,6 +297,7 @@ class _Checker:
                     self.err(mark_of(then, then_kind), "E-TYPE", f"{what}.then.{then_kind} must be a mapping of attrs")
                     body = {}
                 then_attrs = self._then_attrs(then_kind, body, what)
+                then_marks = {k: mark_of(body, k) for k in then_attrs if mark_of(body, k).file != "?"}
         return Rule(
             id=rid,
             description=desc or "",
@@ -292,6 +309,7 @@ class _Checker:
             within=self.duration(node, "within", what),
             for_s=self.duration(node, "for", what),
             enabled=bool(self.typed(node, "enabled", (bool,), what, default=True)),
+            then_marks=MappingProxyType(then_marks),
         )
 
     def _then_attrs(self, kind: str, body: dict, what: str) -> dict:
@@ -307,10 +325,9 @@ class _Checker:
             if sev not in ("fatal", "error", "warning"):
                 self.err(mark_of(body, "severity"), "E-VALUE", f"severity must be fatal, error or warning, got {sev!r}")
         else:
-            fc = body.get("fault_class")
-            if fc not in FAULT_CLASSES:
-                self.err(mark_of(body, "fault_class") if "fault_class" in body else mark_of(body), "E-VALUE",
-                         f"unknown fault_class {fc!r}", f"one of: {', '.join(FAULT_CLASSES)}")
+            if not isinstance(body.get("fault_class"), str):  # whether it is declared is checked after layering
+                self.err(mark_of(body, "fault_class") if "fault_class" in body else mark_of(body), "E-MISSING",
+                         f"{what}: a fault needs a fault_class")
             if "priority" in body and (isinstance(body["priority"], bool) or not isinstance(body["priority"], int)):
                 self.err(mark_of(body, "priority"), "E-TYPE", "priority must be an integer")
             if "nodes" in body and not isinstance(body["nodes"], list):
@@ -361,8 +378,6 @@ class _Checker:
                     self.err(mark_of(node, key), "E-TYPE", "policy.decisions must map fault_class -> decision")
                     continue
                 for fc, dec in value.items():
-                    if fc not in FAULT_CLASSES:
-                        self.err(mark_of(value, fc), "E-VALUE", f"unknown fault_class {fc!r}", f"one of: {', '.join(FAULT_CLASSES)}")
                     if dec not in DECISIONS:
                         self.err(mark_of(value, fc), "E-VALUE", f"unknown decision {dec!r}", f"one of: {', '.join(DECISIONS)}")
                 out[key] = dict(value)
@@ -380,19 +395,86 @@ class _Checker:
                 if not isinstance(value, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value.values()):
                     self.err(mark_of(node, key), "E-TYPE", "policy.priorities must map fault_class -> integer")
                     continue
-                for fc in value:
-                    if fc not in FAULT_CLASSES:
-                        self.err(mark_of(value, fc), "E-VALUE", f"unknown fault_class {fc!r}")
                 out[key] = dict(value)
+            elif key == "thresholds" and isinstance(value, dict):
+                def report(where: Any, code: str, message: str, hint: str, value: Any = value) -> None:
+                    mark = mark_of(node, key)
+                    if isinstance(where, tuple):  # ("models", name[, key])
+                        inner: Any = value.get("models")
+                        mark = mark_of(value, "models")
+                        for part in where[1:]:
+                            if isinstance(inner, dict) and part in inner:
+                                mark = mark_of(inner, part)
+                                inner = inner.get(part)
+                    elif where in value:
+                        mark = mark_of(value, where)
+                    self.err(mark, code, message, hint)
+
+                check_thresholds(value, report)
+                out[key] = _plain(value)
             else:
                 # guard settings (retry, blast_radius, ...): plain mappings, checked by the policy layer
                 if not isinstance(value, dict):
                     self.err(mark_of(node, key), "E-TYPE", f"policy.{key} must be a mapping")
                     continue
+                self.guard(key, value)
                 out[key] = _plain(value)
         return out
 
-    def test(self, node: Any) -> RuleTest | None:
+    def guard(self, name: str, value: dict) -> None:
+        allowed = GUARD_KEYS.get(name, {})
+        if not self.keys(value, tuple(allowed), f"policy.{name}"):
+            return
+        for k, v in value.items():
+            kind = allowed.get(k)
+            bad = False
+            if kind == "int":
+                bad = isinstance(v, bool) or not isinstance(v, int) or v < 0
+            elif kind == "num":
+                bad = isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0
+            elif kind == "bool":
+                bad = not isinstance(v, bool)
+            elif kind == "dur":
+                bad = v is not None and parse_duration(v) is None
+            elif kind == "autonomy":
+                bad = v not in ("observe", "recommend", "act")
+            elif kind == "classes":
+                bad = not isinstance(v, list) or not all(isinstance(c, str) for c in v)
+            if bad:
+                want = {"int": "a whole number >= 0", "num": "a number >= 0", "bool": "true or false",
+                        "dur": "a duration such as 90s or 10m", "autonomy": "observe, recommend or act",
+                        "classes": "a list of fault class names"}[kind or "int"]
+                self.err(mark_of(value, k), "E-VALUE", f"policy.{name}.{k} must be {want}, got {v!r}")
+
+    def fault_class(self, name: Any, node: Any, overrides: dict, marks: dict) -> FaultClass | None:
+        what = f"fault class {name}"
+        if not isinstance(name, str) or not _ID_RE.match(name):
+            self.err(mark_of(node), "E-VALUE", f"bad fault class name {name!r}", "letters, digits, _ . -")
+            return None
+        if not self.keys(node, ITEM_KEYS["fault_class"], what):
+            return None
+        ov = self.override(node, ITEM_KEYS["fault_class"], what)
+        if ov is not None:
+            overrides[("fault_classes", name)] = ov
+            overrides[("fault_classes.fields", name)] = {k: "given" for k in node}
+        marks[("fault_classes", name)] = node.mark
+        decision = self.typed(node, "decision", (str,), what, required=ov is None, default="restart")
+        if decision not in DECISIONS:
+            self.err(mark_of(node, "decision"), "E-VALUE", f"{what}: unknown decision {decision!r}", f"one of: {', '.join(DECISIONS)}")
+            decision = "restart"
+        retry = self.typed(node, "retry", (int,), what, default=None)
+        if retry is not None and retry < 0:
+            self.err(mark_of(node, "retry"), "E-VALUE", f"{what}: retry is a number of restarts >= 0")
+        return FaultClass(
+            name=name,
+            description=self.typed(node, "description", (str,), what, required=ov is None, default="") or "",
+            decision=decision,
+            priority=self.typed(node, "priority", (int,), what, required=ov is None, default=0) or 0,
+            mark=node.mark,
+            retry=retry,
+        )
+
+    def test(self, node: Any, overrides: dict | None = None) -> RuleTest | None:
         if not self.keys(node, ITEM_KEYS["test"], "test"):
             return None
         name = self.typed(node, "name", (str,), "test", required=True, default="?")
@@ -405,18 +487,22 @@ class _Checker:
                 self.err(mark_of(inode, "source"), "E-VALUE", f"unknown source {src!r}", f"one of: {', '.join(SOURCES)}")
             lines = self.typed(inode, "lines", (str,), f"test {name} input", required=True, default="") or ""
             inputs.append(TestInput(str(inode.get("file", "input.log")), src, lines))
-        expect = self.typed(node, "expect", (list,), f"test {name}", required=True, default=[]) or []
+        ov = self.override(node, ITEM_KEYS["test"], f"test {name}")
+        if ov is not None and overrides is not None:
+            overrides[("tests", name)] = ov
+        enabled = bool(self.typed(node, "enabled", (bool,), f"test {name}", default=True))
+        expect = self.typed(node, "expect", (list,), f"test {name}", required=ov is None and enabled, default=[]) or []
         for e in expect:
             if not isinstance(e, dict):
                 self.err(mark_of(node, "expect"), "E-TYPE", f"test {name}: each expectation is a mapping")
                 continue
-            self.keys(e, ("fault_class", "decision", "nodes", "rules", "job", "attempt", "commands", "not_rules"), f"test {name} expectation")
-            if "fault_class" in e and e["fault_class"] not in FAULT_CLASSES:
-                self.err(mark_of(e, "fault_class"), "E-VALUE", f"unknown fault_class {e['fault_class']!r}")
+            self.keys(e, ITEM_KEYS["expectation"], f"test {name} expectation")
+            if "decision" in e and e["decision"] not in DECISIONS:
+                self.err(mark_of(e, "decision"), "E-VALUE", f"unknown decision {e['decision']!r}", f"one of: {', '.join(DECISIONS)}")
         context = self.typed(node, "context", (dict,), f"test {name}", default={}) or {}
         facts = self.typed(node, "facts", (list,), f"test {name}", default=[]) or []
         return RuleTest(name, tuple(inputs), tuple(frozen(_plain(e)) for e in expect if isinstance(e, dict)), node.mark,
-                        frozen(_plain(context)), tuple(frozen(_plain(f)) for f in facts if isinstance(f, dict)))
+                        frozen(_plain(context)), tuple(frozen(_plain(f)) for f in facts if isinstance(f, dict)), enabled)
 
 
 def _plain(value: Any) -> Any:
@@ -440,12 +526,22 @@ def check_file(tree: Any, path: str) -> tuple[FileModel, list[Diagnostic]]:
     actions: dict = {}
     policy: dict = {}
     tests: list[RuleTest] = []
+    fault_classes: dict[str, FaultClass] = {}
     if tree is None:
         pass
     elif not isinstance(tree, dict):
         c.err(mark_of(tree, default=Mark(path, 1, 1)), "E-TYPE", "a rulebook file must be a mapping", f"top-level keys: {', '.join(SECTION_KEYS)}")
     else:
         c.keys(tree, SECTION_KEYS, "the rulebook file")
+        if "fault_classes" in tree:
+            c.section_mark = mark_of(tree, "fault_classes")
+            if not isinstance(tree["fault_classes"], dict):
+                c.err(mark_of(tree, "fault_classes"), "E-TYPE", "fault_classes must be a mapping of name -> {description, decision, priority}")
+            else:
+                for name, node in tree["fault_classes"].items():
+                    fc = c.fault_class(name, node, overrides, marks)
+                    if fc is not None:
+                        fault_classes[name] = fc
         if "lists" in tree:
             c.section_mark = mark_of(tree, "lists")
             lists = c.lists(tree["lists"], overrides, marks)
@@ -489,7 +585,7 @@ def check_file(tree: Any, path: str) -> tuple[FileModel, list[Diagnostic]]:
                 c.err(mark_of(tree, "tests"), "E-TYPE", "tests must be a list")
             else:
                 for node in tree["tests"]:
-                    t = c.test(node)
+                    t = c.test(node, overrides)
                     if t is not None:
                         tests.append(t)
     model = FileModel(
@@ -504,5 +600,6 @@ def check_file(tree: Any, path: str) -> tuple[FileModel, list[Diagnostic]]:
         overrides=MappingProxyType(overrides),
         marks=MappingProxyType(marks),
         policy_marks=MappingProxyType(policy_marks),
+        fault_classes=MappingProxyType(fault_classes),
     )
     return model, c.diags

@@ -3,7 +3,10 @@
 ``load_marked(text, path)`` returns a ``MDict``/``MList``/scalar tree; every container has
 ``.mark`` (its own position) and ``.key_marks`` / ``.item_marks`` (the position of each key's
 value), so validation can point at ``file:line:col``. Lines and columns are 1-based.
-Duplicate keys are reported (PyYAML silently keeps the last one).
+Duplicate keys are reported (PyYAML silently keeps the last one). Aliases are expanded, but the
+size of the expanded tree is computed first, in time linear in the file (``MAX_NODES``): a
+"billion laughs" file of nested aliases is refused at once, pointing at the anchor whose expansion
+crossed the bound, instead of being built.
 """
 
 from __future__ import annotations
@@ -48,6 +51,34 @@ def _mark(node: yaml.Node, path: str) -> Mark:
 
 
 _PLAIN_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
+#: the most nodes one file may expand to; the largest shipped file has a few thousand
+MAX_NODES = 200_000
+
+
+def _too_big(root: yaml.Node) -> yaml.Node | None:
+    """The first node whose expansion (aliases counted each time) exceeds MAX_NODES, else None.
+
+    Composed aliases are the same node object, so sizes are memoized by identity: linear time."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        if not done:
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in sizes)
+            continue
+        size = 1 + sum(sizes.get(id(c), 1) for c in children)
+        if size > MAX_NODES and all(sizes.get(id(c), 1) <= MAX_NODES for c in children):
+            return node
+        sizes[id(node)] = min(size, MAX_NODES + 1)
+    return None
 
 
 class _Builder:
@@ -99,10 +130,24 @@ class _Builder:
             return None
 
 
+# libyaml's composer is ~10x faster than PyYAML's and gives the same nodes and marks; a text it
+# refuses is parsed again by PyYAML, so that error messages stay those of one parser
+_FAST_LOADER = getattr(yaml, "CSafeLoader", None)
+
+
+def _compose(text: str) -> Any:
+    if _FAST_LOADER is not None:
+        try:
+            return yaml.compose(text, Loader=_FAST_LOADER)
+        except Exception:
+            pass
+    return yaml.compose(text, Loader=yaml.SafeLoader)
+
+
 def load_marked(text: str, path: str) -> tuple[Any, list[YamlProblem]]:
     """Parse one YAML document. Returns (tree or None, problems)."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = _compose(text)
     except yaml.MarkedYAMLError as exc:
         m = exc.problem_mark or exc.context_mark
         mark = Mark(path, m.line + 1, m.column + 1) if m else Mark(path, 1, 1)
@@ -116,6 +161,10 @@ def load_marked(text: str, path: str) -> tuple[Any, list[YamlProblem]]:
         return None, [YamlProblem(Mark(path, 1, 1), "E-YAML", f"invalid YAML: {exc}")]
     if node is None:
         return None, []
+    big = _too_big(node)
+    if big is not None:
+        return None, [YamlProblem(_mark(big, path), "E-YAML",
+                                  f"this node expands to more than {MAX_NODES} YAML nodes through aliases (an alias bomb?)")]
     builder = _Builder(path)
     return builder.build(node), builder.problems
 

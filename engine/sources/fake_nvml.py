@@ -110,6 +110,7 @@ class FakeNvml:
         self.library_missing = library_missing
         self.driver_not_loaded = driver_not_loaded
         self.calls: Counter = Counter()
+        self.count_error: type | None = None  # an error class nvmlDeviceGetCount raises (a driver in trouble)
         self._init_count = 0
         self._sets: list[dict] = []
         self._cond = threading.Condition()
@@ -149,6 +150,8 @@ class FakeNvml:
     # -- devices ------------------------------------------------------------------------------
     def nvmlDeviceGetCount(self) -> int:
         self._enter("nvmlDeviceGetCount")
+        if self.count_error is not None:
+            raise self.count_error()
         return len(self.gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:

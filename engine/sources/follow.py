@@ -21,6 +21,7 @@ Usage::
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import glob
 import logging
@@ -28,6 +29,7 @@ import os
 import stat
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping
 
@@ -50,6 +52,38 @@ HANDOFF_S = 120.0
 #: a file that keeps growing is checked for rotation and truncation at least this often
 CHECK_S = 1.0
 HANDOFF_MAX = 1024
+#: how many followed files are kept open at once by default (a share of the open-file limit:
+#: the rest are closed, least recently read first, and opened again at their position when
+#: they change or at the next rescan)
+MAX_OPEN = 512
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _default_max_open() -> int:
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, ValueError, OSError):
+        return MAX_OPEN
+    if soft == resource.RLIM_INFINITY:
+        return MAX_OPEN
+    return max(16, min(MAX_OPEN, int(soft) // 2))
+
+
+def open_regular(path: str) -> tuple[int, os.stat_result]:
+    """Open a file to read only if it is a regular file and the name is not a symbolic link
+    (O_NOFOLLOW: a link to /dev/zero or out of the folder is refused; O_NONBLOCK: a FIFO never
+    blocks the opener); checked with fstat on what was opened. Raises OSError."""
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end
+            raise OSError(0, "not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
 
 
 def glob_base(pattern: str) -> str:
@@ -127,10 +161,15 @@ def file_head(path: str, length: int = HEAD_BYTES) -> str | None:
     import hashlib
 
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(length)
+        fd, _ = open_regular(path)
     except OSError:
         return None
+    try:
+        data = os.pread(fd, length, 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     return f"{len(data)}:{hashlib.blake2b(data, digest_size=8).hexdigest()}"
 
 
@@ -147,8 +186,14 @@ def same_head(path: str, head: str) -> bool | None:
 class Follower:
     def __init__(self, globs: list[str], poll: float | None = None,
                  offsets: Mapping[str, tuple[int | None, int, int]] | None = None,
-                 on_new: Callable[[Tailed], None] | None = None, heads: Mapping[str, str] | None = None):
+                 on_new: Callable[[Tailed], None] | None = None, heads: Mapping[str, str] | None = None,
+                 start_at_end: bool = False, max_open: int | None = None):
         self.globs = [os.path.abspath(g) for g in globs]
+        #: a file with no saved position starts at its end (the last complete line) while this is
+        #: set: the caller's new database must not take the files' past for the present
+        self.start_at_end = start_at_end
+        self.max_open = max_open or _default_max_open()
+        self._open_lru: "OrderedDict[str, Tailed]" = OrderedDict()
         self.poll = poll
         self.saved = dict(offsets or {})
         self.heads = dict(heads or {})  # path -> file_head() when its offset was saved
@@ -167,13 +212,18 @@ class Follower:
         # names, e.g. *.log*) continues from there instead of reading it all again.
         self._handoff: dict[int, tuple[object, int, int, float]] = {}
         self.stats = {"read_bytes": 0, "rotations": 0, "truncations": 0, "unreadable": 0, "vanished": 0,
-                      "read_errors": 0, "forgotten": 0, "handoffs": 0}
+                      "read_errors": 0, "forgotten": 0, "handoffs": 0, "not_regular": 0, "lru_closed": 0,
+                      "emfile": 0, "started_at_end": 0}
 
     # -- watching ----------------------------------------------------------------------------
     def start(self) -> None:
         self._observer = PollingObserver(timeout=self.poll) if self.poll else Observer()
         for g in self.globs:
             self._watch_dir(glob_base(g), recursive=_recursive(g))
+        for path in list(self.files):  # handed in before the start (the scheduler's first answer)
+            d = os.path.dirname(path)
+            if not any(d.startswith(w) for w in self._watched_below):
+                self._watch_dir(d)
         self._observer.start()
         self.rescan()
 
@@ -229,6 +279,8 @@ class Follower:
                     # same name, maybe even the same inode number, but another file: start it at 0
                     logger.warning("%s: not the file whose position was saved; reading it from the start", path)
                     t.inode, t.offset, t.line_no = None, 0, 0
+            elif self.start_at_end:
+                self._at_end(t)
             self.files[path] = t
             if self.on_new is not None:
                 self.on_new(t)
@@ -239,6 +291,33 @@ class Follower:
             t.meta.update(meta)
         self._mark(path)
         return t
+
+    def _at_end(self, t: Tailed) -> None:
+        """Position ``t`` after the last complete line of the file there now (its line count too)."""
+        try:
+            fd, st = open_regular(t.path)
+        except OSError:
+            return  # not there (yet) or not a file: a file that appears later is new
+        try:
+            lines, pos, end = 0, 0, 0
+            while True:
+                data = os.pread(fd, READ_BYTES, pos)
+                if not data:
+                    break
+                lines += data.count(b"\n")
+                nl = data.rfind(b"\n")
+                if nl >= 0:
+                    end = pos + nl + 1
+                pos += len(data)
+        except OSError:
+            return
+        finally:
+            os.close(fd)
+        t.inode, t.offset, t.line_no = st.st_ino, end, lines
+        self.stats["started_at_end"] += 1
+        if end:
+            logger.info("%s: a new database: reading from its end (byte %d, line %d); --from-start reads the past",
+                        t.path, end, lines)
 
     def matches(self, path: str) -> bool:
         """Does this path match one of the globs (without touching the file system)?"""
@@ -272,7 +351,7 @@ class Follower:
         for g in self.globs:
             self._watch_dir(glob_base(g), recursive=_recursive(g))
             for p in glob.glob(g, recursive=True):
-                if os.path.isfile(p):
+                if os.path.isfile(p) and not os.path.islink(p):
                     self.add(p)
         now = time.time()
         for path, t in list(self.files.items()):
@@ -298,6 +377,7 @@ class Follower:
 
     # -- reading -----------------------------------------------------------------------------
     def _close(self, t: Tailed) -> None:
+        self._open_lru.pop(t.path, None)
         if t.fh is not None:
             try:
                 t.fh.close()
@@ -323,21 +403,45 @@ class Follower:
         t.errors += 1
         t.last_error = why
 
+    def _make_room(self, keep: Tailed | None = None) -> bool:
+        """Close the least recently read open file (its position is kept: it is opened again
+        there when it changes). False when nothing could be closed."""
+        for path, other in self._open_lru.items():
+            if other is keep:
+                continue
+            if other.meta.get("busy"):
+                continue
+            self._close(other)
+            other.meta["reset"] = True
+            self.stats["lru_closed"] += 1
+            return True
+        return False
+
     def _open(self, t: Tailed) -> bool:
+        while len(self._open_lru) >= self.max_open and self._make_room(t):
+            pass
+        fd = -1
+        for _ in range(2):
+            try:
+                fd, st = open_regular(t.path)
+                break
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                    self.stats["emfile"] += 1
+                    if self._make_room(t):
+                        continue  # one descriptor freed: try once more
+                elif exc.errno == errno.ELOOP or exc.errno == 0:
+                    self.stats["not_regular"] += 1
+                    exc = OSError(exc.errno, "not a regular file (a link, FIFO or device is never read)")
+                self._fail(t, "open", exc)
+                return False
         try:
-            fd = os.open(t.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        except OSError as exc:
-            self._fail(t, "open", exc)
-            return False
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end
-                raise OSError(0, "not a regular file")
             fh = os.fdopen(fd, "rb", buffering=0)
         except OSError as exc:
             os.close(fd)
             self._fail(t, "open", exc)
             return False
+        self._open_lru[t.path] = t
         if t.errors or t.gone:
             logger.warning("%s: readable again", t.path)
         t.gone, t.gone_since, t.errors, t.last_error = False, None, 0, None
@@ -423,6 +527,8 @@ class Follower:
                 self._close(t)  # reopened at t.offset next time
                 return
             if data:
+                if t.path in self._open_lru:
+                    self._open_lru.move_to_end(t.path)
                 self.stats["read_bytes"] += len(data)
                 t.read_pos, t.read_at = pos, time.time()
                 budget -= len(data)

@@ -1,150 +1,68 @@
-"""Kernel-log source of the node agent: NVRM Xid lines and "fallen off the bus" messages → facts.
+"""Kernel-log source of the node agent: kernel-log lines → facts, with the rulebook's matchers.
 
-Two layers:
+The agent turns kernel-log lines into facts exactly as replay does: the kernel matchers of the
+rulebook (``rules/11-matchers-kernel.yaml`` and any site file), scanned by the same ``Scanner``
+and converted by the same ``HitConverter`` (which holds the one Xid decoder), so that a line
+reaches the same facts, fault classes and decisions whichever side of the spool it is read on.
+There is no second parser here.
 
-* pure parsing: ``parse_kernel_line`` turns one kernel-log line (dmesg, syslog, journal or
-  ``/dev/kmsg`` record, with or without its prefix) into an ``xid`` or ``gpu_state`` fact or
-  ``None``; ``parse_gpu_uuid_line`` reads the ``NVRM: GPU at PCI:… GPU-<uuid>`` mapping line;
-  ``KernelLineParser`` adds the little state that multi-line messages and the UUID mapping need.
-* reading: ``KernelLogSource`` follows a kernel-log file (rotation, truncation, persisted byte
-  offset) or ``/dev/kmsg`` (sequence numbers, per boot) and returns facts whose ids depend only
-  on where the line was read, so a line read twice yields the same ``Fact.id``.
+* ``KernelLineFacts``: one kernel-log line → its facts (``xid``, ``log``).
+* ``KernelLogSource``: follows a kernel-log file (rotation, truncation, persisted byte offset and
+  line number) or ``/dev/kmsg`` (sequence numbers, per boot) and returns facts whose ids depend
+  only on where the line was read, so a line read twice yields the same ``Fact.id``. Their
+  origin is ``PATH:LINE`` (a line number, as ``explain`` shows it) or ``kmsg:NODE:SEQ``.
 
 Nothing here raises on garbage input: bytes are decoded with replacement, over-long lines are
-cut, unknown shapes return ``None``.
+cut, unknown shapes give no fact.
 """
 
 from __future__ import annotations
 
 import calendar
 import errno
+import functools
 import hashlib
 import json
 import logging
 import os
 import re
 import time
-from collections import OrderedDict
 from datetime import datetime
 from typing import Any, Callable
 
 from engine.facts import Fact, FactError
+from engine.linefacts import FileContext, HitConverter, StreamFacts, normalize_pci
 from engine.sources.spool import file_head
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "parse_kernel_line",
-    "parse_gpu_uuid_line",
     "normalize_pci",
     "kernel_line_time",
-    "clean_text",
-    "KernelLineParser",
+    "KernelLineFacts",
     "KernelLogSource",
-    "DETAIL_MAX",
+    "default_rulebook",
 ]
 
-#: bound on the free-text ``detail`` attribute
-DETAIL_MAX = 512
-#: a line is cut to this many characters before it is parsed (the Xid head is at the start)
+#: a line is cut to this many characters before it is matched (the Xid head is at the start)
 LINE_MAX = 8192
 
-_RECOVERY_ACTIONS = {
-    # NVML_GPU_RECOVERY_ACTION_* values and the words the driver prints for them
-    0: "none",
-    1: "gpu_reset",
-    2: "node_reboot",
-    3: "drain_p2p",
-    4: "drain_and_reset",
-    5: "recover_imex_domain",
-    6: "bus_reset",
-    7: "system_reboot",
-}
-_RECOVERY_WORDS = {
-    "none": "none",
-    "gpu reset required": "gpu_reset",
-    "gpu reset": "gpu_reset",
-    "node reboot required": "node_reboot",
-    "node reboot": "node_reboot",
-    "drain p2p": "drain_p2p",
-    "drain and reset": "drain_and_reset",
-    "system reboot required": "system_reboot",
-    "bus reset required": "bus_reset",
-}
-
-_HEX = "[0-9A-Fa-f]"
-# a PCI address as the driver prints it: [PCI:]domain:bus:device[.function]
-_PCI = rf"(?:PCI:)?({_HEX}{{1,8}}:{_HEX}{{1,2}}:{_HEX}{{1,2}}(?:\.[0-7])?)"
-
-# "Xid" must not be the tail of "SXid" (NVSwitch errors use their own numbering)
-_XID_RE = re.compile(
-    rf"(?<![A-Za-z])Xid\s*\(\s*{_PCI}\s*\)\s*:\s*(\d{{1,6}})(?!\d)\s*,?\s*(.*)", re.DOTALL
-)
-_PID_RE = re.compile(r"pid\s*=\s*('?<unknown>'?|'?(\d+)'?|[^,]*)\s*(?:,\s*|$)")
-_NAME_RE = re.compile(r"name\s*=\s*(.*?)(?:,\s+|,$|$)", re.DOTALL)
-_UUID_RE = re.compile(
-    rf"NVRM:\s*GPU at\s+{_PCI}\s*:\s*(GPU-{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}})"
-)
-_PCI_ANY_RE = re.compile(rf"(?<![0-9A-Za-z:]){_PCI}(?![0-9A-Za-z]|:{_HEX})")
-_FALLEN_RE = re.compile(r"fallen\s+off\s+the\s+bus", re.IGNORECASE)
-_HEADER_RE = re.compile(rf"NVRM:\s*The NVIDIA GPU\s+{_PCI}")
-_PCI_ID_RE = re.compile(rf"\(PCI ID:\s*({_HEX}{{4}}:{_HEX}{{4}})\)")
-_INIT_FAILED_RE = re.compile(r"NVRM:.*RmInitAdapter failed", re.IGNORECASE)
-_RECOVERY_RE = re.compile(
-    r"recovery action changed from\s+(?:0x([0-9A-Fa-f]+))?\s*(?:\(([^)]*)\))?\s*to\s+"
-    r"(?:0x([0-9A-Fa-f]+))?\s*(?:\(([^)]*)\))?",
-    re.IGNORECASE,
-)
-_CAUSED_BY_RE = re.compile(r"caused by previous Xid\s+(\d{1,6})", re.IGNORECASE)
-_LINK_RE = re.compile(r"\blink\s+(\d{1,3})\b", re.IGNORECASE)
-
-# prefixes: /dev/kmsg "prio,seq,usec,flags[,...];", syslog "<date> <host> kernel:",
-# dmesg "[ 1234.5678]" or "[ T1946]"
+# prefixes: /dev/kmsg "prio,seq,usec,flags[,...];", syslog "<date> <host> kernel:"
 _KMSG_RE = re.compile(r"^\s*(\d{1,5}),(\d{1,20}),(\d{1,20}),([^;]{0,64});(.*)$", re.DOTALL)
 _ISO_RE = re.compile(
     r"^\s*(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d{1,9})?)(Z|[+-]\d\d:?\d\d)?\s+\S+\s+kernel:"
 )
 _BSD_RE = re.compile(r"^\s*([A-Z][a-z]{2})\s+(\d{1,2})\s+(\d\d):(\d\d):(\d\d)\s+\S+\s+kernel:")
 _MONTHS = {m: i for i, m in enumerate(calendar.month_abbr) if m}
-
-# C0/C1 controls and the invisible format characters that can reorder or hide text
-_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
+_NEWLINES = re.compile("[\r\n]")
 
 
-def clean_text(text: str, limit: int = DETAIL_MAX) -> str:
-    """Drop control and invisible formatting characters, collapse blanks, bound the length."""
-    text = _CONTROL_RE.sub(" ", text[: limit * 4])
-    text = " ".join(text.split())
-    return text[:limit]
+@functools.lru_cache(maxsize=1)
+def default_rulebook() -> Any:
+    """The shipped rulebook, compiled once (for callers that were given none)."""
+    from engine.rulebook import require_rulebook
 
-
-def normalize_pci(text: str | None) -> str | None:
-    """``00000000:3B:00.0``, ``PCI:0000:3b:00``, ``3b:00.0`` → ``0000:3b:00`` (``None`` if not PCI)."""
-    if not isinstance(text, str):
-        return None
-    t = text.strip()
-    if t[:4].upper() == "PCI:":
-        t = t[4:]
-    t = t.split(".", 1)[0]
-    parts = t.split(":")
-    if len(parts) == 2:
-        parts = ["0", *parts]
-    if len(parts) != 3:
-        return None
-    dom, bus, dev = parts
-    try:
-        if not (1 <= len(dom) <= 8 and 1 <= len(bus) <= 2 and 1 <= len(dev) <= 2):
-            return None
-        d, b, v = int(dom, 16), int(bus, 16), int(dev, 16)
-    except ValueError:
-        return None
-    return f"{d & 0xFFFF:04x}:{b:02x}:{v:02x}"
-
-
-def _message(line: str) -> str:
-    """The kernel message without a /dev/kmsg record header."""
-    m = _KMSG_RE.match(line)
-    return m.group(5) if m else line
+    return require_rulebook()
 
 
 def kernel_line_time(line: str, now: float | None = None) -> float | None:
@@ -182,203 +100,49 @@ def kernel_line_time(line: str, now: float | None = None) -> float | None:
     return None
 
 
-def parse_gpu_uuid_line(line: str) -> tuple[str, str] | None:
-    """``NVRM: GPU at PCI:0000:01:00: GPU-8a47…`` → ``("0000:01:00", "GPU-8a47…")`` or ``None``."""
-    if not isinstance(line, str) or "GPU-" not in line:
-        return None
-    m = _UUID_RE.search(line[:LINE_MAX])
-    if not m:
-        return None
-    pci = normalize_pci(m.group(1))
-    return (pci, "GPU-" + m.group(2)[4:].lower()) if pci else None
+class KernelLineFacts:
+    """Kernel-log lines → facts with the rulebook's kernel matchers, the way replay makes them.
 
-
-def _recovery_action(code: str | None, words: str | None) -> str | None:
-    if words:
-        key = " ".join(words.lower().split())
-        if key in _RECOVERY_WORDS:
-            return _RECOVERY_WORDS[key]
-    if code:
-        try:
-            value = int(code, 16)
-        except ValueError:
-            value = None
-        if value in _RECOVERY_ACTIONS:
-            return _RECOVERY_ACTIONS[value]
-    if words:
-        slug = re.sub(r"[^a-z0-9]+", "_", words.lower()).strip("_")[:64]
-        return slug or None
-    return None
-
-
-def _parse_xid(msg: str, node: str) -> dict[str, Any] | None:
-    m = _XID_RE.search(msg)
-    if not m:
-        return None
-    pci = normalize_pci(m.group(1))
-    if pci is None:
-        return None
-    code = int(m.group(2))
-    rest = m.group(3)
-    attrs: dict[str, Any] = {"code": code, "pci": pci, "node": node}
-    pm = _PID_RE.match(rest)
-    if pm:
-        if pm.group(2):
-            attrs["pid"] = int(pm.group(2))
-        rest = rest[pm.end():]
-        nm = _NAME_RE.match(rest)
-        if nm:
-            name = clean_text(nm.group(1), 64).strip("'\"")
-            if name and name != "<unknown>":
-                attrs["process"] = name
-            rest = rest[nm.end():]
-    detail = clean_text(rest)
-    attrs["detail"] = detail
-    if code == 154:
-        rm = _RECOVERY_RE.search(detail)
-        if rm:
-            action = _recovery_action(rm.group(3), rm.group(4))
-            if action:
-                attrs["recovery_action"] = action
-            previous = _recovery_action(rm.group(1), rm.group(2))
-            if previous:
-                attrs["recovery_action_previous"] = previous
-    elif code == 45:
-        cm = _CAUSED_BY_RE.search(detail)
-        if cm:
-            attrs["caused_by"] = int(cm.group(1))
-    elif code == 74 or 144 <= code <= 150:
-        lm = _LINK_RE.search(detail)
-        if lm:
-            attrs["link"] = int(lm.group(1))
-    return attrs
-
-
-def _after_nvrm(msg: str) -> str:
-    i = msg.find("NVRM:")
-    return msg[i + 5:] if i >= 0 else msg
-
-
-def _parse(line: str, node: str) -> tuple[str, dict[str, Any]] | None:
-    """The kind and attributes one kernel-log line gives, or ``None``."""
-    if not isinstance(line, str):
-        return None
-    line = line[:LINE_MAX]
-    if "Xid" not in line and "NVRM" not in line:
-        return None
-    msg = _message(line)
-    attrs = _parse_xid(msg, node)
-    if attrs is not None:
-        return "xid", attrs
-    if "NVRM" not in msg:
-        return None
-    text = _after_nvrm(msg)
-    if _FALLEN_RE.search(text):
-        attrs = {"code": 79, "node": node, "inferred": True}
-        pm = _PCI_ANY_RE.search(text)
-        pci = normalize_pci(pm.group(1)) if pm else None
-        if pci:
-            attrs["pci"] = pci
-        attrs["detail"] = clean_text(text)
-        return "xid", attrs
-    if _INIT_FAILED_RE.search(msg):
-        attrs = {"state": "init_failed", "node": node, "detail": clean_text(text)}
-        pm = _PCI_ANY_RE.search(text)
-        pci = normalize_pci(pm.group(1)) if pm else None
-        if pci:
-            attrs["pci"] = pci
-        return "gpu_state", attrs
-    return None
-
-
-def parse_kernel_line(
-    line: str, node: str, at: float, origin: str, *, fact_id: str | None = None
-) -> Fact | None:
-    """One kernel-log line → an ``xid`` fact (or a ``gpu_state`` fact for an adapter that failed
-    to initialise), else ``None``. Never raises on any ``str``.
-
-    Xid attributes: ``code``, ``pci`` (``dddd:bb:dd``), ``node``, ``pid`` and ``process`` when the
-    driver printed them, ``detail`` (cleaned, at most ``DETAIL_MAX`` characters); Xid 154 adds
-    ``recovery_action`` (``none``, ``drain_p2p``, ``drain_and_reset``, ``gpu_reset``,
-    ``node_reboot``…), Xid 45 ``caused_by``, Xid 74/144–150 ``link``. A "fallen off the bus"
-    message without an Xid becomes code 79 with ``inferred: true``.
-    """
-    try:
-        parsed = _parse(line, node)
-        if parsed is None:
-            return None
-        kind, attrs = parsed
-        return Fact.make(kind, attrs, at, origin, id=fact_id)
-    except (FactError, ValueError, TypeError, OverflowError):
-        return None
-
-
-class KernelLineParser:
-    """``parse_kernel_line`` plus the state a stream of lines needs.
-
-    * The three-line "The NVIDIA GPU <pci> / (PCI ID: …) installed in this system has / fallen off
-      the bus and is not responding to commands." message: the address comes from the first line.
-    * ``NVRM: GPU at PCI:… GPU-<uuid>`` lines: later facts for that address carry ``uuid``.
+    ``KernelLineFacts(compiled, "n3").feed(line, at, origin, fact_id)`` returns the facts of one
+    line. The node is the agent's: a fact that names no node (dmesg, ``/dev/kmsg``) gets it, and
+    a syslog host that names another node is kept only as ``logged_node`` (a spool file speaks
+    for the node it is named after).
     """
 
-    #: how many lines after "The NVIDIA GPU …" the address is remembered
-    HEADER_SPAN = 4
+    def __init__(self, compiled: Any, node: str, path: str = "kernel") -> None:
+        from engine.replay import scanner_for  # replay's own selection and compiled scanner, not a copy
 
-    def __init__(self, node: str, uuids: dict[str, str] | None = None) -> None:
         self.node = node
-        self.uuids: OrderedDict[str, str] = OrderedDict(uuids or {})
-        self._header: tuple[str, str | None] | None = None
-        self._header_age = 0
+        scanner, index_map = scanner_for(compiled, "kernel")
+        ctx = FileContext(path=path, source="kernel", nodes={node})
+        # the scan -> fact loop replay and the controller share; floods are the controller's to collapse
+        self.stream = StreamFacts(scanner, HitConverter(list(compiled.matchers)), ctx, index_map, collapse=False)
 
-    def feed(self, line: str, at: float, origin: str, fact_id: str | None = None) -> Fact | None:
+    def feed(self, line: str | bytes, at: float, origin: str, fact_id: str | None = None) -> list[Fact]:
         try:
             return self._feed(line, at, origin, fact_id)
         except (FactError, ValueError, TypeError, OverflowError):
-            return None
+            return []
 
-    def _feed(self, line: str, at: float, origin: str, fact_id: str | None) -> Fact | None:
+    def _feed(self, line: str | bytes, at: float, origin: str, fact_id: str | None) -> list[Fact]:
+        if isinstance(line, bytes):
+            line = line.decode("utf-8", "replace")
         if not isinstance(line, str):
-            return None
-        line = line[:LINE_MAX]
-        if self._header is not None:
-            self._header_age += 1
-            if self._header_age > self.HEADER_SPAN:
-                self._header = None
-        if "NVRM" not in line and "Xid" not in line:
-            return None
-        mapping = parse_gpu_uuid_line(line)
-        if mapping:
-            pci, uuid = mapping
-            self.uuids[pci] = uuid
-            self.uuids.move_to_end(pci)
-            while len(self.uuids) > 256:
-                self.uuids.popitem(last=False)
-            return None
-        hm = _HEADER_RE.search(line)
-        if hm and not _FALLEN_RE.search(line):
-            idm = _PCI_ID_RE.search(line)
-            self._header = (normalize_pci(hm.group(1)) or "", idm.group(1).lower() if idm else None)
-            self._header_age = 0
-            return None
-        if self._header is not None and self._header[1] is None:
-            idm = _PCI_ID_RE.search(line)
-            if idm:
-                self._header = (self._header[0], idm.group(1).lower())
-        parsed = _parse(line, self.node)
-        if parsed is None:
-            return None
-        kind, attrs = parsed
-        if kind == "xid" and attrs.get("inferred") and "pci" not in attrs and self._header:
-            pci, pci_id = self._header
-            if pci:
-                attrs["pci"] = pci
-            if pci_id:
-                attrs["pci_id"] = pci_id
-            self._header = None
-        pci = attrs.get("pci")
-        if pci and pci in self.uuids:
-            attrs["uuid"] = self.uuids[pci]
-        return Fact.make(kind, attrs, at, origin, id=fact_id)
+            return []
+        text = _NEWLINES.sub(" ", line[:LINE_MAX])
+        items = [item for _, _, item in self.stream.feed(text.encode("utf-8", "replace") + b"\n")]
+        out: list[Fact] = []
+        for n, fact in enumerate(items):
+            if not isinstance(fact, Fact):
+                continue
+            attrs = dict(fact.attrs)
+            logged = attrs.get("node")
+            if logged is not None and logged != self.node:
+                attrs["logged_node"] = logged
+            attrs["node"] = self.node
+            fid = None if fact_id is None else (fact_id if n == 0 else f"{fact_id}.{n}")
+            out.append(Fact.make(fact.kind, attrs, at, origin, id=fid))
+        return out
 
 
 def _line_id(*parts: Any) -> str:
@@ -781,6 +545,7 @@ class KernelLogSource:
         state_file: str | None = None,
         on_commit: Callable[[dict[str, Any]], None] | None = None,
         clock: Callable[[], float] = time.time,
+        rulebook: Any = None,
     ) -> None:
         if (path is None) == (not kmsg):
             raise ValueError("give exactly one of path= or kmsg=True")
@@ -788,15 +553,17 @@ class KernelLogSource:
         self.state_file = state_file
         self.on_commit = on_commit
         self.clock = clock
-        self.parser = KernelLineParser(node)
+        self.lines = KernelLineFacts(rulebook if rulebook is not None else default_rulebook(), node,
+                                     f"kmsg:{node}" if kmsg else str(path))
         self.lines_read = 0
         if position is None and state_file:
             position = _load_json(state_file)
         position = position if isinstance(position, dict) else None
-        if position and isinstance(position.get("uuids"), dict):
-            for k, v in list(position["uuids"].items())[-256:]:
-                if isinstance(k, str) and isinstance(v, str):
-                    self.parser.uuids[k] = v
+        # (inode, generation, offset of the next line, its number - 1): line numbers for origins
+        self._line_at: tuple[int, int, int, int] | None = None
+        saved_line = position.get("line") if position else None
+        if isinstance(saved_line, list) and len(saved_line) == 4 and all(isinstance(x, int) for x in saved_line):
+            self._line_at = (saved_line[0], saved_line[1], saved_line[2], saved_line[3])
         self._file: _FileFollower | None = None
         self._kmsg: _KmsgReader | None = None
         if kmsg:
@@ -814,9 +581,44 @@ class KernelLogSource:
 
     def position(self) -> dict[str, Any]:
         pos = self._kmsg.position() if self._kmsg is not None else self._file.position()  # type: ignore[union-attr]
-        if self.parser.uuids:
-            pos["uuids"] = dict(self.parser.uuids)
+        if self._line_at is not None:
+            pos["line"] = list(self._line_at)
         return pos
+
+    def _line_number(self, ino: int, gen: int, offset: int, length: int) -> int:
+        """The 1-based number of the line that starts at ``offset`` (counted, not guessed, when
+        the reader skipped ahead: a first start at the end of the file, a cut over-long line)."""
+        known = self._line_at
+        if known is not None and known[0] == ino and known[1] == gen and offset >= known[2]:
+            base_off, before = known[2], known[3]
+        else:
+            base_off, before = 0, 0
+        if offset > base_off:
+            before += self._count_lines(ino, base_off, offset)
+        self._line_at = (ino, gen, offset + length + 1, before + 1)
+        return before + 1
+
+    def _count_lines(self, ino: int, start: int, end: int) -> int:
+        assert self._file is not None
+        try:
+            fd = os.open(self._file.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return 0
+        try:
+            if os.fstat(fd).st_ino != ino:
+                return 0  # the file was rotated away: numbers restart with the new one
+            count, pos = 0, start
+            while pos < end:
+                data = os.pread(fd, min(1 << 20, end - pos), pos)
+                if not data:
+                    break
+                count += data.count(b"\n")
+                pos += len(data)
+            return count
+        except OSError:
+            return 0
+        finally:
+            os.close(fd)
 
     def commit(self) -> dict[str, Any]:
         """Persist the current position (call after the facts from ``poll()`` are stored)."""
@@ -837,9 +639,7 @@ class KernelLogSource:
                     self.lines_read += 1
                     origin = f"kmsg:{self.node}:{seq}"
                     fid = _line_id("kmsg", self.node, self._kmsg.boot_id, seq)
-                    fact = self.parser.feed(msg, at, origin, fid)
-                    if fact is not None:
-                        facts.append(fact)
+                    facts.extend(self.lines.feed(msg, at, origin, fid))
             else:
                 assert self._file is not None
                 now = self.clock()
@@ -847,11 +647,9 @@ class KernelLogSource:
                     self.lines_read += 1
                     text = raw.decode("utf-8", "replace")
                     at = kernel_line_time(text, now)
-                    origin = f"{self._file.path}:{offset}"
+                    origin = f"{self._file.path}:{self._line_number(ino, gen, offset, len(raw))}"
                     fid = _line_id("file", self.node, ino, gen, offset, hashlib.blake2b(raw, digest_size=8).hexdigest())
-                    fact = self.parser.feed(text, now if at is None else at, origin, fid)
-                    if fact is not None:
-                        facts.append(fact)
+                    facts.extend(self.lines.feed(text, now if at is None else at, origin, fid))
         except Exception:  # a source must never take the agent down
             logger.exception("%s: unexpected error while reading", self.name)
         return facts

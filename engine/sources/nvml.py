@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 from engine.facts import Fact, FactError
-from engine.sources.kmsg import normalize_pci
+from engine.linefacts import normalize_pci
+from engine.rulebook.thresholds import THRESHOLD_KEYS, thresholds_for
 
 logger = logging.getLogger(__name__)
 
@@ -31,37 +32,17 @@ __all__ = [
     "NvmlPoller",
     "NvmlEventWatcher",
     "NvmlUnavailable",
-    "DEFAULT_THRESHOLDS",
+    "default_thresholds",
     "THROTTLE_REASONS",
     "COUNTERS",
 ]
 
-#: DCGM-style health thresholds (see gpu-signals.md §3.2 and §3.5); the rulebook may override any
-DEFAULT_THRESHOLDS: dict[str, Any] = {
-    # value limits: a counter whose value is above its limit is ``exceeded``
-    "ecc_uncorrected_volatile_max": 0,  # any volatile DBE: DCGM FAIL
-    "ecc_uncorrected_aggregate_max": None,  # lifetime DBE: informational
-    "ecc_corrected_volatile_max": 10_000,  # Azure NHC SRAM corrected limit
-    "ecc_corrected_aggregate_max": 20_000_000,  # Azure NHC DRAM limit
-    "row_remap_failure_max": 0,  # RMA criterion: DCGM FAIL
-    "row_remap_pending_max": 0,  # reset needed: DCGM diag FAIL
-    "row_remap_uncorrectable_max": 511,  # DCGM: ≥ 512 is a bad state
-    "retired_pages_pending_max": 0,  # DCGM WARN
-    "retired_pages_max": 62,  # SBE + DBE retired ≥ 63: DCGM FAIL (pre-Ampere)
-    # rate limits over ``window_s``
-    "window_s": 60.0,
-    "nvlink_replay_per_min": 1,  # any increase within a minute: DCGM FAIL
-    "nvlink_recovery_per_min": 1,
-    "nvlink_crc_per_s": 100.0,  # DCGM FAIL at ≥ 100/s, WARN below
-    "pcie_replay_per_min": None,  # None: from the link generation and width (below)
-    "pcie_replay_per_lane_per_min": {1: 0.15, 2: 0.3, 3: 0.48, 4: 0.96, 5: 1.92, 6: 3.84},
-    "pcie_replay_default_per_min": 16,  # Gen4 x16, when the link cannot be read
-    # states
-    "temperature_c": 85.0,
-    "temperature_hysteresis_c": 5.0,
-    "throttle_alert_reasons": ["hw_slowdown", "hw_thermal", "sw_thermal", "power_brake"],
-    "expected_gpus": None,  # fewer devices than this: a ``gpu_state`` ``gpus_missing`` fact
-}
+def default_thresholds() -> dict[str, Any]:
+    """The shipped rulebook's ``policy.thresholds`` (rules/15-gpu-thresholds.yaml)."""
+    from engine.sources.kmsg import default_rulebook
+
+    return dict(default_rulebook().policy.get("thresholds") or {})
+
 
 #: clock-event / throttle reason bits (nvmlClocksEventReason*) and their stable names
 THROTTLE_REASONS: dict[int, str] = {
@@ -124,6 +105,8 @@ class _Device:
     last: dict = field(default_factory=dict)  # counter key → (value, t)
     windows: dict = field(default_factory=dict)  # counter key → deque[(t, value)]
     links: dict = field(default_factory=dict)  # link → active (bool)
+    thresholds: dict = field(default_factory=dict)  # the rulebook's values for this GPU's model
+    name: str | None = None
     throttle: tuple | None = None  # alerting reasons last reported
     temp_high: bool | None = None
     lost: str | None = None
@@ -141,23 +124,31 @@ def _finite(x: float | None) -> float | None:
 class NvmlPoller:
     """Samples NVML counters of every GPU of a node and reports what changed.
 
-    ``thresholds`` overrides entries of ``DEFAULT_THRESHOLDS``. ``start()`` initialises NVML and
-    raises ``NvmlUnavailable`` when it cannot; ``poll(now)`` never raises. ``snapshot()`` /
+    ``thresholds`` is the rulebook's ``policy.thresholds`` (the shipped rulebook's when ``None``;
+    a partial mapping is layered over the shipped values, as a site file is); each GPU is judged
+    by the values for its model (``models``). ``expected_gpus`` is how many GPUs the node should
+    have (else ``thresholds["expected_gpus"]``, else the count first seen): fewer, or a count
+    NVML cannot give, is a ``gpus_missing`` state. ``start()`` initialises NVML and raises
+    ``NvmlUnavailable`` when it cannot; ``poll(now)`` never raises. ``snapshot()`` /
     ``restore()`` carry the last samples across an agent restart, so that a restarted agent
     reports changes against what it saw before instead of re-reporting a set flag.
     """
 
-    def __init__(self, node: str, backend: Any = None, thresholds: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, node: str, backend: Any = None, thresholds: Mapping[str, Any] | None = None,
+                 expected_gpus: int | None = None) -> None:
         if backend is None:
             import pynvml as backend  # noqa: N813 - the module is the backend
         self.node = node
         self.nv = backend
-        self.thresholds = dict(DEFAULT_THRESHOLDS)
+        self.thresholds = default_thresholds()
         if thresholds:
-            unknown = set(thresholds) - set(DEFAULT_THRESHOLDS)
+            unknown = set(thresholds) - set(THRESHOLD_KEYS) - {"models"}
             if unknown:
                 logger.warning("nvml thresholds: ignoring unknown keys %s", ", ".join(sorted(unknown)))
-            self.thresholds.update({k: v for k, v in thresholds.items() if k in DEFAULT_THRESHOLDS})
+            self.thresholds.update({k: v for k, v in thresholds.items() if k not in unknown})
+        configured = self.thresholds.get("expected_gpus")
+        self.expected: int | None = expected_gpus if expected_gpus else (int(configured) if configured else None)
+        self.count_error: str | None = None
         self.devices: list[_Device] = []
         self.started = False
         self._restored: dict[str, Any] = {}
@@ -189,11 +180,17 @@ class NvmlPoller:
         try:
             count = int(nv.nvmlDeviceGetCount())
         except Exception as exc:
-            self._shutdown()
-            raise NvmlUnavailable(f"NVML cannot count devices ({type(exc).__name__}: {exc})") from None
+            if not self.expected:
+                self._shutdown()
+                raise NvmlUnavailable(f"NVML cannot count devices ({type(exc).__name__}: {exc})") from None
+            # the node should have GPUs and NVML cannot even count them: that is the fault to report
+            count, self.count_error = 0, f"nvmlDeviceGetCount: {type(exc).__name__}: {exc}"[:200]
+            logger.warning("nvml: %s on %s; %d GPU(s) expected", self.count_error, self.node, self.expected)
         self.devices = [self._describe(i) for i in range(count)]
         self.started = True
-        logger.info("nvml: %d GPU(s) on %s", count, self.node)
+        if self.expected is None and count:
+            self.expected = count  # the count first seen; the agent remembers it across restarts
+        logger.info("nvml: %d GPU(s) on %s (%s expected)", count, self.node, self.expected)
 
     def _describe(self, index: int) -> _Device:
         nv = self.nv
@@ -213,7 +210,13 @@ class NvmlPoller:
                 pci = normalize_pci(bus.decode() if isinstance(bus, bytes) else str(bus))
             except Exception as exc:
                 logger.warning("nvml: gpu%d: no PCI info (%s)", index, type(exc).__name__)
-        dev = _Device(index, handle, uuid, pci)
+            try:
+                name = nv.nvmlDeviceGetName(handle)
+                name = name.decode() if isinstance(name, bytes) else str(name)
+            except Exception:
+                name = None
+        dev = _Device(index, handle, uuid, pci, name=name if handle is not None else None)
+        dev.thresholds = thresholds_for(self.thresholds, dev.name)
         snap = self._restored.get(dev.key)
         if snap:
             self._apply(dev, snap)
@@ -328,18 +331,22 @@ class NvmlPoller:
         return out
 
     def _check_count(self, now: float, out: list[Fact]) -> None:
-        expected = self.thresholds.get("expected_gpus")
+        expected = self.expected
         if not expected:
             return
+        error = None
         try:
             count = int(self.nv.nvmlDeviceGetCount())
-        except Exception:
-            return
+        except Exception as exc:
+            count, error = 0, f"nvmlDeviceGetCount: {type(exc).__name__}: {exc}"[:200]
+        self.count_error = error
         low = count if count < int(expected) else None
         if low != self._count_low:
             self._count_low = low
             attrs = {"node": self.node, "state": "gpus_missing" if low is not None else "gpus_complete",
                      "count": count, "expected": int(expected), "severity": "fail" if low is not None else "info"}
+            if error:
+                attrs["error"] = error
             self._emit(out, "gpu_state", attrs, now, f"nvml:{self.node}:count")
 
     def _poll_device(self, dev: _Device, now: float, out: list[Fact]) -> None:
@@ -431,18 +438,18 @@ class NvmlPoller:
             self._temperature(dev, float(_int(v)), now, out)
 
     def _pcie_budget(self, dev: _Device) -> float:
-        fixed = self.thresholds.get("pcie_replay_per_min")
+        fixed = dev.thresholds.get("pcie_replay_per_min")
         if fixed is not None:
             return float(fixed)
         gen = self._call(dev, "nvmlDeviceGetCurrPcieLinkGeneration")
         width = self._call(dev, "nvmlDeviceGetCurrPcieLinkWidth")
-        per_lane = self.thresholds.get("pcie_replay_per_lane_per_min") or {}
+        per_lane = dev.thresholds.get("pcie_replay_per_lane_per_min") or {}
         rate = None
         if gen is not _SKIP and width is not _SKIP:
             rate = per_lane.get(_int(gen)) or per_lane.get(str(_int(gen)))
             if rate is not None and _int(width) > 0:
                 return float(math.ceil(float(rate) * _int(width)))
-        return float(self.thresholds.get("pcie_replay_default_per_min") or 16)
+        return float(dev.thresholds.get("pcie_replay_default_per_min") or 16)
 
     # -- fact builders ------------------------------------------------------------------------
     def _base(self, dev: _Device) -> dict[str, Any]:
@@ -471,7 +478,7 @@ class NvmlPoller:
         dev.last[key] = (value, now)
         window = dev.windows.setdefault(key, deque())
         window.append((now, value))
-        span = float(self.thresholds.get("window_s") or 60.0)
+        span = float(dev.thresholds.get("window_s") or 60.0)
         while len(window) > 1 and window[1][0] <= now - span:
             window.popleft()
         if prev is None:
@@ -506,7 +513,7 @@ class NvmlPoller:
 
     def _judge(self, dev: _Device, name: str, value: int, delta: int, rate: float | None, window: deque) -> tuple[str, bool, float | None]:
         severity, how, tkey = COUNTERS.get(name, ("info", "none", None))
-        limit = self.thresholds.get(tkey) if tkey else None
+        limit = dev.thresholds.get(tkey) if tkey else None
         in_window = window[-1][1] - window[0][1] if len(window) > 1 else max(delta, 0)
         if how == "value":
             if limit is None:
@@ -526,7 +533,7 @@ class NvmlPoller:
                 return severity, True, limit
             return ("warn" if delta > 0 else "info"), False, limit
         if how == "pcie":
-            budget = dev.pcie_budget if dev.pcie_budget is not None else float(self.thresholds.get("pcie_replay_default_per_min") or 16)
+            budget = dev.pcie_budget if dev.pcie_budget is not None else float(dev.thresholds.get("pcie_replay_default_per_min") or 16)
             if in_window > budget:
                 return severity, True, budget
             return "info", False, budget
@@ -548,7 +555,7 @@ class NvmlPoller:
         for bit in THROTTLE_REASONS:
             known |= bit
         names += [f"bit_{i}" for i in range(64) if (mask & ~known) >> i & 1]
-        alert_set = set(self.thresholds.get("throttle_alert_reasons") or ())
+        alert_set = set(dev.thresholds.get("throttle_alert_reasons") or ())
         alerts = tuple(n for n in names if n in alert_set)
         before = dev.throttle
         dev.throttle = alerts
@@ -562,11 +569,11 @@ class NvmlPoller:
         )
 
     def _temperature(self, dev: _Device, temp: float, now: float, out: list[Fact]) -> None:
-        limit = self.thresholds.get("temperature_c")
+        limit = dev.thresholds.get("temperature_c")
         if limit is None:
             return
         limit = float(limit)
-        hyst = float(self.thresholds.get("temperature_hysteresis_c") or 0.0)
+        hyst = float(dev.thresholds.get("temperature_hysteresis_c") or 0.0)
         before = dev.temp_high
         if before:
             high = temp > limit - hyst

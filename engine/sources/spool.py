@@ -23,11 +23,12 @@ import json
 import logging
 import os
 import re
+import stat
 import time
 from collections import OrderedDict
 from typing import Any, Iterable, Mapping
 
-from engine.facts import Fact
+from engine.facts import DERIVED_KINDS, Fact
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +55,12 @@ def file_head(fd: int, offset: int) -> str:
     except OSError:
         return ""
     return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+#: kinds an agent never writes: what runs where is the scheduler's to say, and conclusions are the
+#: rules' to draw
+REFUSED_KINDS = frozenset({"job", "node"}) | DERIVED_KINDS
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 class SpoolError(ValueError):
@@ -116,6 +123,7 @@ class SpoolWriter:
         keep: int = 5,
         dedupe_window: int = 50_000,
         tail_scan_bytes: int = 8 << 20,
+        mode: int = 0o600,
     ) -> None:
         if not isinstance(node, str) or not NODE_RE.match(node):
             raise SpoolError(f"node name {node!r} cannot name a spool file")
@@ -133,7 +141,9 @@ class SpoolWriter:
         self.stats = {"written": 0, "skipped_duplicates": 0, "rotations": 0}
         self._last_sync = time.monotonic()
         self._dirty = False
-        os.makedirs(self.spool_dir, exist_ok=True)
+        self.mode = mode
+        if not os.path.isdir(self.spool_dir):
+            os.makedirs(self.spool_dir, mode=0o700 if mode & 0o077 == 0 else 0o750, exist_ok=True)
         rotated = [f"{self.path}.{i}" for i in range(1, self.keep + 1)]
         self._ids: OrderedDict[str, None] = OrderedDict(
             (i, None) for i in _recent_ids([self.path, *rotated], tail_scan_bytes, self.window)
@@ -143,7 +153,8 @@ class SpoolWriter:
         self._open()
 
     def _open(self) -> None:
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+                           | getattr(os, "O_CLOEXEC", 0), self.mode)
         st = os.fstat(self._fd)
         self._size = st.st_size
         if self._size:
@@ -279,6 +290,7 @@ class SpoolReader:
         *,
         dedupe_window: int = 100_000,
         max_line: int = 1 << 20,
+        trust_job_claims: bool = False,
     ) -> None:
         self.spool_dir = os.path.abspath(spool_dir)
         self.offsets: dict[str, tuple] = {}
@@ -296,7 +308,10 @@ class SpoolReader:
         self.window = max(1, int(dedupe_window))
         self.max_line = max(64, int(max_line))
         self._ids: OrderedDict[str, None] = OrderedDict()
-        self.stats = {"lines": 0, "facts": 0, "garbage": 0, "duplicates": 0, "lost_files": 0, "truncations": 0}
+        self.stats = {"lines": 0, "facts": 0, "garbage": 0, "duplicates": 0, "lost_files": 0, "truncations": 0,
+                      "refused_node": 0, "refused_kind": 0, "not_regular": 0}
+        self.trust_job_claims = trust_job_claims
+        self._not_regular: set[str] = set()
 
     # -- listing ------------------------------------------------------------------------------
     def _groups(self) -> dict[str, list[tuple[int, str]]]:
@@ -320,19 +335,25 @@ class SpoolReader:
         for _, name in files:
             path = os.path.join(self.spool_dir, name)
             try:
-                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            except OSError:
+                fd = os.open(path, _OPEN_FLAGS)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    self._refuse_file(name, "a symbolic link")
                 continue
             try:
                 st = os.fstat(fd)
             except OSError:
                 os.close(fd)
                 continue
+            if not stat.S_ISREG(st.st_mode):  # a FIFO, a device: never read (it would block or never end)
+                os.close(fd)
+                self._refuse_file(name, "not a regular file")
+                continue
             opened.append((fd, st.st_ino, st.st_size, name))
         # the names must still point at what was opened, else a rotation happened in between
         for fd, ino, _, name in opened:
             try:
-                same = os.stat(os.path.join(self.spool_dir, name)).st_ino == ino
+                same = os.lstat(os.path.join(self.spool_dir, name)).st_ino == ino
             except OSError:
                 same = False
             if not same:
@@ -340,6 +361,33 @@ class SpoolReader:
                     os.close(f[0])
                 return None
         return opened
+
+    def _refuse_file(self, name: str, why: str) -> None:
+        self.stats["not_regular"] += 1
+        if name not in self._not_regular:
+            self._not_regular.add(name)
+            logger.warning("spool %s: %s is %s: never read", self.spool_dir, name, why)
+
+    def skip_to_end(self) -> None:
+        """Start every node's spool at its end (after its last complete line): what a new
+        database must not take for the present. Files with a saved offset are left alone."""
+        for base, files in sorted(self._groups().items()):
+            if base in self.offsets:
+                continue
+            opened = self._open_group(base, [f for f in files if f[1] == base])
+            if not opened:
+                continue
+            fd, ino, size, _ = opened[-1]
+            try:
+                tail = os.pread(fd, min(size, self.max_line + 1), max(0, size - self.max_line - 1))
+                nl = tail.rfind(b"\n")
+                end = size - len(tail) + nl + 1 if nl >= 0 else 0
+                self.offsets[base] = (ino, end, file_head(fd, end))
+            except OSError:
+                pass
+            finally:
+                for f in opened:
+                    os.close(f[0])
 
     # -- reading ------------------------------------------------------------------------------
     def read(self, max_bytes: int | None = None) -> list[Fact]:
@@ -388,13 +436,14 @@ class SpoolReader:
             fd, ino, _, name = opened[i]
             live = name == base and i == len(opened) - 1
             off = start_off if i == start_index else 0
-            off, done, budget = self._read_file(fd, off, live, out, budget)
+            off, done, budget = self._read_file(fd, off, live, out, budget, base[: -len(".jsonl")])
             self.offsets[base] = (ino, off, file_head(fd, off))
             if not done:
                 break
         return budget
 
-    def _read_file(self, fd: int, off: int, live: bool, out: list[Fact], budget: int | None) -> tuple[int, bool, int | None]:
+    def _read_file(self, fd: int, off: int, live: bool, out: list[Fact], budget: int | None,
+                   node: str = "") -> tuple[int, bool, int | None]:
         """Lines from ``off``; returns (next offset, reached the end, budget left)."""
         pending = bytearray()
         skipping = False
@@ -424,7 +473,7 @@ class SpoolReader:
                     skipping = False
                 else:
                     pending += data[i:nl]
-                    self._line(bytes(pending), out)
+                    self._line(bytes(pending), out, node)
                 pending.clear()
                 i = nl + 1
                 line_start = data_start + i
@@ -439,11 +488,11 @@ class SpoolReader:
             if live:
                 return line_start, True, budget  # wait for the rest of the line
             if pending:
-                self._line(bytes(pending), out)  # a rotated file will not grow: judge it now
+                self._line(bytes(pending), out, node)  # a rotated file will not grow: judge it now
             line_start = pos
         return line_start, True, budget
 
-    def _line(self, raw: bytes, out: list[Fact]) -> None:
+    def _line(self, raw: bytes, out: list[Fact], node: str = "") -> None:
         if not raw.strip():
             return
         self.stats["lines"] += 1
@@ -458,8 +507,33 @@ class SpoolReader:
         if fact.id in self._ids:
             self.stats["duplicates"] += 1
             return
+        if node:
+            fact = self._trusted(fact, node)
+            if fact is None:
+                return
         self._ids[fact.id] = None
         if len(self._ids) > self.window:
             self._ids.popitem(last=False)
         self.stats["facts"] += 1
         out.append(fact)
+
+    def _trusted(self, fact: Fact, node: str) -> Fact | None:
+        """A spool file speaks for the node it is named after, and only of what an agent sees."""
+        if fact.kind in REFUSED_KINDS:
+            self.stats["refused_kind"] += 1
+            logger.warning("spool %s.jsonl: a %r fact refused (only the scheduler or the rules say that)", node, fact.kind)
+            return None
+        claimed = fact.get("node")
+        # <node>.jsonl, or <node>.<writer>.jsonl (the epilog's n3.epilog.jsonl speaks for n3)
+        if claimed is not None and claimed != node and not node.startswith(f"{claimed}."):
+            self.stats["refused_node"] += 1
+            logger.warning("spool %s.jsonl: a fact about node %r refused (a spool file speaks for its own node only)",
+                           node, str(claimed)[:80])
+            return None
+        attrs = dict(fact.attrs)
+        if not self.trust_job_claims:  # which job ran there is the scheduler's to say (the engine asks it)
+            attrs.pop("job", None)
+            attrs.pop("attempt", None)
+        if attrs == dict(fact.attrs):
+            return fact
+        return Fact.make(fact.kind, attrs, fact.at, fact.origin, id=fact.id)

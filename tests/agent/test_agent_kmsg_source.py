@@ -57,7 +57,7 @@ def test_partial_line_waits_for_its_newline(tmp_path):
     append(log, line[40:])
     facts = src.poll()
     assert pids(facts) == [7]
-    assert facts[0].origin.endswith("kern.log:0")
+    assert facts[0].origin.endswith("kern.log:1")  # a line number, not a byte offset
     assert src.position()["offset"] == len(line)
 
 
@@ -196,16 +196,19 @@ def test_commit_writes_state_file_and_calls_back(tmp_path):
     assert pids(again.poll()) == [2]
 
 
-def test_uuid_mapping_survives_in_the_position(tmp_path):
+def test_origins_carry_line_numbers_across_a_restart_a_late_start_and_a_rotation(tmp_path):
     log = tmp_path / "kern.log"
-    log.write_text("")
-    a = KernelLogSource(NODE, str(log))
+    log.write_text("boot line one\nboot line two\n")
+    a = KernelLogSource(NODE, str(log))  # first start: from the end, yet lines are numbered from the top
     a.poll()
-    append(log, "NVRM: GPU at PCI:0000:3b:00: GPU-8a47641b-dff6-f09f-618c-c3eb58fb430d\n")
-    a.poll()
-    b = KernelLogSource(NODE, str(log), position=a.position())
-    append(log, xid(1))
-    assert b.poll()[0].get("uuid") == "GPU-8a47641b-dff6-f09f-618c-c3eb58fb430d"
+    append(log, "unrelated\n" + xid(1))
+    assert [f.origin for f in a.poll()] == [f"{log}:4"]
+    b = KernelLogSource(NODE, str(log), position=json.loads(json.dumps(a.position())))
+    append(log, xid(2) + "noise\n" + xid(3))
+    assert [f.origin for f in b.poll()] == [f"{log}:5", f"{log}:7"]
+    os.rename(log, str(log) + ".1")
+    log.write_text(xid(4))
+    assert [f.origin for f in b.poll()] == [f"{log}:1"]
 
 
 # -- /dev/kmsg ------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.facts import Fact
-from engine.sources.kmsg import KernelLineParser, KernelLogSource, _FileFollower, normalize_pci, parse_kernel_line
+from engine.sources.kmsg import KernelLineFacts, KernelLogSource, _FileFollower, default_rulebook, normalize_pci
 from engine.sources.spool import SpoolReader
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -25,31 +25,26 @@ FRAGMENTS = st.sampled_from([
 LINES = st.one_of(st.text(max_size=400), st.lists(st.one_of(FRAGMENTS, st.text(max_size=12)), max_size=25).map("".join))
 
 
+_LINES = KernelLineFacts(default_rulebook(), "n1")
+
+
 @SETTINGS
 @given(LINES)
 def test_parser_never_raises(line):
-    f = parse_kernel_line(line, "n1", 1.0, "o")
-    assert f is None or (f.kind in ("xid", "gpu_state") and f.get("node") == "n1")
-    if f is not None and f.kind == "xid":
-        assert isinstance(f.get("code"), int)
-        assert len(f.get("detail", "")) <= 512
-        pci = f.get("pci")
-        assert pci is None or normalize_pci(pci) == pci
+    for f in _LINES.feed(line, 1.0, "o"):
+        assert f.kind in ("xid", "log") and f.get("node") == "n1"
+        if f.kind == "xid":
+            assert isinstance(f.get("code"), int)
+            assert len(f.get("detail", "")) <= 512
+            pci = f.get("pci")
+            assert pci is None or normalize_pci(pci) == pci
     normalize_pci(line)
 
 
 @SETTINGS
-@given(st.lists(LINES, max_size=20))
-def test_stateful_parser_never_raises(lines):
-    p = KernelLineParser("n1")
-    for i, line in enumerate(lines):
-        p.feed(line, float(i), f"o:{i}")
-
-
-@SETTINGS
 @given(st.binary(max_size=2000))
-def test_parser_on_decoded_random_bytes(data):
-    parse_kernel_line(data.decode("utf-8", "replace"), "n1", 1.0, "o")
+def test_parser_on_random_bytes(data):
+    _LINES.feed(data, 1.0, "o")
 
 
 @SETTINGS

@@ -13,6 +13,9 @@ from scheduler_adapters.base import CommandResult
 from scheduler_adapters.simulated import SimulatedCluster
 
 RULES = """
+matchers:  # the tests assert their log facts directly; a rule may only name a declared matcher
+  - {id: traceback, pattern: 'Traceback \\(most recent call last\\)'}
+  - {id: timeout, pattern: 'Watchdog caught collective operation timeout'}
 rules:
   - id: f.xid
     description: fatal xid

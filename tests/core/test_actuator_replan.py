@@ -14,6 +14,8 @@ from scheduler_adapters.base import CommandResult, SchedulerUnavailable
 from scheduler_adapters.simulated import SimulatedCluster
 
 RULES = """
+matchers:  # the tests assert their log facts directly; a rule may only name a declared matcher
+  - {id: traceback, pattern: 'Traceback \\(most recent call last\\)'}
 rules:
   - id: f.xid
     description: fatal xid

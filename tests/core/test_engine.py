@@ -9,6 +9,7 @@ from engine.store import Store
 BASE = """
 matchers:
   - {id: boom, pattern: 'BOOM (?P<what>\\w+)'}
+  - {id: timeout, pattern: 'Watchdog caught collective operation timeout'}  # its facts are asserted directly
 rules:
   - id: s.xid
     description: fatal xid

@@ -33,20 +33,24 @@ def book(write_rules):
     return make
 
 
-@pytest.mark.parametrize(("per_class", "history", "expected"), [
-    ("{unknown: 0}", 0, "stop"),
-    ("{unknown: 2}", 1, "restart"),
-    ("{unknown: 2}", 2, "stop"),
-    ("{}", 3, "restart"),
+@pytest.mark.parametrize(("budget", "history", "expected"), [
+    (0, 0, "stop"),       # as shipped for unknown
+    (2, 1, "restart"),    # a site granted two
+    (2, 2, "stop"),
+    (5, 3, "restart"),
 ])
-def test_per_class_retry_budget(book, per_class, history, expected):
-    compiled = book(f"  retry: {{max_per_job: 9, max_per_fingerprint: 9, no_progress_attempts: 0, per_class: {per_class}}}\n")
+def test_per_class_retry_budget(write_rules, budget, history, expected):
+    site = f"fault_classes: {{unknown: {{override: true, retry: {budget}}}}}\n"
+    result = write_rules(site + "policy:\n  retry: {max_per_job: 9, max_per_fingerprint: 9, no_progress_attempts: 0}\n",
+                         defaults=True)
+    assert result.ok, [str(d) for d in result.diagnostics]
+    compiled = result.compiled
     past = [{"attempt": i, "decision": "restart", "fault_class": "unknown", "fingerprint": f"x{i}", "closed_at": 0.0}
             for i in range(history)]
     d = decide(compiled, "unknown", (), "no rule could tell", GuardContext(job="5", attempt=history, history=past, now=1.0))
     assert d.decision == expected
     if expected == "stop":
-        assert any(g["guard"] == "retry_budget" and "per_class" in g["why"] for g in d.guards)
+        assert any(g["guard"] == "retry_budget" and "unknown" in g["why"] for g in d.guards)
 
 
 def test_a_down_node_is_still_drained_a_drained_one_is_not(book):

@@ -83,9 +83,10 @@ def test_doc_has_the_worked_example():
     steps = parse_doc(DOC.read_text())
     files = {s.path for s in steps if s.kind == "file"}
     assert {"site/10-acme.yaml", "kern-n3.log"} <= files
-    commands = " ".join(c for s in steps if s.kind == "run" for c, _ in s.commands)
+    commands = " ".join(c for s in steps if s.kind == "run" for c, _ in s.commands) + " ".join(s.body for s in steps)
     for needed in ("recover rules check", "recover rules test", "recover rules explain-line", "recover rules show",
-                   "recover silence add --node", "--for 2h", "--reason", "recover rules schema", "recover replay"):
+                   "recover silence add --node", "--for 2h", "--reason", "recover rules schema", "recover replay",
+                   "--site-only", "--junit out.xml", "fault_classes:", "override: true\n    enabled: false"):
         assert needed in commands, needed
 
 
@@ -119,6 +120,15 @@ def test_worked_example_runs_as_documented(tmp_path, shim):
             assert "Traceback" not in output, f"{where}\n{output}"
             for line in expected:
                 assert expected_in(line, output), f"{where}\nexpected a line like: {line}\ngot:\n{output}"
+    # the JUnit file CI reads: every site test, the superseding one, none failed, the disabled one skipped
+    import xml.etree.ElementTree as ET
+
+    suite = ET.parse(work / "out.xml").getroot().find("testsuite")
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert suite.get("failures") == "0" and suite.get("skipped") == "1"
+    assert "acme - an IB link flap, then the NCCL errors it causes, is the flap" in cases
+    assert cases["Xid 63 alone (a row remap recorded) does not isolate"].get("file") == "site/10-acme.yaml"
+    assert cases["NVLink CRC errors at 100/s or more isolate"].find("skipped") is not None
     # the schema the modeline points at was written where the modeline says
     modeline = (work / "site" / "10-acme.yaml").read_text().splitlines()[0]
     target = modeline.split("$schema=", 1)[1]

@@ -90,7 +90,7 @@ def test_rules_show_cli(site):
     r = runner.invoke(app, args + ["--json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert set(doc) == {"files", "lists", "macros", "matchers", "rules", "actions", "policy", "tests"}
+    assert set(doc) == {"files", "fault_classes", "lists", "macros", "matchers", "rules", "actions", "policy", "tests"}
     r = runner.invoke(app, args + ["--json", "--section", "matchers", "--name", "nccl"])
     doc = json.loads(r.stdout)
     assert set(doc) == {"files", "matchers"} and [m["id"] for m in doc["matchers"]] == ["nccl_timeout"]

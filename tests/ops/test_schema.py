@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from engine.cli import app
 from engine.rulebook import default_rule_files
-from engine.rulebook.model import DECISIONS, FAULT_CLASSES, SOURCES
-from engine.rulebook.schema import ITEM_KEYS, SECTION_KEYS
+from engine.rulebook.model import DECISIONS, SOURCES
+from engine.rulebook.schema import GUARD_KEYS, ITEM_KEYS, SECTION_KEYS
 from engine.schema_json import rulebook_schema
 
 SCHEMA = rulebook_schema()
@@ -48,7 +48,11 @@ def test_schema_is_derived_from_the_validator_tables():
     assert set(SCHEMA["properties"]) == set(SECTION_KEYS)
     for item in ("matcher", "rule", "condition", "action", "test", "policy"):
         assert set(defs[item]["properties"]) == set(ITEM_KEYS[item]), item
-    assert defs["rule"]["properties"]["then"]["properties"]["fault"]["properties"]["fault_class"]["enum"] == list(FAULT_CLASSES)
+    assert set(defs["fault_class"]["properties"]) == set(ITEM_KEYS["fault_class"])
+    for guard, keys in GUARD_KEYS.items():
+        spec = defs["policy"]["properties"][guard]
+        allowed = spec["properties"] if "properties" in spec else spec["propertyNames"]["enum"]
+        assert set(allowed) == set(keys), guard
     assert defs["policy"]["properties"]["decisions"]["additionalProperties"]["enum"] == list(DECISIONS)
     assert defs["matcher"]["properties"]["source"]["oneOf"][0]["enum"] == list(SOURCES)
 
@@ -60,12 +64,8 @@ BAD = {
     "bad source": ("matchers: [{id: m, pattern: x, source: journal}]", "journal"),
     "bad emit": ("matchers: [{id: m, pattern: x, emit: metric}]", "metric"),
     "bad type": ("matchers: [{id: m, pattern: x, types: {n: long}}]", "long"),
-    "bad fault class": ("""
-        rules:
-          - id: r
-            description: d
-            when: [{kind: log}]
-            then: {fault: {fault_class: gpu_melted}}""", "gpu_melted"),
+    "misspelled guard setting": ("policy: {retry: {max_per_fingreprint: 2}}", "max_per_fingreprint"),
+    "fault class without priority": ("fault_classes: {ib_link_flap: {description: d, decision: restart}}", "priority"),
     "two then kinds": ("""
         rules:
           - id: r

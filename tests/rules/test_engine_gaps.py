@@ -111,6 +111,8 @@ def test_join_does_not_match_a_missing_attribute(tmp_path):
     known job) must still not be joined with job 9104's NCCL timeout."""
     rules = Path(__file__).resolve().parents[2] / "rules"
     for p in sorted(rules.glob("[0-5]*.yaml")):
+        if p.name.endswith("fault-classes.yaml"):
+            continue  # the shipped fault classes are loaded even with defaults=False
         (tmp_path / p.name).write_text(p.read_text().replace("job: {exists: true}, ", ""))
     result = load_rulebook(sorted(tmp_path.glob("*.yaml")), defaults=False)
     assert result.ok, [str(d) for d in result.errors]

@@ -1,0 +1,58 @@
+"""Fault classes are data: declared in the rulebook with a description, a default decision, a
+priority and an optional retry budget; a site adds its own or changes a shipped one."""
+
+from engine.policy import GuardContext, decide
+from engine.rulebook import load_rulebook
+
+SITE = """
+fault_classes:
+  lustre_ost_down:
+    description: A Lustre OST the job reads from went down.
+    decision: restart
+    priority: 58
+    retry: 1
+  cuda_oom: {override: true, decision: restart}
+"""
+
+
+def book(tmp_path, text=SITE, defaults=True):
+    path = tmp_path / "site.yaml"
+    path.write_text(text)
+    result = load_rulebook([path], defaults=defaults)
+    assert result.ok, [str(d) for d in result.diagnostics]
+    return result.compiled
+
+
+def test_a_site_class_gets_its_decision_and_priority(tmp_path):
+    c = book(tmp_path)
+    assert c.fault_classes["lustre_ost_down"].description.startswith("A Lustre OST")
+    assert c.policy["decisions"]["lustre_ost_down"] == "restart"
+    assert c.policy["priorities"]["lustre_ost_down"] == 58
+    assert c.policy["decisions"]["cuda_oom"] == "restart"  # a shipped class changed by override
+    assert c.policy["priorities"]["cuda_oom"] == 45  # its other fields kept
+
+
+def test_the_class_retry_budget_stops_the_next_restart(tmp_path):
+    c = book(tmp_path)
+    history = [{"attempt": 0, "decision": "restart", "fault_class": "lustre_ost_down", "fingerprint": "x", "closed_at": 100.0}]
+    ctx = GuardContext(job="77", attempt=1, now=200.0, history=history)
+    d = decide(c, "lustre_ost_down", (), "ost down", ctx)
+    assert d.decision == "stop"
+    assert any(g["guard"] == "retry_budget" and "retry budget is 1" in g["why"] for g in d.guards)
+    # another class, same history: the budget is per class
+    assert decide(c, "nccl_network_error", (), "net", ctx).decision == "restart"
+
+
+def test_shipped_classes_are_known_without_the_default_rules(tmp_path):
+    c = book(tmp_path, "rules:\n  - {id: r, description: d, when: [{kind: xid}], then: {fault: {fault_class: gpu_fell_off_bus}}}\n",
+             defaults=False)
+    assert c.policy["decisions"]["gpu_fell_off_bus"] == "isolate_and_restart"
+    assert "gpu_fell_off_bus" in c.fault_classes
+
+
+def test_a_second_declaration_needs_override(tmp_path):
+    path = tmp_path / "site.yaml"
+    path.write_text("fault_classes:\n  cuda_oom: {description: d, decision: restart, priority: 1}\n")
+    result = load_rulebook([path])
+    assert [d.code for d in result.errors] == ["E-DUP-ID"]
+    assert result.errors[0].mark.line == 2
