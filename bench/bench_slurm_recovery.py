@@ -73,7 +73,7 @@ def main() -> None:
     site = tmp / "site.yaml"
     site.write_text("policy:\n" + (f"  settle: {args.settle}\n" if args.settle else "") +
                     "  blast_radius: {max_drains: 100, max_fraction: 1.0}\n"
-                    "  retry: {max_per_job: 100, max_per_fingerprint: 100, per_class: {unknown: 0}}\n")
+                    "  retry: {max_per_job: 100, max_per_fingerprint: 100}\n")
     db = tmp / "recover.db"
     procs = []
     py = [sys.executable, "-m", "engine.cli"]
@@ -85,6 +85,12 @@ def main() -> None:
     ctl = subprocess.Popen(py + ["run", "--scheduler", "slurm", "--spool", str(tmp / "spool"), "--db", str(db), "-r", str(site),
                                  "--scheduler-interval", "1"], cwd=ROOT, stdout=log, stderr=log)
     procs.append(ctl)
+    started = wait(lambda: ctl.poll() is not None or b"recover run: mode=" in (tmp / "procs.log").read_bytes(), 120, 0.2)
+    if not started or ctl.poll() is not None:
+        print((tmp / "procs.log").read_text()[-2000:], file=sys.stderr)
+        for p in procs:
+            p.terminate()
+        sys.exit("the controller did not start")
     rows = []
     jobs = []
     try:
