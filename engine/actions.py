@@ -7,6 +7,7 @@ Nothing here runs a command: ``engine/actuator.py`` (acting) and the store (reco
 """
 
 from __future__ import annotations
+from .errors import PlanError
 
 import json
 import logging
@@ -26,10 +27,6 @@ _JOB_ARG = re.compile(r"^(?:\w+=)?\{\{-?\s*job\s*-?\}\}$")
 MAX_REASON = 120
 MAX_OUTCOME = 400
 _SETS_NODES = re.compile(r"=\{\{-?\s*(?:nodes|excluded)\b")  # ExcNodeList={{ nodes|join(',') }}
-
-
-class PlanError(ValueError):
-    """A value could not be made safe for a template (bad node name, bad job id)."""
 
 
 @dataclass(frozen=True)

@@ -166,6 +166,11 @@ class FileContext:
     nodes: set[str] = field(default_factory=set)
     last_at: float | None = None
     year: int | None = None
+    # attempts of a log appended across restarts (replay, no scheduler): see HitConverter._edge
+    nodes_attempt: int | None = None  # the attempt ``nodes`` were learned in
+    started_at: float | None = None  # when the current attempt's start line was printed
+    active: bool = False  # the current attempt printed evidence since its start line
+    ended: bool = False  # a requeue line ended the current attempt
 
 
 class ClusterContext:
@@ -211,6 +216,10 @@ def _number(raw: str, kind: str) -> int | float | None:
     except ValueError:
         return None
 
+
+#: a start line printed again this long after the previous one, with evidence in between, is a
+#: new attempt (the tasks of one start print their banners within seconds of each other)
+START_GAP = 60.0
 
 _INT_GROUPS = {"attempt", "code", "step", "checkpoint", "rank", "exit_code", "pid", "gpu", "local_rank"}
 
@@ -259,6 +268,16 @@ class HitConverter:
 
     collapse: "_Collapser | None" = None  # set per stream by StreamFacts
 
+    @staticmethod
+    def _start(ctx: FileContext, at: float | None) -> None:
+        """A start line (the job script's banner): a new attempt when the previous one was ended
+        by a requeue line, or printed evidence and started a while ago (``sbatch --open-mode=append``
+        logs carry every attempt); the banners of one start's tasks are one attempt."""
+        if ctx.ended or (ctx.active and (at is None or ctx.started_at is None or at - ctx.started_at >= START_GAP)):
+            ctx.attempt = (ctx.attempt or 0) + 1
+        ctx.active = ctx.ended = False
+        ctx.started_at = at
+
     def convert(self, index: int, groups: Mapping[str, str], line: str, line_no: int, ctx: FileContext,
                 before: bytes | None = None) -> "Fact | Flood | None":
         """``before``: some bytes that precede the line in the file (to date an untimestamped line
@@ -295,15 +314,26 @@ class HitConverter:
             if guarded:
                 self._refuse("context")  # SLURM_JOB_ID=, SLURM_JOB_NODELIST= ... printed by the job
                 return None
-            if "job" in attrs:
+            if "job" in attrs and str(attrs["job"]) != ctx.job:
                 ctx.job = str(attrs["job"])
+                ctx.active, ctx.ended, ctx.started_at = False, False, None
+            edge = m.attrs.get("attempt_edge")
+            if edge == "start":
+                self._start(ctx, logged if logged is not None else ctx.last_at)
+            elif edge == "end":
+                ctx.ended = True
             if "attempt" in attrs and isinstance(attrs["attempt"], int):
-                ctx.attempt = attrs["attempt"]
+                ctx.attempt = attrs["attempt"]  # SLURM_RESTART_COUNT: what Slurm says wins
+                ctx.active = ctx.ended = False
             new_nodes = set()
             if "node" in attrs:
                 new_nodes.add(str(attrs["node"]))
             if "nodes" in attrs:
                 new_nodes.update(expand_hostlist(str(attrs["nodes"])))
+            if new_nodes and ctx.nodes_attempt != ctx.attempt:
+                ctx.nodes = set()  # a new attempt runs where Slurm put it this time
+            if new_nodes:
+                ctx.nodes_attempt = ctx.attempt
             ctx.nodes |= new_nodes
             if ctx.job:
                 if self.on_context is not None:  # replay: applied in time order with the facts
@@ -349,6 +379,12 @@ class HitConverter:
         # a node's fact without a job gets the job that ran there from the engine, in time order
         if "job" in fact_attrs and "attempt" not in fact_attrs:
             fact_attrs["attempt"] = self.cluster.job_attempt.get(str(fact_attrs["job"]), 0)
+        if not guarded and fact_attrs.get("job") == ctx.job and ctx.job is not None:
+            ctx.active = True
+            if fact_attrs.pop("attempt_edge", None) == "end":
+                ctx.ended = True  # the requeue line itself is the end of the attempt it ends
+        else:
+            fact_attrs.pop("attempt_edge", None)
         kind = {"log": "log", "xid": "xid", "progress": "progress"}[m.emit]
         if self.collapse is not None and kind != "progress":
             flood = self.collapse.repeat(kind, fact_attrs, at, f"{ctx.path}:{line_no}", line, m)

@@ -70,6 +70,10 @@ class GuardContext:
     job_state: str | None = None  # the scheduler's last word on this job
 
 
+#: fault classes of a job that is still running: without a node to isolate, notify only
+NOTIFY_WITHOUT_NODE = frozenset({"straggler"})
+
+
 def fingerprint(fault_class: str, nodes: Sequence[str], rule: str | None) -> str:
     return f"{fault_class}|{rule or '-'}|{','.join(sorted(nodes))}"
 
@@ -114,7 +118,13 @@ def decide(compiled: CompiledRulebook, fault_class: str, nodes: tuple[str, ...],
         guards.append({"guard": guard, "from": decision, "to": to, "why": why})
         decision = to
 
-    if decision == "isolate_and_restart" and not nodes:
+    if decision == "isolate_and_restart" and not nodes and fault_class in NOTIFY_WITHOUT_NODE:
+        # a slow job still runs: a requeue loses the minutes since its checkpoint and, with no
+        # node to exclude, lands it on the same kind of nodes; worth a page, not a restart
+        change("no_nodes", "observe", "the job runs slow and no node is named: nothing to isolate, "
+                                      "and a restart would lose work without removing the cause; notify only")
+        plan_only = ("notify",)
+    elif decision == "isolate_and_restart" and not nodes:
         change("no_nodes", "restart", "the fault names no node to isolate")
 
     if decision in RESTARTING and ctx.job_state == "CANCELLED":
@@ -132,7 +142,7 @@ def decide(compiled: CompiledRulebook, fault_class: str, nodes: tuple[str, ...],
         recent = [h for h in ctx.history if h.get("decision") in RESTARTING and ctx.now - float(h.get("closed_at") or 0) <= window]
         fp = fingerprint(fault_class, nodes, rule)
         same = [h for h in recent if h.get("fingerprint") == fp]
-        class_budget = (compiled.policy.get("class_retry") or {}).get(fault_class)  # fault_classes: {NAME: {retry: N}}
+        class_budget = dict(retry.get("per_class") or {}).get(fault_class)  # fault_classes: {NAME: {retry: N}}
         same_class = [h for h in recent if h.get("fault_class") == fault_class]
         if len(recent) >= int(retry.get("max_per_job", 5)):
             change("retry_budget", "stop", f"job {ctx.job} was already restarted {len(recent)} times "
@@ -140,9 +150,9 @@ def decide(compiled: CompiledRulebook, fault_class: str, nodes: tuple[str, ...],
         elif len(same) >= int(retry.get("max_per_fingerprint", 3)):
             change("retry_budget", "stop", f"the same root cause ({fault_class}) already caused {len(same)} restarts "
                                            f"(budget {retry.get('max_per_fingerprint')})")
-        elif class_budget is not None and len(same_class) >= class_budget:
+        elif class_budget is not None and len(same_class) >= int(class_budget):
             change("retry_budget", "stop", f"{fault_class} already caused {len(same_class)} restarts of job {ctx.job} "
-                                           f"(the class's retry budget is {class_budget})")
+                                           f"(its retry budget is {class_budget})")
         else:
             n = int(retry.get("no_progress_attempts", 2))
             if n > 0 and ctx.attempt is not None and ctx.attempt >= n:

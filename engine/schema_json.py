@@ -107,15 +107,19 @@ def _op_tests() -> list[dict[str, Any]]:
 
 
 def _guard(name: str, defaults: dict[str, Any], description: str) -> dict[str, Any]:
+    kinds = {
+        "int": {"type": "integer", "minimum": 0},
+        "num": {"type": "number", "minimum": 0},
+        "bool": {"type": "boolean"},
+        "dur": {"anyOf": [_ref("duration"), {"type": "null"}]},
+        "autonomy": {"enum": list(_AUTONOMY)},
+        "class_ints": {"type": "object", "propertyNames": {"pattern": _ID}, "additionalProperties": {"type": "integer", "minimum": 0}},
+    }
     props: dict[str, Any] = {}
-    for key in _validator.GUARD_KEYS[name]:  # every key the validator accepts, and no other
-        value = defaults.get(key)
-        if isinstance(value, bool):
-            props[key] = {"type": "boolean", "default": value}
-        elif isinstance(value, (int, float)) or value is None:
-            props[key] = {"anyOf": [{"type": "number"}, _ref("duration"), {"type": "null"}], "default": value}
-        else:
-            props[key] = {"default": value}
+    for key, kind in _validator.GUARD_KEYS[name].items():  # every key the validator accepts, and no other
+        props[key] = dict(kinds[kind])
+        if defaults.get(key) is not None and not isinstance(defaults.get(key), (dict, list, tuple, frozenset)):
+            props[key]["default"] = defaults[key]
     return {"type": "object", "description": description, "properties": props, "additionalProperties": False}
 
 

@@ -17,6 +17,8 @@ Exceptions::
 
 from __future__ import annotations
 
+from engine.errors import SchedulerError, SchedulerUnavailable
+
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
@@ -34,14 +36,6 @@ __all__ = [
 
 # Job states in which a job holds (or is about to hold) nodes.
 JOB_ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"})
-
-
-class SchedulerError(Exception):
-    """Base of every adapter error."""
-
-
-class SchedulerUnavailable(SchedulerError):
-    """The scheduler's commands are missing or its controller does not answer."""
 
 
 class CommandFailed(SchedulerError):

@@ -38,7 +38,7 @@ def test_policy_is_the_documented_one(compiled):
     # a drain is news to the site: the isolation ends with a page saying what was done
     assert tuple(p["plans"]["isolate_and_restart"]) == ("drain", "requeue", "exclude", "notify")
     # an unexplained failure is not restarted unless a site grants it restarts
-    assert p["class_retry"]["unknown"] == 0
+    assert p["retry"]["per_class"]["unknown"] == 0
     assert set(p["isolate"]["at_once"]) == {"gpu_fell_off_bus", "gpu_memory_uncorrectable", "nvlink_error",
                                             "gpu_hardware_other"}
     assert tuple(p["plans"]["restart"]) == ("requeue",)
