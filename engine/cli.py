@@ -14,7 +14,13 @@ from typing import List, Optional
 
 import typer
 
-from .rulebook import load_rulebook
+
+def load_rulebook(*args, **kw):
+    """engine.rulebook.load_rulebook, imported when a command loads a rulebook: not at start, so
+    that `recover incidents` and `recover explain` do not pay for YAML, jinja2 and the compiler."""
+    from .rulebook import load_rulebook as load
+
+    return load(*args, **kw)
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, help="Recover: detect, attribute, isolate and restart failed GPU training jobs.")
 rules_app = typer.Typer(no_args_is_help=True, help="Validate, test and inspect rulebooks.")

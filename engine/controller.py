@@ -525,6 +525,8 @@ class Controller:
                     self._tx_hits += 1
                 if j < n and (self._tx_full() or self.stop_event.is_set()):
                     break
+            for flood in stream.grown():  # repeats after a flood's first one in this piece
+                self.engine.flooded(flood)
             opened = self.engine.stats["incidents"] - opened_before
             if opened > 0:
                 self._tx_latency += [self._written_at(t)] * opened
