@@ -60,12 +60,12 @@ def mix(out_dir: str, attempts: int = 40, per_attempt: int = 50, seed: int = 7) 
     compiled = require_rulebook()
     lines: list[str] = []
     seen: set[str] = set()
-    for test in compiled.tests:
-        for item in getattr(test, "lines", ()) or ():
-            text = item[1] if isinstance(item, tuple) else str(item)
-            if text not in seen and "Xid" not in text:
-                seen.add(text)
-                lines.append(text)
+    for test in compiled.book.tests:
+        for inp in test.inputs:
+            for text in inp.lines.splitlines():
+                if text.strip() and text not in seen and "Xid" not in text:
+                    seen.add(text)
+                    lines.append(text)
     if not lines:
         raise SystemExit("no test lines found in the rulebook")
     rng = random.Random(seed)

@@ -13,7 +13,6 @@ Without a GPU, NVML is reported unavailable once and the kernel-log source keeps
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import queue
@@ -315,33 +314,3 @@ def run_agent(
             signal.signal(sig, handler)
     logger.info("agent %s: stopped", node)
     return EXIT_OK
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m engine.agent``: a bare entry point (the ``recover agent`` command wraps run_agent)."""
-    ap = argparse.ArgumentParser(prog="python -m engine.agent", description=__doc__.splitlines()[0])
-    ap.add_argument("--node", required=True)
-    ap.add_argument("--spool", required=True)
-    ap.add_argument("--kernel-log")
-    ap.add_argument("--kmsg", action="store_true")
-    ap.add_argument("--no-nvml", action="store_true")
-    ap.add_argument("--poll-interval", type=float, default=10.0)
-    ap.add_argument("--state-dir")
-    ap.add_argument("--replay", action="store_true")
-    ap.add_argument("--fsync", default="batch")
-    ap.add_argument("--log-level", default="INFO")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    fsync: str | float = args.fsync
-    try:
-        fsync = float(args.fsync)
-    except ValueError:
-        pass
-    return run_agent(
-        args.node, args.spool, kernel_log=args.kernel_log, kmsg=args.kmsg, nvml=not args.no_nvml,
-        poll_interval=args.poll_interval, state_dir=args.state_dir, replay=args.replay, fsync=fsync,
-    )
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

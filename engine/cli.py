@@ -14,7 +14,13 @@ from typing import List, Optional
 
 import typer
 
-from .rulebook import load_rulebook
+
+def load_rulebook(*args, **kw):
+    """engine.rulebook.load_rulebook, imported when a command loads a rulebook: not at start, so
+    that `recover incidents` and `recover explain` do not pay for YAML, jinja2 and the compiler."""
+    from .rulebook import load_rulebook as load
+
+    return load(*args, **kw)
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, help="Recover: detect, attribute, isolate and restart failed GPU training jobs.")
 rules_app = typer.Typer(no_args_is_help=True, help="Validate, test and inspect rulebooks.")
@@ -173,6 +179,48 @@ def rules_test(paths: List[str] = typer.Argument(None, help="Site rulebook files
     raise typer.Exit(1 if failed else 0)
 
 
+@rules_app.command("eval")
+def rules_eval(corpus: List[str] = typer.Argument(..., help="Corpus files (JSON lines) or folders of them."),
+               paths: Optional[List[str]] = RulesOpt, no_defaults: bool = NoDefaultsOpt, json_out: bool = JsonOpt,
+               minimum: Optional[float] = typer.Option(None, "--min", help="Exit 1 when accuracy (0-1 or a percentage) is below this."),
+               verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every case, not only misses.")) -> None:
+    """Replay each case of a real-log corpus alone: per-class precision and recall, confusion, every miss."""
+    from .corpus_eval import HEALTHY, evaluate, load_cases
+
+    compiled = _load_or_exit(paths or [], no_defaults)
+    cases, problems = load_cases(corpus, known_labels=compiled.policy.get("decisions", {}).keys())
+    for p in problems:
+        _err(p)
+    if not cases:
+        _err("no case to evaluate")
+        raise typer.Exit(2)
+    report = evaluate(compiled, cases)
+    floor = None if minimum is None else (minimum / 100.0 if minimum > 1 else minimum)
+    if json_out:
+        typer.echo(json.dumps(report.to_json() | {"problems": problems}))
+    else:
+        if verbose:
+            for r in report.results:
+                typer.echo(f"{'ok  ' if r.right else 'MISS'} {r.case.id}: {r.case.label} -> {r.got}")
+        typer.echo(f"{'class':<26} {'cases':>5} {'recall':>7} {'answered':>8} {'precision':>9}")
+        for label, st in report.per_class().items():
+            rec = "-" if st["recall"] is None else f"{st['recall']:.1%}"
+            pre = "-" if st["precision"] is None else f"{st['precision']:.1%}"
+            typer.echo(f"{label:<26} {st['cases']:>5} {rec:>7} {st['answered']:>8} {pre:>9}")
+        typer.echo("confusion (label: answers):")
+        for label, answers in sorted(report.confusion().items()):
+            typer.echo(f"  {label}: " + ", ".join(f"{k}={v}" for k, v in answers.most_common()))
+        if report.misses:
+            typer.echo("misses:")
+            for r in report.misses:
+                why = f" ({r.error})" if r.error else (f" via {', '.join(r.rules)}" if r.rules else "")
+                typer.echo(f"  {r.case.id}: {r.case.label} -> {r.got}{why}  [{r.case.where}]")
+        typer.echo(f"accuracy: {report.accuracy:.1%} ({report.right}/{report.total}); healthy cases with an incident: "
+                   f"{len(report.healthy_with_incident)} of {sum(r.case.label == HEALTHY for r in report.results)}")
+    if floor is not None and report.accuracy < floor:
+        _err(f"accuracy {report.accuracy:.1%} is below --min {floor:.1%}")
+        raise typer.Exit(1)
+    raise typer.Exit(0)
 @rules_app.command("diff")
 def rules_diff(candidate: Optional[List[str]] = typer.Option(None, "--rules", "-r", help="The candidate: site rulebook files or "
                                                             "folders, layered over the defaults (repeatable)."),
@@ -223,7 +271,7 @@ def _since(text: Optional[str]) -> Optional[float]:
         pass
     ago = parse_duration(text[:-1] + "h") * 24 if text.endswith("d") and parse_duration(text[:-1] + "h") is not None else parse_duration(text)
     if ago is None:
-        _err(f"--since {text!r}: not a date, a number of seconds or a duration")
+        _err(f"{text!r}: not a date, a number of seconds or a duration")
         raise typer.Exit(2)
     return time.time() - ago
 
@@ -413,6 +461,9 @@ def agent(node: str = typer.Option(..., "--node", help="This node's name, as the
           expected_gpus: str = typer.Option("gres", "--expected-gpus", help="GPUs this node should have: a number, or "
                                             "'gres' (Slurm's GRES for the node; the count first seen when Slurm cannot say)."),
           rules: Optional[List[str]] = RulesOpt, no_defaults: bool = NoDefaultsOpt,
+          state_dir: Optional[str] = typer.Option(None, "--state-dir", help="Where the agent keeps its offsets and GPU count (default: in the spool)."),
+          from_start: bool = typer.Option(False, "--from-start", help="Read the kernel log from its start, not its end."),
+          fsync: str = typer.Option("batch", "--fsync", help="When spool writes are synced: batch (each write), line, never, or seconds between syncs."),
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the node agent: kernel-log lines (the rulebook's kernel matchers) and NVML counters
     (the rulebook's thresholds) -> facts in the spool."""
@@ -426,9 +477,17 @@ def agent(node: str = typer.Option(..., "--node", help="This node's name, as the
     if not (expected_gpus == "gres" or expected_gpus.isdigit()):
         _err(f"--expected-gpus: {expected_gpus!r} is neither a number nor 'gres'")
         raise typer.Exit(2)
+    sync: str | float = fsync
+    try:
+        sync = float(fsync)
+    except ValueError:
+        if fsync not in ("batch", "line", "never"):
+            _err(f"--fsync: {fsync!r} is not batch, line, never or a number of seconds")
+            raise typer.Exit(2)
     compiled = _load_or_exit(rules, no_defaults)
     raise typer.Exit(run_agent(node, spool, kernel_log=kernel_log, kmsg=kmsg, nvml=nvml, poll_interval=interval,
-                               rulebook=compiled, expected_gpus=int(expected_gpus) if expected_gpus.isdigit() else "gres"))
+                               rulebook=compiled, expected_gpus=int(expected_gpus) if expected_gpus.isdigit() else "gres",
+                               state_dir=state_dir, replay=from_start, fsync=sync))
 
 
 @app.command()
@@ -478,7 +537,15 @@ _register_extensions()
 
 
 def main() -> None:
-    app()
+    """The error boundary: anything Recover raises on purpose is one line on stderr and exit 2,
+    never a traceback (usage errors are typer's, a bug still shows its traceback: it is one)."""
+    from .errors import RecoverError
+
+    try:
+        app()
+    except RecoverError as exc:
+        _err(f"recover: {type(exc).__name__}: {exc}")
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -53,9 +53,11 @@ def register(app: typer.Typer, rules_app: typer.Typer) -> None:
     @silence_app.command("add")
     def silence_add(node: str = typer.Option(..., "--node"), for_: str = typer.Option("2h", "--for", help="e.g. 30m, 2h"),
                     reason: str = typer.Option(..., "--reason"), by: Optional[str] = typer.Option(None, "--by"),
+                    start: Optional[str] = typer.Option(None, "--start", help="When the window starts: a date (2026-11-29T16:00:00Z) or epoch seconds; default now."),
                     db: Optional[str] = typer.Option(None, "--db")) -> None:
-        """Silence a node for a while."""
-        from .cli import _db, _err
+        """Silence a node for a while (from --start, default now). Evidence is judged on its own
+        time: a replayed line from before the window is not silenced."""
+        from .cli import _db, _err, _since
         from .linefacts import NODE_RE
         from .rulebook.schema import parse_duration
         from .store import Store
@@ -67,9 +69,10 @@ def register(app: typer.Typer, rules_app: typer.Typer) -> None:
         if not NODE_RE.match(node):
             _err(f"--node {node!r} is not a valid node name")
             raise typer.Exit(2)
+        begin = time.time() if start is None else _since(start)
         store = Store(_db(db))
-        sid = store.add_silence(node, time.time() + seconds, reason, by)
-        typer.echo(f"silence {sid}: {node} until {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(time.time() + seconds))} ({reason})")
+        sid = store.add_silence(node, begin + seconds, reason, by, start=begin)
+        typer.echo(f"silence {sid}: {node} until {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(begin + seconds))} ({reason})")
 
     @silence_app.command("list")
     def silence_list(db: Optional[str] = typer.Option(None, "--db"), json_out: bool = typer.Option(False, "--json"),

@@ -16,6 +16,7 @@ RECOVER_SPOOL, RECOVER_SCHEDULER.
 """
 
 from __future__ import annotations
+from .errors import ConfigError
 
 import os
 import sys
@@ -33,10 +34,6 @@ __all__ = ["Settings", "ConfigError", "load_settings", "autonomy_overlay"]
 KEYS = {"db": str, "rules": list, "spool": str, "scheduler": str, "follow": list, "no_defaults": bool, "autonomy": dict}
 AUTONOMY = ("observe", "recommend", "act")
 DECISIONS = ("restart", "isolate_and_restart", "stop", "observe")
-
-
-class ConfigError(ValueError):
-    """The config file cannot be read or has a wrong key or value."""
 
 
 @dataclass

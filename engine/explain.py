@@ -7,16 +7,13 @@ firings that derived each fact to the raw evidence and where it was read (file:l
 """
 
 from __future__ import annotations
+from .errors import ExplainError
 
 from typing import Any
 
 from .store import Store
 
 __all__ = ["build", "render_text", "ExplainError"]
-
-
-class ExplainError(LookupError):
-    """No such incident in the store."""
 
 
 def _fact_dict(fact, count: int, derived_by: int | None) -> dict[str, Any]:
@@ -37,18 +34,23 @@ def build(store: Store, incident_id: int) -> dict[str, Any]:
             f["flood"] = floods[f["id"]]
     by_id = {f["id"]: f for f in facts}
     firings = store.firings(incident_id)
-    firing_by_asserted = {}
+    firings_by_asserted: dict[str, list[dict[str, Any]]] = {}
     for fr in firings:
         if fr["asserted"]:
-            firing_by_asserted.setdefault(fr["asserted"], fr)
+            firings_by_asserted.setdefault(fr["asserted"], []).append(fr)
 
     def chain(fact_id: str, depth: int = 0, seen: frozenset = frozenset()) -> dict[str, Any]:
         fact = by_id.get(fact_id, {"id": fact_id, "kind": "?", "attrs": {}, "origin": "?", "at": None})
         node: dict[str, Any] = {"fact": fact}
-        fr = firing_by_asserted.get(fact_id)
-        if fr is not None and depth < 12 and fact_id not in seen:
+        frs = firings_by_asserted.get(fact_id) or []
+        if frs and depth < 12 and fact_id not in seen:
+            fr = frs[0]
             node["rule"] = {"id": fr["rule"], "at": fr["rule_mark"], "description": fr["description"]}
             node["because"] = {alias: chain(fid, depth + 1, seen | {fact_id}) for alias, fid in fr["matched"].items()}
+            # the same conclusion derived again from other evidence: each derivation, in order
+            node["again"] = [{"rule": {"id": f["rule"], "at": f["rule_mark"], "description": f["description"]},
+                              "because": {alias: chain(fid, depth + 1, seen | {fact_id}) for alias, fid in f["matched"].items()}}
+                             for f in frs[1:]]
         return node
 
     root = chain(inc.fault_fact) if inc.fault_fact else None
@@ -125,6 +127,11 @@ def render_text(report: dict[str, Any]) -> str:
                 lines.append(f"{prefix}       {r['description']}")
             for a, child in node["because"].items():
                 walk(child, prefix + "       ", a)
+            for again in node.get("again") or ():
+                r = again["rule"]
+                lines.append(f"{prefix}    <- derived again by rule {r['id']}  ({r['at']})")
+                for a, child in again["because"].items():
+                    walk(child, prefix + "       ", a)
 
     if report["chain"]:
         walk(report["chain"], "  ", None)

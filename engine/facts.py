@@ -14,6 +14,7 @@ Usage::
 """
 
 from __future__ import annotations
+from .errors import FactError
 
 import hashlib
 import json
@@ -26,7 +27,7 @@ __all__ = ["Fact", "FactError", "KINDS", "SOURCE_KINDS", "DERIVED_KINDS"]
 
 #: kinds that sources produce
 SOURCE_KINDS = frozenset(
-    {"log", "xid", "gpu_counter", "gpu_state", "job", "node", "progress", "stall", "slow_node"}
+    {"log", "xid", "gpu_counter", "gpu_state", "job", "node", "progress", "stall", "slow_node", "log_end"}
 )
 #: kinds that rules derive
 DERIVED_KINDS = frozenset({"symptom", "fault", "decision", "action"})
@@ -35,10 +36,6 @@ KINDS = SOURCE_KINDS | DERIVED_KINDS
 _SCALARS = (str, int, float, bool, type(None))
 #: the largest integer a fact may carry (what the store can hold)
 MAX_INT = (1 << 63) - 1
-
-
-class FactError(ValueError):
-    """A fact that is not well formed (bad kind, nested or non-JSON attrs, bad JSON line)."""
 
 
 def _check_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:

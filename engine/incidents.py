@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Mapping
 from .actions import PlannedAction, plan_actions
 from .facts import Fact
 from .linefacts import NODE_RE, ClusterContext
-from .policy import Decision, GuardContext, decide, fingerprint
+from .policy import Decision, GuardContext, decide, fingerprint, isolate_settings
 from .progress import ProgressTracker
 from .rulebook.schema import parse_duration
 from .rete import ReteNetwork, ReteSession
@@ -38,6 +38,8 @@ _STATE_KEYS = {"job": ("job",), "node": ("node",), "gpu_state": ("node", "gpu", 
 _OPENING = ("error", "fatal")
 _DISPLAY_ONLY = frozenset({"text", "evidence", "reason", "logged_at"})
 DEFAULT_FACT_TTL = 3600.0
+#: firings recorded per re-derived conclusion (64 ranks printing one error); later ones are counted
+REDERIVED_RECORDED = 64
 
 
 def incident_key(attrs: Mapping[str, Any]) -> str | None:
@@ -124,6 +126,9 @@ class Engine:
         self.node_states: dict[str, dict[str, Any]] = {}
         self.job_states: dict[str, str] = {}
         self.stats = {"facts": 0, "flooded": 0, "firings": 0, "derived": 0, "rederived": 0, "unused": 0, "incidents": 0, "template_errors": 0, "rete_errors": 0}
+        self.at_once = isolate_settings(compiled)["at_once"]
+        self._isolated: set[tuple[int, str]] = set()  # (incident, node) isolated before the close
+        self._early_drains: list[tuple[str, float]] = []
         self._absent_rules = {id(cr) for cr in compiled.rules if any(c.absent_for is not None for c in cr.rule.conditions)}
 
     def resume(self) -> int:
@@ -306,6 +311,8 @@ class Engine:
             self.stats["rederived"] += 1
             if again.incident is not None:
                 self.store.bump_fact(ident)
+            if again.count <= REDERIVED_RECORDED:
+                self._rederived(again, (cr, {alias: str(m.get("id")) for alias, m in matched.items()}, ident))
             return None
         for key, value in cr.then_templates.items():
             if key in _DISPLAY_ONLY:
@@ -324,6 +331,20 @@ class Engine:
         self.stats["derived"] += 1
         self._route(derived, (cr, matched_ids, derived.id))
         return derived
+
+    def _rederived(self, again: _Live, firing: tuple[CompiledRule, dict[str, str], str]) -> None:
+        """A conclusion drawn again from other evidence: the firing is recorded and the facts it
+        matched join the incident, so that explain shows every derivation and its lines."""
+        if again.incident is not None:
+            inc = next((i for i in (*self.open.values(), *self.recent.values()) if i.id == again.incident), None)
+            if inc is not None:
+                self._attach(inc, again.fact, [firing])
+            return
+        for queue in self.pending.values():  # not in an incident yet: it joins one with both firings
+            for old, firings in queue:
+                if old.id == again.fact.id:
+                    firings.append(firing)
+                    return
 
     # -- incidents -------------------------------------------------------------------------
     def _route(self, derived: Fact, firing: tuple[CompiledRule, dict[str, str], str]) -> None:
@@ -372,6 +393,7 @@ class Engine:
         return None
 
     def _attach(self, inc: _Open, fact: Fact, firings: list[tuple[CompiledRule, dict[str, str], str]]) -> None:
+        first_firing: int | None = None
         for cr, matched_ids, asserted in firings:
             for fid in matched_ids.values():
                 live = self.live.get(fid)
@@ -382,17 +404,23 @@ class Engine:
                     live.incident = inc.id
                     inc.facts.add(fid)
             firing_id = self.store.add_firing(inc.id, cr.rule.id, str(cr.rule.mark), cr.rule.description, matched_ids, asserted, fact.at)
+            first_firing = firing_id if first_firing is None else first_firing
         if fact.id not in inc.facts:
-            self.store.add_fact(inc.id, fact, derived_by=firing_id if firings else None)
+            self.store.add_fact(inc.id, fact, derived_by=first_firing)
             inc.facts.add(fact.id)
+            known = self.live.get(fact.id)
+            if known is not None and known.count > 1 and known.incident is None:  # derived again while pending
+                self.store.bump_fact(fact.id, known.count - 1)
         # a derived fact is attached before it is asserted: register it now, so that what is
         # derived from it finds this incident
         self.live.setdefault(fact.id, _Live(fact)).incident = inc.id
-        if fact.kind == "fault":
+        if fact.kind == "fault" and all(f.id != fact.id for f in inc.faults):
             inc.faults.append(fact)
             if inc.best is None or _rank(fact) < _rank(inc.best):
                 inc.best = fact
                 self.store.set_provisional(inc.id, str(fact.get("fault_class")), fact.get("nodes") or (), fact.id)
+            if fact.get("fault_class") in self.at_once and fact.get("nodes"):
+                self._isolate_now(inc, fact)
         inc.last_at = max(inc.last_at, fact.at)
         self.store.touch_incident(inc.id, fact.at)
 
@@ -448,9 +476,40 @@ class Engine:
                 logger.exception("incident %s: close callback failed", inc.id)
         return closed
 
-    def _guard_context(self, inc: _Open, job: str | None, attempt: int | None, now: float) -> GuardContext:
-        import time as _time
+    def _isolate_now(self, inc: _Open, fault: Fact) -> None:
+        """Fatal node hardware: journal the isolation (drain, requeue, exclude) now, under the same
+        guards as at the close, instead of after the settle window; the close then finds these
+        actions journaled (same idempotency keys) and adds only what is new (the page)."""
+        nodes = tuple(n for n in fault.get("nodes") or () if (inc.id, n) not in self._isolated)
+        if not nodes or self.mode != "act":
+            return  # recommendations are recorded when the incident closes
+        job_id = attempt = None
+        kind, _, rest = inc.key.partition(":")
+        if kind == "job":
+            job_id, _, att = rest.rpartition(":")
+            attempt = int(att)
+        ctx = self._guard_context(inc, job_id, attempt, fault.at)
+        decision = decide(self.compiled, str(fault.get("fault_class")), nodes, str(fault.get("reason", "")), ctx,
+                          fault.get("rule"))
+        if decision.decision != "isolate_and_restart" or decision.autonomy != "act":
+            return  # a guard changed it (blast radius, silence, budget, autonomy): left to the close
+        names = [n for n in self.compiled.policy["plans"].get("isolate_and_restart", ()) if n != "notify"]
+        plan, _ = plan_actions(self.compiled, decision.decision, inc.id, job_id, attempt, decision.nodes,
+                               str(fault.get("fault_class")), self.scheduler, names=names,
+                               reason=str(fault.get("reason", "")), evidence=self._evidence(inc))
+        for p in plan:
+            if (p.name, p.target) in decision.skip_targets:
+                continue
+            self.store.add_action(inc.id, p.idem_key, p.name, p.target, p.argv, "act", "planned",
+                                  note="at once: fatal node hardware")
+        for n in nodes:
+            self._isolated.add((inc.id, n))
+            self._early_drains.append((n, fault.at))
+        logger.warning("incident %s: %s on %s isolated at once", inc.id, fault.get("fault_class"), ",".join(nodes))
 
+    def _guard_context(self, inc: _Open, job: str | None, attempt: int | None, now: float) -> GuardContext:
+        # ``now`` is engine time (the logs' own time in replay): a silence applies when it was
+        # active then, never because it is active on the wall clock today
         progress: dict[int, dict] = {}
         history: list = []
         requeued: set = set()
@@ -458,8 +517,9 @@ class Engine:
             progress = self.store.progress_of(job)
             history = self.store.job_history(job, exclude=inc.id)
             requeued = self.store.requeued_attempts(job)
-        silences = {s["node"]: s["reason"] for s in self.store.silences(active_at=_time.time())}
+        silences = {s["node"]: s["reason"] for s in self.store.silences(active_at=now)}
         drains = [(t, w) for t, w, _ in self.store.recent_actions("drain", now - 86400)]
+        drains += [d for d in self._early_drains if d[1] >= now - 86400 and d not in drains]
         return GuardContext(job=job, attempt=attempt, incident=inc.id, now=now, history=history, progress=progress,
                             job_state=self.job_states.get(job) if job is not None else None,
                             recent_drains=drains, cluster_size=len(self.node_states), node_states=self.node_states,

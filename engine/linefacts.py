@@ -166,6 +166,11 @@ class FileContext:
     nodes: set[str] = field(default_factory=set)
     last_at: float | None = None
     year: int | None = None
+    # attempts of a log appended across restarts (replay, no scheduler): see HitConverter._edge
+    nodes_attempt: int | None = None  # the attempt ``nodes`` were learned in
+    started_at: float | None = None  # when the current attempt's start line was printed
+    active: bool = False  # the current attempt printed evidence since its start line
+    ended: bool = False  # a requeue line ended the current attempt
 
 
 class ClusterContext:
@@ -174,8 +179,10 @@ class ClusterContext:
     def __init__(self) -> None:
         self.node_job: dict[str, tuple[str, int | None, float]] = {}
         self.job_attempt: dict[str, int] = {}
+        self.version = 0  # changes with every assign/release (a flood's shortcut is then rebuilt)
 
     def assign(self, job: str, attempt: int | None, nodes: Iterable[str], at: float) -> None:
+        self.version += 1
         if attempt is not None:
             self.job_attempt[job] = max(attempt, self.job_attempt.get(job, 0))
         for n in nodes:
@@ -183,6 +190,7 @@ class ClusterContext:
 
     def release(self, job: str) -> None:
         """The job ended: its nodes no longer belong to it."""
+        self.version += 1
         for node in [n for n, (j, _, _) in self.node_job.items() if j == job]:
             del self.node_job[node]
 
@@ -211,6 +219,10 @@ def _number(raw: str, kind: str) -> int | float | None:
     except ValueError:
         return None
 
+
+#: a start line printed again this long after the previous one, with evidence in between, is a
+#: new attempt (the tasks of one start print their banners within seconds of each other)
+START_GAP = 60.0
 
 _INT_GROUPS = {"attempt", "code", "step", "checkpoint", "rank", "exit_code", "pid", "gpu", "local_rank"}
 
@@ -258,16 +270,25 @@ class HitConverter:
         return out
 
     collapse: "_Collapser | None" = None  # set per stream by StreamFacts
+    blank: bytes | None = None  # set per hit by StreamFacts (see convert)
 
-    def convert(self, index: int, groups: Mapping[str, str], line: str, line_no: int, ctx: FileContext,
-                before: bytes | None = None) -> "Fact | Flood | None":
-        """``before``: some bytes that precede the line in the file (to date an untimestamped line
-        by the last timestamp before it, as a person reading the log would)."""
-        m = self.matchers[index]
+    @staticmethod
+    def _start(ctx: FileContext, at: float | None) -> None:
+        """A start line (the job script's banner): a new attempt when the previous one was ended
+        by a requeue line, or printed evidence and started a while ago (``sbatch --open-mode=append``
+        logs carry every attempt); the banners of one start's tasks are one attempt."""
+        if ctx.ended or (ctx.active and (at is None or ctx.started_at is None or at - ctx.started_at >= START_GAP)):
+            ctx.attempt = (ctx.attempt or 0) + 1
+        ctx.active = ctx.ended = False
+        ctx.started_at = at
+
+    def _when(self, line: str, ctx: FileContext, before: bytes | None, timeless: bool = False) -> tuple[float | None, float]:
+        """(the line's own time or None, the time of its fact). ``timeless``: the line is known to
+        carry no timestamp."""
         if self._last_line is not None and self._last_line[0] == line:
             logged = self._last_line[1]
         else:
-            logged = parse_line_time(line, ctx.year)
+            logged = None if timeless else parse_line_time(line, ctx.year)
             self._last_line = (line, logged)
         if logged is None and before:
             for prev in reversed(before.split(b"\n")[-64:]):
@@ -284,6 +305,23 @@ class HitConverter:
             at = self.clock()
         else:
             at = logged if logged is not None else (ctx.last_at if ctx.last_at is not None else 0.0)
+        return logged, at
+
+    def convert(self, index: int, groups: Mapping[str, str], line: str, line_no: int, ctx: FileContext,
+                before: bytes | None = None) -> "Fact | Flood | None":
+        """``before``: some bytes that precede the line in the file (to date an untimestamped line
+        by the last timestamp before it, as a person reading the log would). ``self.blank`` (set
+        per hit by StreamFacts): the line with its digits blanked, when the matcher cannot tell
+        digits apart: repeats of a shape already seen then take a shortcut (``_Collapser.fast``)
+        that gives the same answer."""
+        m = self.matchers[index]
+        collapse, blank = self.collapse, self.blank
+        if blank is not None and collapse is not None:
+            out = collapse.fast(self, index, m, groups, line, line_no, ctx, before, blank)
+            if out is not _SLOW:
+                return out
+        logged, at = self._when(line, ctx, before)
+        dropped, refused = self.dropped_values, dict(self.refused) if self.refused else None
         attrs = self._typed(m, groups)
         if self.clock is not None and logged is not None:
             attrs["logged_at"] = logged
@@ -295,15 +333,26 @@ class HitConverter:
             if guarded:
                 self._refuse("context")  # SLURM_JOB_ID=, SLURM_JOB_NODELIST= ... printed by the job
                 return None
-            if "job" in attrs:
+            if "job" in attrs and str(attrs["job"]) != ctx.job:
                 ctx.job = str(attrs["job"])
+                ctx.active, ctx.ended, ctx.started_at = False, False, None
+            edge = m.attrs.get("attempt_edge")
+            if edge == "start":
+                self._start(ctx, logged if logged is not None else ctx.last_at)
+            elif edge == "end":
+                ctx.ended = True
             if "attempt" in attrs and isinstance(attrs["attempt"], int):
-                ctx.attempt = attrs["attempt"]
+                ctx.attempt = attrs["attempt"]  # SLURM_RESTART_COUNT: what Slurm says wins
+                ctx.active = ctx.ended = False
             new_nodes = set()
             if "node" in attrs:
                 new_nodes.add(str(attrs["node"]))
             if "nodes" in attrs:
                 new_nodes.update(expand_hostlist(str(attrs["nodes"])))
+            if new_nodes and ctx.nodes_attempt != ctx.attempt:
+                ctx.nodes = set()  # a new attempt runs where Slurm put it this time
+            if new_nodes:
+                ctx.nodes_attempt = ctx.attempt
             ctx.nodes |= new_nodes
             if ctx.job:
                 if self.on_context is not None:  # replay: applied in time order with the facts
@@ -314,6 +363,31 @@ class HitConverter:
         if guarded and m.emit == "xid":
             self._refuse("xid_in_job_log")  # a node-level claim: the kernel's and the agents' to make
             return None
+        fact_attrs = self._fact_attrs(m, attrs, ctx, guarded)
+        if not guarded and fact_attrs.get("job") == ctx.job and ctx.job is not None:
+            ctx.active = True
+            if fact_attrs.pop("attempt_edge", None) == "end":
+                ctx.ended = True  # the requeue line itself is the end of the attempt it ends
+        else:
+            fact_attrs.pop("attempt_edge", None)
+        kind = _KINDS[m.emit]
+        if collapse is not None and kind != "progress":
+            if blank is not None:
+                collapse.learn(index, m, blank, groups, fact_attrs, ctx, self, guarded, self.dropped_values - dropped,
+                               _grown(refused, self.refused), line)
+            flood = collapse.repeat(kind, fact_attrs, at, f"{ctx.path}:{line_no}", line, m)
+            if flood is not False:
+                return flood
+        if m.emit != "progress":
+            fact_attrs["text"] = clean_text(line, MAX_TEXT)
+        fact = Fact.make(kind, fact_attrs, at, f"{ctx.path}:{line_no}")
+        if collapse is not None and kind != "progress":
+            collapse.first(fact, m)
+        return fact
+
+    def _fact_attrs(self, m: Matcher, attrs: Mapping[str, Any], ctx: FileContext, guarded: bool) -> dict[str, Any]:
+        """The attributes of a fact: the matcher's own, the line's (as far as they are trusted),
+        then what the file and the cluster know (job, attempt, the file's one node)."""
         fact_attrs: dict[str, Any] = dict(m.attrs)
         fact_attrs.update(attrs)
         fact_attrs.pop("nodes", None)
@@ -349,17 +423,19 @@ class HitConverter:
         # a node's fact without a job gets the job that ran there from the engine, in time order
         if "job" in fact_attrs and "attempt" not in fact_attrs:
             fact_attrs["attempt"] = self.cluster.job_attempt.get(str(fact_attrs["job"]), 0)
-        kind = {"log": "log", "xid": "xid", "progress": "progress"}[m.emit]
-        if self.collapse is not None and kind != "progress":
-            flood = self.collapse.repeat(kind, fact_attrs, at, f"{ctx.path}:{line_no}", line, m)
-            if flood is not False:
-                return flood
-        if m.emit != "progress":
-            fact_attrs["text"] = clean_text(line, MAX_TEXT)
-        fact = Fact.make(kind, fact_attrs, at, f"{ctx.path}:{line_no}")
-        if self.collapse is not None and kind != "progress":
-            self.collapse.first(fact, m)
-        return fact
+        return fact_attrs
+
+
+def _grown(before: dict[str, int] | None, after: dict[str, int]) -> tuple[str, ...]:
+    """The refusals counted between two snapshots of ``HitConverter.refused``."""
+    if not after:
+        return ()
+    before = before or {}
+    return tuple(k for k, v in after.items() for _ in range(v - before.get(k, 0)))
+
+
+_KINDS = {"log": "log", "xid": "xid", "progress": "progress"}
+_SLOW = object()  # the shortcut does not apply: convert the hit in full
 
 
 # --------------------------------------------------------------------------------------------
@@ -375,7 +451,9 @@ VARYING = frozenset({"rank", "local_rank", "pid", "tid", "peer", "addr", "addres
 VARYING_IN_JOB_LOGS = frozenset({"node", "gpu", "device", "pci"})
 
 
-_NUMBERS = re.compile(r"0x[0-9a-fA-F]+|[0-9a-fA-F]*[0-9][0-9a-fA-F]*")
+# digit-blind on purpose (no literal digit, every class holds all digits or none), so that text
+# equal but for its digits has one shape: ``_Collapser.fast`` relies on it
+_NUMBERS = re.compile(r"[0-9][xX][0-9a-fA-F]+|[0-9a-fA-F]*[0-9][0-9a-fA-F]*")
 
 
 def _shape(value: Any) -> Any:
@@ -409,6 +487,7 @@ class Flood:
     applied: int = 0
     nodes: set[str] = field(default_factory=set)
     ranks: set[int] = field(default_factory=set)
+    raw_seen: set = field(default_factory=set, repr=False)  # (node, rank) as written, already seen
 
     @property
     def at(self) -> float:
@@ -427,14 +506,119 @@ class Flood:
                 "nodes": sorted(self.nodes), "ranks": sorted(self.ranks)}
 
 
+_TEMPLATES_MAX = 4096  # shortcuts per stream
+_RAW_SEEN_MAX = 4096
+
+
+@dataclass(eq=False)
+class _Template:
+    """What the full conversion of one line learned for the lines equal to it but for digits
+    (of a digit-blind matcher): they have the same group spans, so the same timestamp presence,
+    and the same shape, values dropped and refusals, except as the groups in ``keyed`` decide
+    (attributes of the shape that are not free text; with a scheduler, also the node, which the
+    allocation check reads): ``shapes`` maps their values to (shape, values dropped, refusals)."""
+
+    sig: tuple
+    timeless: bool
+    keyed: tuple[str, ...]
+    shapes: dict[tuple, tuple] = field(default_factory=dict)
+
+
 class _Collapser:
-    """Per stream: shape -> the flood of the fact that first had it, within FLOOD_WINDOW."""
+    """Per stream: shape -> the flood of the fact that first had it, within FLOOD_WINDOW.
+
+    The shortcut: a full conversion of a line of a digit-blind matcher leaves a ``_Template``
+    under (matcher, line with digits blanked). A later line with the same key, while the file's
+    and the cluster's context are unchanged, is a repeat of a known shape: ``fast`` counts it
+    without timestamp search (when the first had none), typing, validation or shape building.
+    Anything unusual (no template, a changed context, no live flood of that shape, a time
+    outside the window) falls back to the full conversion, which gives the same answer."""
 
     def __init__(self, job_log: bool, window: float = FLOOD_WINDOW):
         self.job_log = job_log
         self.window = window
         self.shapes: dict[tuple, Flood] = {}
         self.touched: set[Flood] = set()  # floods already handed on in this batch
+        self.templates: dict[tuple[int, bytes], _Template] = {}
+        self.fast_hits = 0
+
+    @staticmethod
+    def _sig(conv: "HitConverter", ctx: FileContext) -> tuple:
+        nodes = ctx.nodes
+        return (ctx.job, ctx.attempt, ctx.active, ctx.ended, id(nodes), len(nodes),
+                next(iter(nodes)) if len(nodes) == 1 else None, conv.cluster.version, conv.scheduler)
+
+    def learn(self, index: int, m: Matcher, blank: bytes, groups: Mapping[str, str], fact_attrs: Mapping[str, Any],
+              ctx: FileContext, conv: "HitConverter", guarded: bool, dropped: int, refusals: tuple[str, ...],
+              line: str) -> None:
+        """Leave a template after the full conversion of a line (see the class)."""
+        if m.emit != "log":
+            return  # Xids are decoded from their words; progress is not collapsed
+        skip = VARYING | VARYING_IN_JOB_LOGS if (self.job_log or tuple(m.sources) == ("job",)) else VARYING
+        keyed = []
+        for name, raw in groups.items():
+            if raw is None or raw == "":
+                continue
+            typ = m.types.get(name) or ("int" if name in _INT_GROUPS else "str")
+            if typ in ("int", "float"):
+                raw = raw.strip()
+                if len(raw) > 15 or any(ch.isalpha() for ch in raw):
+                    return  # 0x1f, 1e999, 2**53 and more: whether they are kept depends on the digits
+            elif " " in clean_text(raw):
+                continue  # free text: its shape has its numbers blanked (digit-blind)
+            if (name not in skip or (guarded and name == "node")) and name != "nodes":
+                keyed.append(name)
+        sig = self._sig(conv, ctx)
+        key = (index, blank)
+        t = self.templates.get(key)
+        if t is None or t.sig != sig:
+            if len(self.templates) >= _TEMPLATES_MAX:
+                self.templates.clear()
+            head = line[:96]
+            timeless = _ISO.search(head) is None and _SYSLOG.match(head) is None and _GLOG.match(head) is None
+            t = self.templates[key] = _Template(sig, timeless, tuple(keyed))
+        if len(t.shapes) >= 256:
+            t.shapes.clear()
+        t.shapes[tuple(groups.get(n) for n in t.keyed)] = (self._key("log", fact_attrs, m), dropped, refusals)
+
+    def fast(self, conv: "HitConverter", index: int, m: Matcher, groups: Mapping[str, str], line: str, line_no: int,
+             ctx: FileContext, before: bytes | None, blank: bytes) -> "Flood | None | object":
+        """The outcome of ``repeat`` for a line with a template, or _SLOW."""
+        t = self.templates.get((index, blank))
+        if t is None:
+            return _SLOW
+        entry = t.shapes.get(tuple(groups.get(n) for n in t.keyed) if t.keyed else ())
+        if entry is None or t.sig != self._sig(conv, ctx):
+            return _SLOW
+        shape, dropped, refusals = entry
+        flood = self.shapes.get(shape)
+        if flood is None:
+            return _SLOW
+        _, at = conv._when(line, ctx, before, t.timeless)  # the full conversion would do the same again
+        if at - flood.first_at > self.window or at < flood.first_at:
+            return _SLOW
+        self.fast_hits += 1
+        conv.dropped_values += dropped
+        for why in refusals:
+            conv._refuse(why)
+        flood.count += 1
+        if at > flood.last_at:
+            flood.last_at = at
+        flood.last_origin, flood.last_line = f"{ctx.path}:{line_no}", line
+        if len(flood.nodes) < FLOOD_SEEN_MAX or len(flood.ranks) < FLOOD_SEEN_MAX:
+            raw = (groups.get("node"), groups.get("rank"))
+            if raw not in flood.raw_seen:
+                if len(flood.raw_seen) < _RAW_SEEN_MAX:
+                    flood.raw_seen.add(raw)
+                dropped_before, refused_before = conv.dropped_values, dict(conv.refused)
+                flood.seen(conv._fact_attrs(m, conv._typed(m, groups), ctx, conv.scheduler and ctx.source == "job"))
+                conv.dropped_values = dropped_before  # counted once above, as the full conversion would
+                conv.refused.clear()
+                conv.refused.update(refused_before)
+        if flood in self.touched:
+            return None
+        self.touched.add(flood)
+        return flood
 
     def _key(self, kind: str, attrs: Mapping[str, Any], m: Matcher) -> tuple:
         job_log = self.job_log or (kind == "log" and tuple(m.sources) == ("job",))
@@ -508,15 +692,24 @@ class StreamFacts:
         before = None
         if 0 < local <= len(data) and hit.offset > self._looked:
             lo = max(0, local - self.BEFORE_BYTES, self._looked - base)
-            before = data[lo:local] if lo < local else None
-        conv.collapse = self._collapse
+            before = data[lo:local] if lo < local - 2 else None  # not just the newline of the last hit
+        conv.collapse, conv.blank = self._collapse, hit.blank
         try:
             out = conv.convert(self.index_map[hit.matcher], hit.groups, hit.line.decode("utf-8", "replace"),
                                hit.line_no, self.ctx, before)
         finally:
-            conv.collapse = None
+            conv.collapse = conv.blank = None
         self._looked = max(self._looked, hit.offset + len(hit.line))
         return out
+
+    def grown(self) -> list[Flood]:
+        """The floods of this batch that grew since they were handed on. ``item`` hands a flood
+        on at its first repeat in a batch; whoever applies floods as they come (the controller)
+        applies these after the hits it converted, or the batch's later repeats would wait for
+        the next batch to be counted (and the last batch's, for ever)."""
+        if self._collapse is None:
+            return []
+        return [f for f in self._collapse.touched if f.count > f.applied]
 
     def feed(self, data: bytes) -> list[Item]:
         return [(h.line_no, h.offset, self.item(h)) for h in self.scan(data)]

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -53,12 +54,15 @@ try:  # hyperscan is only built for x86-64
 except Exception:  # pragma: no cover - depends on the platform
     _hs = None
 
-__all__ = ["MatcherSpec", "Hit", "Scanner", "check_pattern", "hyperscan_available"]
+__all__ = ["MatcherSpec", "Hit", "Scanner", "check_pattern", "hyperscan_available", "digit_blind", "blank_digits"]
 
 _WINDOW = 16 * 1024  # first tail window for sampled matchers; grows x4
 _COMBINED_MAX_MEM = 64 << 20  # RE2 memory budget of the combined alternation (mostly DFA cache)
 _UNANCHORED = re2._Anchor.UNANCHORED
 _STORM = 1 << 16  # hyperscan reports in one call before the scan stops and resumes after the line
+_MEMO_MAX = 8192  # (matcher, line with digits blanked) -> RE2's answer, per rulebook and source
+_MEMO_LINE = 2048  # longer lines are always matched afresh
+_ZERO = bytes.maketrans(b"0123456789", b"0000000000")
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,14 @@ class Hit:
     offset: int
     groups: dict[str, str] = field(default_factory=dict)
     truncated: bool = False
+    #: the line with every digit written 0, when the matcher cannot tell digits apart (see
+    #: ``digit_blind``): lines with equal ``blank`` match alike, with the same group spans
+    blank: bytes | None = None
+
+
+def blank_digits(line: bytes) -> bytes:
+    """``line`` with every ASCII digit written ``0``: equal for lines that differ only in digits."""
+    return line.translate(_ZERO)
 
 
 def hyperscan_available() -> bool:
@@ -218,6 +230,102 @@ def _walk(p: str, target: str) -> tuple[str, set[str]]:
     return "".join(out), feats
 
 
+_ALL_DIGITS = frozenset("0123456789")
+#: POSIX classes: True when they hold every digit, False when none
+_POSIX_DIGITS = {"alnum": True, "digit": True, "xdigit": True, "word": True, "print": True, "graph": True,
+                 "ascii": True, "alpha": False, "upper": False, "lower": False, "space": False, "blank": False,
+                 "punct": False, "cntrl": False}
+_CLASS_ESCAPES = {"d": True, "w": True, "S": True, "D": False, "W": False, "s": False, "t": False, "n": False,
+                  "r": False, "f": False, "v": False, "a": False, "e": False}
+_QUANT = re.compile(r"\{\d+(?:,\d*)?\}")
+
+
+def _class_digits(body: str) -> frozenset | None:
+    """The digits a character class ``[...]`` holds (negation does not matter here: a class that
+    holds all or none of them is blind either way), or None when it is not understood."""
+    inner = body[1:-1] if body.endswith("]") else body[1:]
+    if inner.startswith("^"):
+        inner = inner[1:]
+    held: set[str] = set()
+    i, n = 0, len(inner)
+    prev: str | None = None  # the last single character, for a range
+    while i < n:
+        c = inner[i]
+        if inner.startswith("[:", i):
+            j = inner.find(":]", i + 2)
+            name = inner[i + 2 : j].lstrip("^") if j >= 0 else ""
+            if name not in _POSIX_DIGITS:
+                return None
+            if _POSIX_DIGITS[name]:
+                held |= _ALL_DIGITS
+            i, prev = j + 2, None
+        elif c == "\\":
+            d = inner[i + 1] if i + 1 < n else ""
+            if d in _CLASS_ESCAPES:
+                if _CLASS_ESCAPES[d]:
+                    held |= _ALL_DIGITS
+                prev = None
+            elif d.isalnum() or not d:
+                return None  # \x.., octal, \p{..}: not worth understanding
+            else:
+                prev = d
+                held |= {d} & _ALL_DIGITS
+            i += 2
+        elif c == "-" and prev is not None and i + 1 < n and inner[i + 1] not in "]\\[":
+            hi = inner[i + 1]
+            held |= {chr(k) for k in range(ord(prev), ord(hi) + 1)} & _ALL_DIGITS
+            i, prev = i + 2, None
+        else:
+            if c in _ALL_DIGITS:
+                held.add(c)
+            prev = c
+            i += 1
+    return frozenset(held)
+
+
+def digit_blind(pattern: str) -> bool:
+    """True when ``pattern`` cannot tell one ASCII digit from another: every literal, class and
+    escape in it holds all of 0-9 or none. Two lines that differ only in which digits they hold
+    then match alike, with the same group spans (RE2 decides on byte classes, and the digits are
+    one class), so the answer for one line of a flood serves every repeat of its shape.
+    Conservative: a pattern it does not fully understand is not blind."""
+    i, n = 0, len(pattern)
+    p = pattern
+    while i < n:
+        c = p[i]
+        if c == "\\":
+            d = p[i + 1] if i + 1 < n else ""
+            if d == "Q":
+                j = p.find("\\E", i + 2)
+                body = p[i + 2 :] if j < 0 else p[i + 2 : j]
+                if set(body) & _ALL_DIGITS:
+                    return False
+                i = n if j < 0 else j + 2
+                continue
+            if d in "xpPC" or d.isdigit() or not d:
+                return False
+            i += 2
+        elif c == "[":
+            j = _class_end(p, i)
+            held = _class_digits(p[i:j])
+            if held is None or held not in (frozenset(), _ALL_DIGITS):
+                return False
+            i = j
+        elif c == "(" and p.startswith("(?", i):
+            j = p.find(">", i) + 1 if p.startswith(("(?P<", "(?<"), i) and not p.startswith(("(?<=", "(?<!"), i) else i + 2
+            if j <= 0:
+                return False
+            i = j
+        elif c == "{":
+            q = _QUANT.match(p, i)
+            i = q.end() if q else i + 1
+        elif c in _ALL_DIGITS:
+            return False
+        else:
+            i += 1
+    return True
+
+
 def _is_utf8(feats: set[str]) -> bool:
     return bool(feats & {"nonascii", "unicode"})
 
@@ -287,7 +395,7 @@ class _Compiled:
     """One spec, compiled for the line (truth) and for the buffer-wide search."""
 
     __slots__ = ("idx", "spec", "utf8", "truth", "rx", "has_groups", "buf_src", "buf_rx", "hs_src",
-                 "cut_sensitive", "named", "_match")
+                 "cut_sensitive", "named", "_match", "blind")
 
     def __init__(self, idx: int, spec: MatcherSpec):
         msg = check_pattern(spec.pattern)
@@ -300,6 +408,7 @@ class _Compiled:
         self.cut_sensitive = self.utf8 or "cut" in feats  # may match a cut head, not the line
         self.rx = re2.compile(self.truth, _options(self.utf8))
         self.has_groups = bool(self.rx.groupindex)
+        self.blind = digit_blind(spec.pattern)
         self.named = tuple((k.decode("utf-8", "replace") if isinstance(k, bytes) else k, i)
                            for k, i in self.rx.groupindex.items())
         # the wrapper's search() + groupdict() cost ~35 us a line in Python; its engine call, 2
@@ -393,6 +502,11 @@ class Scanner:
         self._lines = 0
         self._pend = bytearray()
         self._pend_total = 0
+        # RE2's answer (spans or None) per (matcher, line with digits blanked), for digit-blind
+        # matchers: a flood's repeats are not matched again. Shared by the copies scanner_for
+        # makes (it is a pure function of the patterns), so its bound is per rulebook, not per file.
+        self._memo: dict[tuple[int, bytes], object] = {}
+        self._blind = [c.blind for c in self._c]
 
         self._hs_main = None  # one database: every non-sampled pattern hyperscan takes
         self._hs_sampled: dict[int, object] = {}  # sampled spec -> its own database
@@ -588,14 +702,8 @@ class Scanner:
                 c = self._c[idx]
                 groups = c.groups(text, m) if m is not None and c.has_groups else {}
                 hits.append(
-                    Hit(
-                        matcher=idx,
-                        line=text,
-                        line_no=base_line + 1 + nlines,
-                        offset=base_off + ls,
-                        groups=groups,
-                        truncated=ls in trunc,
-                    )
+                    Hit(idx, text, base_line + 1 + nlines, base_off + ls, groups, ls in trunc,
+                        text.translate(_ZERO) if c.blind else None)
                 )
             total += nlines + count(b"\n", prev, hi)
         return hits, total
@@ -648,8 +756,10 @@ class Scanner:
     def _hs_scan(self, buf: bytes, lo: int, hi: int, line_at, records: list) -> None:
         """One hyperscan call over buf[lo:hi] (more only after a storm of reports on one line)."""
         rx = [c.search for c in self._c]
+        blind, memo = self._blind, self._memo
         rfind, find = buf.rfind, buf.find
         seen: set[tuple[int, int]] = set()
+        blank = None
         pos = lo
         while pos < hi:
             ends: list[tuple[int, int]] = []
@@ -677,10 +787,21 @@ class Scanner:
                     ls = rfind(b"\n", 0, to) + 1
                     le = find(b"\n", to, hi)
                     text = line_at(ls, le)
+                    blank = None
                 if (ls, ident) in seen:
                     continue
                 seen.add((ls, ident))
-                m = rx[ident](text)
+                if blind[ident] and len(text) <= _MEMO_LINE:
+                    if blank is None:
+                        blank = text.translate(_ZERO)
+                    m = memo.get((ident, blank), memo)
+                    if m is memo:
+                        m = rx[ident](text)
+                        if len(memo) >= _MEMO_MAX:
+                            memo.clear()
+                        memo[(ident, blank)] = m
+                else:
+                    m = rx[ident](text)
                 if m is not None:
                     records.append((ls, ident, text, m))
             if not stopped or ls < 0:

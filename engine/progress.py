@@ -9,6 +9,14 @@ watched, so a finished job's silent log is not a hang.
 
 Straggler: progress facts that carry a per-node (or per-rank) ``step_time``: a node whose recent
 step time stays above the median of its peers by ``factor`` for ``duration`` is slow.
+
+Job-level straggler: where a job prints one iteration time (or throughput) for all its ranks, the
+job is compared with its OWN recent baseline. Per progress matcher (one way of printing), the
+first ``warmup`` points are skipped (compilation, cold caches); the baseline is the median of the
+last ``window`` normal points once ``baseline`` of them were seen; ``slow_points`` consecutive
+points at ``factor`` x the baseline or more are a slowdown that stays: one ``slow_node`` fact with
+``scope: job`` and no node, for the rules to call a straggler. Throughput (samples/s, it/s) is
+turned into a cost (1/rate) so that slower is always larger; getting faster is never slow.
 """
 
 from __future__ import annotations
@@ -25,7 +33,11 @@ __all__ = ["ProgressTracker", "HANG_DEFAULTS", "STRAGGLER_DEFAULTS"]
 
 HANG_DEFAULTS = {"bound": None, "factor": 4.0, "min_bound": 300.0, "min_samples": 3, "require_running": True,
                  "any_output": False, "fact_ttl": 3600.0}
-STRAGGLER_DEFAULTS = {"factor": 1.5, "duration": 300.0, "min_peers": 2, "window": 8}
+STRAGGLER_DEFAULTS = {"factor": 1.5, "duration": 300.0, "min_peers": 2, "window": 8, "warmup": 3, "baseline": 3,
+                      "slow_points": 3}
+#: what a progress fact may carry about speed -> how to turn it into seconds per step (or a cost)
+_SPEED = (("step_time", 1.0), ("step_time_ms", 1e-3), ("s_per_it", 1.0), ("it_per_s", -1.0), ("samples_per_s", -1.0),
+          ("iter_s", 1.0))
 
 
 def _cfg(raw: Any, defaults: Mapping[str, Any]) -> dict[str, Any]:
@@ -50,6 +62,17 @@ class _Attempt:
     times: dict[str, deque] = field(default_factory=dict)  # node -> recent step times
     slow_since: dict[str, float] = field(default_factory=dict)
     reported_slow: set[str] = field(default_factory=set)
+    own: dict[str, "_Series"] = field(default_factory=dict)  # progress matcher -> the job's own speed
+
+
+@dataclass
+class _Series:
+    """One way a job prints its speed: points seen, recent normal ones, the current slow run."""
+
+    seen: int = 0
+    normal: deque = field(default_factory=lambda: deque(maxlen=8))
+    slow: list = field(default_factory=list)
+    reported: bool = False
 
 
 class ProgressTracker:
@@ -103,7 +126,40 @@ class ProgressTracker:
         st = fact.get("step_time")
         who = fact.get("node") or (f"rank{fact.get('rank')}" if fact.get("rank") is not None else None)
         if isinstance(st, (int, float)) and who is not None:
-            return self._straggler(str(job), attempt, a, str(who), float(st), fact)
+            out = self._straggler(str(job), attempt, a, str(who), float(st), fact)
+            if out or len(a.times) > 1:
+                return out
+        # one series for the whole job (or a job on one node): compared with its own past
+        cost = _cost(fact)
+        if cost is not None:
+            return self._own_baseline(str(job), attempt, a, cost, fact)
+        return []
+
+    def _own_baseline(self, job: str, attempt: int, a: _Attempt, cost: float, fact: Fact) -> list[Fact]:
+        cfg = self.straggler
+        key = str(fact.get("matcher") or "-")
+        s = a.own.get(key)
+        if s is None:
+            s = a.own[key] = _Series(normal=deque(maxlen=max(1, int(cfg.get("window", 8)))))
+        s.seen += 1
+        if s.seen <= int(cfg.get("warmup", 3)):
+            return []
+        if len(s.normal) >= max(1, int(cfg.get("baseline", 3))):
+            base = statistics.median(s.normal)
+            if base > 0 and cost >= float(cfg.get("factor", 1.5)) * base:
+                s.slow.append((fact.at, cost))
+                if len(s.slow) < max(1, int(cfg.get("slow_points", 3))) or s.reported:
+                    return []
+                s.reported = True
+                recent = statistics.median(c for _, c in s.slow)
+                attrs = {"job": job, "attempt": attempt, "scope": "job", "ratio": round(recent / base, 3),
+                         "step_time": round(recent, 6), "baseline_step_time": round(base, 6), "points": len(s.slow),
+                         "slow_for_s": round(fact.at - s.slow[0][0], 3), "matcher": key,
+                         "evidence": f"{key}: {len(s.slow)} points at x{recent / base:.2f} the job's own baseline"}
+                return [Fact.make("slow_node", attrs, fact.at, fact.origin)]
+        s.slow.clear()  # back to normal (or still learning): a later slowdown is reported again
+        s.reported = False
+        s.normal.append(cost)
         return []
 
     def _straggler(self, job: str, attempt: int, a: _Attempt, who: str, st: float, fact: Fact) -> list[Fact]:
@@ -161,3 +217,12 @@ class ProgressTracker:
 
     def forget(self, job: str, attempt: int) -> None:
         self.attempts.pop((job, attempt), None)
+
+
+def _cost(fact: Fact) -> float | None:
+    """Seconds per step (or, from a throughput, its inverse): larger is slower; None if absent."""
+    for name, scale in _SPEED:
+        v = fact.get(name)
+        if isinstance(v, (int, float)) and v > 0:
+            return float(v) * scale if scale > 0 else 1.0 / float(v)
+    return None

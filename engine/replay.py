@@ -109,6 +109,17 @@ def scan_chunks(chunks: Iterable[bytes], scanner: Scanner, converter: HitConvert
             yield item
 
 
+def log_end(inp: "Input", last: Fact | None, tail_progress: bool) -> Fact | None:
+    """The end of a whole job log, as a fact: what its job printed last was progress (the job went
+    on after any error it logged) or not (it ended on its failure). Only replay knows where a log
+    ends; live, the scheduler's job state says that a job ended."""
+    if last is None or inp.source not in ("job", "any") or last.get("job") is None:
+        return None
+    attrs = {"job": last.get("job"), "attempt": int(last.get("attempt") or 0),
+             "tail": "progress" if tail_progress else "failure"}
+    return Fact.make("log_end", attrs, last.at, f"{inp.name}:end")
+
+
 @dataclass(frozen=True)
 class Input:
     """One stream to replay: a name (path), the source kind, and how to read it."""
@@ -156,14 +167,23 @@ def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: St
         if ctx.job:
             cluster.assign(ctx.job, ctx.attempt, ctx.nodes, 0.0)
         scanner, index_map = scanner_for(compiled, inp.source)
+        last: Fact | None = None
+        tail_progress = False
+        seq = -1
         try:
             for seq, item in enumerate(scan_chunks(inp.chunks(), scanner, converter, ctx, index_map, on_bytes)):
                 # a flood is applied when its first repeat was seen, with every repeat counted by then
                 collected.append((item.at, index, seq, item))
+                if isinstance(item, Fact):
+                    last = item
+                tail_progress = isinstance(item, Fact) and item.kind == "progress"
         except OSError as exc:
             logger.error("%s: cannot read: %s", inp.name, exc.strerror or exc)
             result.unreadable.append(inp.name)
             continue
+        end = log_end(inp, last, tail_progress)
+        if end is not None:
+            collected.append((end.at, index, seq + 1, end))
         result.files += 1
         result.bytes += scanner.bytes_seen
         result.long_lines += scanner.long_lines_cut

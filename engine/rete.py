@@ -19,6 +19,7 @@ the assertion that caused it returns, and the caller asserts what it derives (no
 """
 
 from __future__ import annotations
+from .errors import ReteError
 
 import copy
 import itertools
@@ -38,10 +39,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["ReteError", "ReteNetwork", "ReteSession", "compile_rule", "fact_message"]
 
 _NEVER = {"kind": "\x00never"}
-
-
-class ReteError(RuntimeError):
-    """The engine could not take a fact, or an action failed inside it."""
 
 
 class _QuietHost(_dr.Host):

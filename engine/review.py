@@ -17,6 +17,7 @@ Errors::
 """
 
 from __future__ import annotations
+from .errors import ReviewError
 
 import csv
 import io
@@ -42,10 +43,6 @@ _AGREE = {"agree", "agreed", "agrees", "yes", "y", "true", "1", "ok", "correct",
 _DISAGREE = {"disagree", "disagreed", "disagrees", "no", "n", "false", "0", "wrong", "incorrect", "-1"}
 MAX_DID = 1000
 MAX_BY = 128
-
-
-class ReviewError(ValueError):
-    """A review value that cannot be used."""
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,7 @@ def effective_rulebook(compiled: CompiledRulebook) -> dict[str, Any]:
     } for a in book.actions.values()]
     policy = []
     builtin = {**DEFAULT_POLICY, **DEFAULT_GUARDS, "hang": HANG_DEFAULTS, "straggler": STRAGGLER_DEFAULTS}
-    for key in [k for k in compiled.policy if k != "class_retry"] + [k for k in builtin if k not in compiled.policy]:
+    for key in list(compiled.policy) + [k for k in builtin if k not in compiled.policy]:
         value = compiled.policy.get(key)
         if key in builtin and key not in DEFAULT_POLICY:  # guard settings: the guard merges its defaults the same way
             value = {**builtin[key], **dict(value or {})}

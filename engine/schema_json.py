@@ -107,15 +107,19 @@ def _op_tests() -> list[dict[str, Any]]:
 
 
 def _guard(name: str, defaults: dict[str, Any], description: str) -> dict[str, Any]:
+    kinds = {
+        "int": {"type": "integer", "minimum": 0},
+        "num": {"type": "number", "minimum": 0},
+        "bool": {"type": "boolean"},
+        "dur": {"anyOf": [_ref("duration"), {"type": "null"}]},
+        "autonomy": {"enum": list(_AUTONOMY)},
+        "class_ints": {"type": "object", "propertyNames": {"pattern": _ID}, "additionalProperties": {"type": "integer", "minimum": 0}},
+    }
     props: dict[str, Any] = {}
-    for key in _validator.GUARD_KEYS[name]:  # every key the validator accepts, and no other
-        value = defaults.get(key)
-        if isinstance(value, bool):
-            props[key] = {"type": "boolean", "default": value}
-        elif isinstance(value, (int, float)) or value is None:
-            props[key] = {"anyOf": [{"type": "number"}, _ref("duration"), {"type": "null"}], "default": value}
-        else:
-            props[key] = {"default": value}
+    for key, kind in _validator.GUARD_KEYS[name].items():  # every key the validator accepts, and no other
+        props[key] = dict(kinds[kind])
+        if defaults.get(key) is not None and not isinstance(defaults.get(key), (dict, list, tuple, frozenset)):
+            props[key]["default"] = defaults[key]
     return {"type": "object", "description": description, "properties": props, "additionalProperties": False}
 
 
@@ -189,9 +193,13 @@ def rulebook_schema() -> dict[str, Any]:
         "priorities": {"type": "object", "propertyNames": {"pattern": _ID}, "additionalProperties": {"type": "integer"}},
         "retry": _guard("retry", dict(DEFAULT_GUARDS["retry"]), "Restart budgets per job and per root cause."),
         "blast_radius": _guard("blast_radius", dict(DEFAULT_GUARDS["blast_radius"]), "At most this many drains in a window."),
-        "autonomy": {"type": "object", "description": "Per decision kind: observe | recommend | act.",
-                     "propertyNames": {"enum": list(DECISIONS)}, "additionalProperties": {"enum": list(_AUTONOMY)}},
-        "inhibit": _guard("inhibit", dict(DEFAULT_GUARDS["inhibit"]), "Nodes already down or drained are not drained again."),
+        "autonomy": {"type": "object", "description": "Per decision kind (and per action: cancel): observe | recommend | act.",
+                     "propertyNames": {"enum": list(DECISIONS) + ["cancel"]}, "additionalProperties": {"enum": list(_AUTONOMY)}},
+        "inhibit": _guard("inhibit", dict(DEFAULT_GUARDS["inhibit"]), "Nodes already drained are not drained again."),
+        "isolate": {"type": "object", "description": "Fatal node hardware drained and requeued at once; drain retries.",
+                    "properties": {"at_once": {"type": "array", "items": {"type": "string", "pattern": _ID}},
+                                   "drain_retry_for": {"anyOf": [{"type": "number"}, _ref("duration")], "default": 600.0}},
+                    "additionalProperties": False},
         "hang": _guard("hang", dict(HANG_DEFAULTS), "Hang detection: no progress for longer than the bound."),
         "straggler": _guard("straggler", dict(STRAGGLER_DEFAULTS), "Straggler detection from per-node step times."),
     }

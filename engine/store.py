@@ -17,6 +17,7 @@ Usage::
 """
 
 from __future__ import annotations
+from .errors import StoreError
 
 import json
 import logging
@@ -111,10 +112,6 @@ CREATE TABLE IF NOT EXISTS reviews (
 QUARANTINE_TEXT = 2000
 #: numbers SQLite can hold; anything from a log is bounded long before this
 MAX_INT = (1 << 63) - 1
-
-
-class StoreError(Exception):
-    """The store could not be opened or written (bad path, full disk, not a Recover database)."""
 
 
 @dataclass(frozen=True)
@@ -261,15 +258,18 @@ class Store:
                           "WHERE a.action = 'requeue' AND a.mode = 'act' AND i.job = ?", (job,))
         return {(r[0], int(r[1] or 0)) for r in rows}
 
-    def add_silence(self, node: str, until: float, reason: str, by: str | None) -> int:
+    def add_silence(self, node: str, until: float, reason: str, by: str | None, start: float | None = None) -> int:
+        """A silence holds from ``start`` (default: now) until ``until``; replayed evidence older than
+        its start is judged as it would have been then."""
         cur = self._exec("INSERT INTO silences(node, until, reason, by, created_at) VALUES (?,?,?,?,?)",
-                         (node, until, reason, by, time.time()))
+                         (node, until, reason, by, time.time() if start is None else start))
         return int(cur.lastrowid)
 
     def silences(self, active_at: float | None = None) -> list[dict[str, Any]]:
         if active_at is None:
             return [dict(r) for r in self._exec("SELECT * FROM silences ORDER BY id")]
-        return [dict(r) for r in self._exec("SELECT * FROM silences WHERE until > ? ORDER BY id", (active_at,))]
+        return [dict(r) for r in self._exec("SELECT * FROM silences WHERE created_at <= ? AND until > ? ORDER BY id",
+                                            (active_at, active_at))]
 
     def remove_silence(self, silence_id: int) -> bool:
         return self._exec("DELETE FROM silences WHERE id = ?", (silence_id,)).rowcount > 0

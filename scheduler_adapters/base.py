@@ -17,6 +17,8 @@ Exceptions::
 
 from __future__ import annotations
 
+from engine.errors import SchedulerError, SchedulerUnavailable
+
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
@@ -34,14 +36,6 @@ __all__ = [
 
 # Job states in which a job holds (or is about to hold) nodes.
 JOB_ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"})
-
-
-class SchedulerError(Exception):
-    """Base of every adapter error."""
-
-
-class SchedulerUnavailable(SchedulerError):
-    """The scheduler's commands are missing or its controller does not answer."""
 
 
 class CommandFailed(SchedulerError):
@@ -67,6 +61,18 @@ class JobInfo:
     requeue: bool = True
     user: str = ""
     partition: str = ""
+    required_nodes: tuple[str, ...] = ()  # nodes the job asked for by name (-w); never excluded
+    gpus: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (node, GPU indexes the job holds there)
+    detailed: bool = False  # required_nodes and gpus were read (``scontrol show job -d``)
+
+    def gpus_on(self, node: str) -> tuple[int, ...] | None:
+        """The GPU indexes this job holds on ``node``; None when not known."""
+        if not self.detailed:
+            return None
+        for name, idx in self.gpus:
+            if name == node:
+                return idx
+        return ()
 
 
 @dataclass(frozen=True)

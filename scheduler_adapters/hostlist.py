@@ -10,6 +10,7 @@ kept as written, as ``scontrol show hostnames`` does.
 """
 
 from __future__ import annotations
+from engine.errors import HostlistError
 
 import logging
 import re
@@ -22,10 +23,6 @@ logger = logging.getLogger(__name__)
 MAX_HOSTS = 100_000
 
 _NUMBER = re.compile(r"[0-9]+")
-
-
-class HostlistError(ValueError):
-    """The text is not a hostlist expression."""
 
 
 def expand_hostlist(text: str | None) -> list[str]:

@@ -14,6 +14,7 @@ Errors::
 """
 
 from __future__ import annotations
+from ..errors import RulebookError
 
 import os
 from dataclasses import dataclass
@@ -30,13 +31,6 @@ __all__ = ["load_rulebook", "require_rulebook", "LoadResult", "RulebookError", "
            "Diagnostic", "CompiledRulebook"]
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
-
-
-class RulebookError(Exception):
-    def __init__(self, diagnostics: Sequence[Diagnostic]):
-        self.diagnostics = list(diagnostics)
-        errors = [d for d in self.diagnostics if d.severity == "error"]
-        super().__init__("\n".join(str(d) for d in errors) or "rulebook has errors")
 
 
 @dataclass(frozen=True)

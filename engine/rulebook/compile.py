@@ -21,7 +21,8 @@ from .yamlmarks import Mark
 
 __all__ = ["CompiledRulebook", "Template", "compile_rulebook", "ACTION_VARS", "DEFAULT_POLICY", "jinja_env"]
 
-ACTION_VARS = frozenset({"incident", "job", "attempt", "node", "nodes", "fault_class", "decision", "reason", "evidence"})
+ACTION_VARS = frozenset({"incident", "job", "attempt", "node", "nodes", "fault_class", "decision", "reason", "evidence",
+                         "excluded", "fault_reason", "outcome", "alert"})
 #: policy defaults; ``decisions`` and ``priorities`` start from the declared fault classes
 DEFAULT_POLICY: Mapping[str, Any] = {
     "settle": 120.0,
@@ -213,9 +214,12 @@ def compile_rulebook(book: Rulebook) -> tuple[CompiledRulebook, list[Diagnostic]
     policy = {key: (dict(value) if isinstance(value, Mapping) else value) for key, value in DEFAULT_POLICY.items()}
     policy["decisions"].update(class_decisions)
     policy["priorities"].update(class_priorities)
+    # a class's retry budget is the default of policy.retry.per_class, which may still change it
     retry_budgets = {name: fc.retry for name, fc in declared.items() if fc.retry is not None}
     if retry_budgets:
-        policy["class_retry"] = retry_budgets
+        retry = dict(policy.get("retry") or {})
+        retry["per_class"] = {**retry_budgets, **dict(retry.get("per_class") or {})}
+        policy["retry"] = retry
     for key, value in book.policy.items():
         if isinstance(value, Mapping) and isinstance(policy.get(key), dict):
             policy[key].update(value)

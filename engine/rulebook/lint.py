@@ -36,6 +36,8 @@ BASE_ATTRS: Mapping[str, frozenset[str]] = {
     "fault": frozenset({"fault_class", "nodes", "priority", "reason", "rule", "job", "attempt"}),
 }
 _NEGATIVE_OPS = ("ne", "not_in")
+#: the classes of what every surviving rank prints after one rank or node fails
+_CASCADE_CLASSES = ("nccl_network_error", "nccl_timeout")
 
 
 def log_attrs(m: Matcher) -> frozenset[str]:
@@ -186,6 +188,9 @@ class _Linter:
                 continue
             scopes: dict[str, tuple[frozenset[str], frozenset[str]] | None] = {}
             for cond in rule.conditions:
+                if cond.kind == "progress" and cond.absent_for is None:
+                    self.warn(cond.mark, "W-NEVER-FIRES", f"rule {rule.id}: progress facts never reach rules (the progress "
+                                                          "tracker aggregates them)", "use kind: stall (a hang), or progress with absent_for")
                 scope = self.condition_scope(rule, cond)
                 if cond.kind == "log":
                     names = [v for cmp, _v, _r in _walk(cond.where, self.book) if cmp.attr == "matcher" and cmp.op in ("eq", "in")
@@ -237,6 +242,32 @@ class _Linter:
         for key in ("decisions", "priorities"):
             for fc in dict(self.book.policy.get(key, {}) or {}):
                 self.known_class(fc, self.policy_mark(key), f"policy.{key}")
+        retry = self.book.policy.get("retry") or {}
+        for fc in dict(retry.get("per_class") or {}) if isinstance(retry, Mapping) else ():
+            self.known_class(fc, self.policy_mark("retry"), "policy.retry.per_class")
+
+    def priorities(self) -> None:
+        """A site's own root cause must outrank the NCCL errors its failure makes every other rank
+        print, or those win the incident; a correlation rule that names it as the cause is the
+        other way (the shipped application classes use one)."""
+        cascade = {c: fc.priority for c, fc in self.book.fault_classes.items() if c in _CASCADE_CLASSES}
+        if not cascade:
+            return
+        top, top_pri = max(cascade.items(), key=lambda kv: kv[1])
+        pri = {**{n: fc.priority for n, fc in self.book.fault_classes.items()}, **dict(self.book.policy.get("priorities", {}) or {})}
+        for name, fc in self.book.fault_classes.items():
+            if fc.mark.file.startswith("rules/") or name in _CASCADE_CLASSES or fc.decision == "observe":
+                continue
+            if int(pri.get(name, fc.priority)) > top_pri:
+                continue
+            correlated = any(r.enabled and r.then_kind == "fault" and r.then_attrs.get("fault_class") == name
+                             and (len(r.conditions) > 1 or int(r.then_attrs.get("priority") or 0) > top_pri)
+                             for r in self.book.rules)
+            if not correlated:
+                self.warn(self.book.origins.get(("fault_classes", name), (fc.mark,))[-1], "W-PRIORITY",
+                          f"fault class {name!r} (priority {pri.get(name, fc.priority)}) ranks below {top} ({top_pri}): "
+                          f"the NCCL errors its failure causes on the other ranks would win the incident",
+                          f"give it a priority above {top_pri}, or a correlation rule that names it as their cause")
 
     def tests(self) -> None:
         for t in self.book.tests:
@@ -285,4 +316,5 @@ def lint(book: Rulebook, compiled_rules: Any = ()) -> list[Diagnostic]:
     linter.policy()
     linter.tests()
     linter.actions()
+    linter.priorities()
     return linter.diags

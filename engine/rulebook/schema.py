@@ -44,23 +44,27 @@ ITEM_KEYS = {
     "expectation": ("fault_class", "decision", "nodes", "rules", "job", "attempt", "commands", "not_rules"),
     "fault_class": ("description", "decision", "priority", "retry", "override"),
     "policy": ("settle", "cascade", "decisions", "plans", "priorities", "retry", "blast_radius",
-               "autonomy", "inhibit", "hang", "straggler", "thresholds"),
+               "autonomy", "inhibit", "hang", "straggler", "thresholds", "isolate"),
 }
 #: the settings of each policy guard, and the type of each (dur: a duration; decision: a decision
 #: name as key). What is not here is read by nothing, so it is an error rather than a silent no-op.
 GUARD_KEYS: dict[str, dict[str, str]] = {
-    "retry": {"max_per_job": "int", "max_per_fingerprint": "int", "window": "dur", "no_progress_attempts": "int"},
+    "retry": {"max_per_job": "int", "max_per_fingerprint": "int", "window": "dur", "no_progress_attempts": "int",
+              "per_class": "class_ints"},
     "blast_radius": {"max_drains": "int", "max_fraction": "num", "window": "dur"},
-    "autonomy": {d: "autonomy" for d in DECISIONS},
+    # per decision kind, and per action where one needs its own (cancel)
+    "autonomy": {**{d: "autonomy" for d in DECISIONS}, "cancel": "autonomy"},
+    "isolate": {"at_once": "classes", "drain_retry_for": "dur"},
     "inhibit": {"drained_nodes": "bool"},
     "hang": {"bound": "dur", "factor": "num", "min_bound": "dur", "min_samples": "int", "require_running": "bool",
              "any_output": "bool", "fact_ttl": "dur"},
-    "straggler": {"factor": "num", "duration": "dur", "min_peers": "int", "window": "int"},
+    "straggler": {"factor": "num", "duration": "dur", "min_peers": "int", "window": "int", "warmup": "int",
+                  "baseline": "int", "slow_points": "int"},
 }
 _ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,127}$")
 _ALIAS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
 _DUR_RE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m(?!s))?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*(?:(\d+(?:\.\d+)?)\s*ms)?\s*$")
-_FACT_KINDS_FOR_RULES = ("log", "xid", "gpu_counter", "gpu_state", "job", "node", "progress", "stall", "slow_node", "symptom", "fault")
+_FACT_KINDS_FOR_RULES = ("log", "xid", "gpu_counter", "gpu_state", "job", "node", "progress", "stall", "slow_node", "log_end", "symptom", "fault")
 _RESERVED_ATTRS = ("kind", "at", "id", "origin")
 _TYPES = ("int", "float", "str")
 
@@ -436,9 +440,15 @@ class _Checker:
                 bad = v is not None and parse_duration(v) is None
             elif kind == "autonomy":
                 bad = v not in ("observe", "recommend", "act")
+            elif kind == "classes":
+                bad = not isinstance(v, list) or not all(isinstance(c, str) for c in v)
+            elif kind == "class_ints":  # fault class -> restarts; the names are checked after layering
+                bad = not isinstance(v, dict) or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in v.values())
             if bad:
                 want = {"int": "a whole number >= 0", "num": "a number >= 0", "bool": "true or false",
-                        "dur": "a duration such as 90s or 10m", "autonomy": "observe, recommend or act"}[kind or "int"]
+                        "dur": "a duration such as 90s or 10m", "autonomy": "observe, recommend or act",
+                        "classes": "a list of fault class names",
+                        "class_ints": "a mapping of fault class -> whole number >= 0"}[kind or "int"]
                 self.err(mark_of(value, k), "E-VALUE", f"policy.{name}.{k} must be {want}, got {v!r}")
 
     def fault_class(self, name: Any, node: Any, overrides: dict, marks: dict) -> FaultClass | None:

@@ -13,6 +13,7 @@ is ``engine.sources.fake_nvml``).
 """
 
 from __future__ import annotations
+from ..errors import NvmlUnavailable
 
 import logging
 import math
@@ -79,10 +80,6 @@ COUNTERS: dict[str, tuple[str, str, str | None]] = {
 }
 #: boolean counters: a set flag is reported even on the baseline sample
 FLAGS = frozenset({"row_remap_pending", "row_remap_failure", "retired_pages_pending"})
-
-
-class NvmlUnavailable(RuntimeError):
-    """NVML cannot be used on this machine (no library, no driver, or init failed)."""
 
 
 class _Lost(Exception):

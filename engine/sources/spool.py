@@ -16,6 +16,7 @@ facts whose id it has seen recently.
 """
 
 from __future__ import annotations
+from ..errors import SpoolError
 
 import errno
 import hashlib
@@ -61,10 +62,6 @@ def file_head(fd: int, offset: int) -> str:
 #: rules' to draw
 REFUSED_KINDS = frozenset({"job", "node"}) | DERIVED_KINDS
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-
-
-class SpoolError(ValueError):
-    """A spool that cannot be used as asked (bad node name, bad policy)."""
 
 
 def _recent_ids(paths: list[str], budget: int, window: int) -> list[str]:

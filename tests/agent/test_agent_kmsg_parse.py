@@ -3,7 +3,8 @@ agent and replay), every documented format, prefixes, PCI domains, and lines tha
 
 The agent had its own Python Xid parser until issue 11; what it decoded beyond the rulebook
 (UUID mapping lines, recovery actions as slugs, ``caused_by``, ``link``) is gone with it: the
-rulebook's matchers decide what a kernel line says, on both sides of the spool.
+rulebook's matchers decide what a kernel line says, on both sides of the spool (a Xid 45 that names
+its cause also gives the rulebook's ``xid_cause_named`` log fact, with ``cause``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def parse_all(line: str):
 
 
 def parse(line: str):
-    facts = parse_all(line)
+    facts = [f for f in parse_all(line) if f.get("matcher") != "xid_cause_named"]
     assert len(facts) <= 1, facts
     return facts[0] if facts else None
 

@@ -26,8 +26,8 @@ def xid_line(i: int) -> str:
 
 
 def start_agent(spool: Path, log: Path, stderr) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "engine.agent", "--node", NODE, "--spool", str(spool), "--kernel-log", str(log),
-           "--no-nvml", "--poll-interval", "0.02", "--log-level", "INFO"]
+    cmd = [sys.executable, "-m", "engine.cli", "agent", "--node", NODE, "--spool", str(spool), "--kernel-log", str(log),
+           "--no-nvml", "--interval", "0.02", "--verbose"]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr, cwd=str(Path(__file__).resolve().parents[2]))
 
 
@@ -75,7 +75,7 @@ def test_kill_minus_nine_mid_burst_neither_loses_nor_doubles(tmp_path):
                 for _ in range(min(burst, total - i)):
                     fh.write(xid_line(i))
                     i += 1
-            time.sleep(rng.random() * 0.04)
+            time.sleep(rng.random() * 0.12)  # slow enough that several restarts (each loads the rulebook) land mid-burst
         appended.set()
 
     t = threading.Thread(target=appender)
@@ -201,7 +201,7 @@ def test_no_source_at_all_returns_non_zero(tmp_path, caplog):
 
 
 def test_no_source_from_the_command_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "engine.agent", "--node", NODE, "--spool", str(tmp_path / "s")],
+    r = subprocess.run([sys.executable, "-m", "engine.cli", "agent", "--node", NODE, "--spool", str(tmp_path / "s"), "--expected-gpus", "0"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == EXIT_NO_SOURCE
     assert r.stderr.count("NVML unavailable") == 1

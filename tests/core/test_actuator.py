@@ -200,7 +200,7 @@ def test_blast_radius_stops_draining_and_notifies(setup):
 
 def test_silenced_node_is_only_recorded(setup):
     sim, store, engine, act = setup()
-    store.add_silence("n2", time.time() + 3600, "maintenance", "ops")
+    store.add_silence("n2", time.time() + 3600, "maintenance", "ops", start=0)  # the engine runs on virtual time 0..
     job = sim.submit("train", nodes=2)
     fault_xid(engine, job, "n2", 0)
     engine.finish()

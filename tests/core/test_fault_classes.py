@@ -56,3 +56,18 @@ def test_a_second_declaration_needs_override(tmp_path):
     result = load_rulebook([path])
     assert [d.code for d in result.errors] == ["E-DUP-ID"]
     assert result.errors[0].mark.line == 2
+
+
+def test_policy_retry_per_class_overrides_the_class_budget(tmp_path):
+    c = book(tmp_path, SITE + "policy:\n  retry: {per_class: {lustre_ost_down: 3, unknown: 0}}\n")
+    assert dict(c.policy["retry"]["per_class"]) == {"lustre_ost_down": 3, "unknown": 0}
+    ctx = GuardContext(job="77", attempt=0, now=200.0)
+    d = decide(c, "unknown", (), "no rule explains it", ctx)
+    assert d.decision == "stop" and "retry budget is 0" in d.guards[0]["why"]
+
+
+def test_per_class_names_a_declared_class(tmp_path):
+    path = tmp_path / "site.yaml"
+    path.write_text("policy:\n  retry: {per_class: {lustre_ots_down: 1}}\n")
+    result = load_rulebook([path])
+    assert [(d.code, d.mark.line) for d in result.errors] == [("E-VALUE", 2)]

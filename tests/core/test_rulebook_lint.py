@@ -66,6 +66,12 @@ CASES = {
         "tests:\n  - name: t\n    input: [{lines: x}]\n    expect: [{fault_clas: unknown}]\n", "E-UNKNOWN-KEY", "error", 4),
     "an action names a verification that does not exist": (
         "actions:\n  drain: {override: true, verify: node_draind}\n", "E-REF", "error", 2),
+    "a rule waits for a progress fact, which never reaches rules": (
+        "rules:\n  - id: site.p\n    description: d\n    when:\n      - {kind: progress}\n"
+        "    then: {symptom: {name: site_progress}}\n", "W-NEVER-FIRES", "warning", 5),
+    "a site root cause ranked below the NCCL cascade it causes": (
+        "fault_classes:\n  ib_link_flap: {description: d, decision: restart, priority: 20}\n"
+        + rule() + fault(fc="ib_link_flap"), "W-PRIORITY", "warning", 2),
     "a rule that needs a condition of a disabled matcher": (
         "matchers:\n  - {id: nccl_watchdog_timeout, override: true, enabled: false}\n" + rule() + fault(),
         "W-NEVER-FIRES", "warning", 7),

@@ -1,0 +1,230 @@
+"""Accuracy of a rulebook on a corpus of real failure excerpts (``recover rules eval``).
+
+A corpus is one or more JSON-lines files; each line is a case::
+
+    {"id": "nccl-nccl_timeout-004", "source": "https://github.com/...", "stream": "app",
+     "text": "verbatim log lines", "label": "nccl_timeout", "accept": ["nccl_network_error"],
+     "note": "why this label"}
+
+``label`` is the root cause's fault class, or ``healthy`` for an excerpt that must open no
+incident. Each case is replayed alone, through the same pipeline as ``recover replay``, and its
+answer is the fault class of its strongest incident (highest priority, earliest on a tie), or
+``healthy`` when none opened. A case is right when the answer is its label or one of ``accept``.
+
+Usage::
+
+    cases, problems = load_cases(["tests/corpus"])
+    report = evaluate(compiled, cases)
+    print(report.accuracy, report.per_class())
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from .rete import ReteNetwork
+from .replay import Input, replay_inputs
+from .rulebook.compile import CompiledRulebook
+from .store import Store
+
+__all__ = ["Case", "CaseResult", "EvalReport", "load_cases", "evaluate", "HEALTHY", "STREAM_SOURCES"]
+
+HEALTHY = "healthy"
+#: corpus stream -> the source kind its text is replayed as (which matchers apply)
+# (slurm lines come both from a job's own output, where srun and slurmstepd print, and from the
+# daemons' logs, so they are read with every matcher, as a mixed excerpt is)
+STREAM_SOURCES = {"app": "job", "kernel": "kernel", "slurm": "any", "mixed": "any"}
+#: the job id every excerpt but a kernel log is replayed as (a job log names its job)
+CASE_JOB = "990001"
+_REQUIRED = ("id", "source", "stream", "text", "label")
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    source: str
+    stream: str
+    text: str
+    label: str
+    accept: tuple[str, ...] = ()
+    note: str = ""
+    where: str = ""  # file:line of the case
+
+    @property
+    def answers(self) -> frozenset[str]:
+        return frozenset((self.label, *self.accept))
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    case: Case
+    got: str
+    incidents: int
+    rules: tuple[str, ...] = ()
+    error: str = ""
+
+    @property
+    def right(self) -> bool:
+        return not self.error and self.got in self.case.answers
+
+
+@dataclass
+class EvalReport:
+    results: list[CaseResult] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return len(self.results)
+
+    @property
+    def right(self) -> int:
+        return sum(r.right for r in self.results)
+
+    @property
+    def accuracy(self) -> float:
+        return self.right / self.total if self.total else 0.0
+
+    @property
+    def misses(self) -> list[CaseResult]:
+        return [r for r in self.results if not r.right]
+
+    @property
+    def healthy_with_incident(self) -> list[CaseResult]:
+        """Healthy cases that opened an incident no ``accept`` allows."""
+        return [r for r in self.results if r.case.label == HEALTHY and not r.right]
+
+    def labels(self) -> list[str]:
+        seen = {r.case.label for r in self.results} | {r.got for r in self.results}
+        return sorted(seen, key=lambda x: (x == HEALTHY, x))
+
+    def confusion(self) -> dict[str, Counter]:
+        """label -> Counter of answers (a case counted right under its label when an accepted answer was given)."""
+        out: dict[str, Counter] = {}
+        for r in self.results:
+            out.setdefault(r.case.label, Counter())[r.case.label if r.right else r.got] += 1
+        return out
+
+    def per_class(self) -> dict[str, dict[str, Any]]:
+        """label -> {cases, right, precision, recall}; precision counts an accepted answer as right."""
+        stats: dict[str, dict[str, Any]] = {}
+        for label in self.labels():
+            cases = [r for r in self.results if r.case.label == label]
+            answered = [r for r in self.results if r.got == label]
+            tp_recall = sum(r.right for r in cases)
+            tp_precision = sum(r.right for r in answered)
+            stats[label] = {
+                "cases": len(cases),
+                "right": tp_recall,
+                "recall": tp_recall / len(cases) if cases else None,
+                "answered": len(answered),
+                "precision": tp_precision / len(answered) if answered else None,
+            }
+        return stats
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cases": self.total,
+            "right": self.right,
+            "accuracy": round(self.accuracy, 4),
+            "healthy_with_incident": [r.case.id for r in self.healthy_with_incident],
+            "per_class": self.per_class(),
+            "confusion": {k: dict(v) for k, v in self.confusion().items()},
+            "misses": [{"id": r.case.id, "label": r.case.label, "got": r.got, "rules": list(r.rules),
+                        "error": r.error, "where": r.case.where} for r in self.misses],
+        }
+
+
+def _corpus_files(paths: Iterable[str]) -> list[str]:
+    files: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            files.extend(sorted(os.path.join(p, n) for n in os.listdir(p) if n.endswith((".jsonl", ".json"))))
+        else:
+            files.append(p)
+    return files
+
+
+def load_cases(paths: Iterable[str], known_labels: Iterable[str] | None = None) -> tuple[list[Case], list[str]]:
+    """Read every case; a bad line is reported (``file:line: problem``) and skipped, never fatal."""
+    labels = set(known_labels) | {HEALTHY} if known_labels is not None else None
+    cases: list[Case] = []
+    problems: list[str] = []
+    ids: dict[str, str] = {}
+    for path in _corpus_files(paths):
+        try:
+            fh = open(path, encoding="utf-8")
+        except OSError as exc:
+            problems.append(f"{path}: cannot read: {exc.strerror or exc}")
+            continue
+        with fh:
+            for n, line in enumerate(fh, 1):
+                where = f"{path}:{n}"
+                if not line.strip():
+                    continue
+                try:
+                    raw = json.loads(line)
+                except ValueError as exc:
+                    problems.append(f"{where}: not JSON: {exc}")
+                    continue
+                if not isinstance(raw, dict):
+                    problems.append(f"{where}: a case is a JSON object")
+                    continue
+                missing = [k for k in _REQUIRED if not isinstance(raw.get(k), str) or not raw.get(k)]
+                if missing:
+                    problems.append(f"{where}: missing or empty: {', '.join(missing)}")
+                    continue
+                if raw["stream"] not in STREAM_SOURCES:
+                    problems.append(f"{where}: stream {raw['stream']!r} is not one of {', '.join(STREAM_SOURCES)}")
+                    continue
+                accept = raw.get("accept") or []
+                if not isinstance(accept, list) or not all(isinstance(a, str) for a in accept):
+                    problems.append(f"{where}: accept must be a list of labels")
+                    continue
+                bad = [x for x in [raw["label"], *accept] if labels is not None and x not in labels]
+                if bad:
+                    problems.append(f"{where}: unknown label(s): {', '.join(bad)}")
+                    continue
+                if raw["id"] in ids:
+                    problems.append(f"{where}: id {raw['id']!r} already used at {ids[raw['id']]}")
+                    continue
+                ids[raw["id"]] = where
+                cases.append(Case(raw["id"], raw["source"], raw["stream"], raw["text"], raw["label"],
+                                  tuple(accept), str(raw.get("note", "")), where))
+    return cases, problems
+
+
+def _strongest(store: Store, incidents, priorities) -> tuple[str, tuple[str, ...]]:
+    best: tuple[int, float, str, tuple[str, ...]] | None = None
+    for inc in incidents:
+        row = store.incident(inc.id)
+        fc = row.fault_class or "unknown"
+        key = (-int(priorities.get(fc, 0)), inc.at, fc, tuple(store.rules_fired(inc.id)))
+        if best is None or key[:2] < best[:2]:
+            best = key
+    if best is None:
+        return HEALTHY, ()
+    return best[2], best[3]
+
+
+def evaluate_case(compiled: CompiledRulebook, case: Case, network: ReteNetwork) -> CaseResult:
+    data = case.text.encode("utf-8")
+    name = "kern.log" if case.stream == "kernel" else f"slurm-{CASE_JOB}.out"
+    store = Store(":memory:")
+    try:
+        result = replay_inputs([Input(name, lambda: [data], STREAM_SOURCES[case.stream])], compiled, store,
+                               network=network)
+        got, rules = _strongest(store, result.incidents, compiled.policy.get("priorities", {}))
+        return CaseResult(case, got, len(result.incidents), rules)
+    except Exception as exc:  # one case that breaks the pipeline is a miss with its reason, not the end of the run
+        return CaseResult(case, "error", 0, (), f"{type(exc).__name__}: {exc}")
+    finally:
+        store.close()
+
+
+def evaluate(compiled: CompiledRulebook, cases: Sequence[Case]) -> EvalReport:
+    network = ReteNetwork(compiled)
+    return EvalReport([evaluate_case(compiled, c, network) for c in cases])
