@@ -9,6 +9,7 @@ Nothing here runs a command: ``engine/actuator.py`` (acting) and the store (reco
 from __future__ import annotations
 from .errors import PlanError
 
+import json
 import logging
 import re
 from dataclasses import dataclass
@@ -19,12 +20,13 @@ from .rulebook.compile import CompiledAction, CompiledRulebook
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PlannedAction", "PlanError", "plan_actions", "safe_reason", "idem_key", "evidence_summary"]
+__all__ = ["PlannedAction", "PlanError", "plan_actions", "safe_reason", "idem_key", "evidence_summary", "alert_json"]
 
 _REASON_BAD = re.compile(r"[^A-Za-z0-9 _.:/,()#+-]")
 _JOB_ARG = re.compile(r"^(?:\w+=)?\{\{-?\s*job\s*-?\}\}$")
 MAX_REASON = 120
-_NODES_VAR = re.compile(r"(?<![.\w])nodes\b")  # the `nodes` variable, not evidence.nodes
+MAX_OUTCOME = 400
+_SETS_NODES = re.compile(r"=\{\{-?\s*(?:nodes|excluded)\b")  # ExcNodeList={{ nodes|join(',') }}
 
 
 @dataclass(frozen=True)
@@ -37,11 +39,11 @@ class PlannedAction:
     timeout: float
 
 
-def safe_reason(text: str) -> str:
+def safe_reason(text: str, limit: int = MAX_REASON) -> str:
     """Free text for a drain reason: printable ASCII from a small set, no '=', bounded."""
     text = _REASON_BAD.sub(" ", text or "")
     text = re.sub(r"\s+", " ", text).strip()
-    return text[:MAX_REASON]
+    return text[:limit]
 
 
 def idem_key(incident: int, action: str, target: str) -> str:
@@ -67,14 +69,28 @@ def evidence_summary(first_line: str | None, count: int, nodes: Iterable[str]) -
     return {"first_line": safe_reason(first_line or ""), "count": max(0, int(count)), "nodes": clean}
 
 
+def alert_json(incident: int, job: str, fault_class: str, decision: str, nodes: list[str], fault_reason: str,
+               outcome: str) -> str:
+    """The body of an Alertmanager v2 ``POST /api/v2/alerts``: one alert, its labels the things a
+    site routes and silences on. Every value is already validated or cleaned by the caller."""
+    labels = {"alertname": "RecoverIncident", "incident": str(incident), "fault_class": fault_class,
+              "decision": decision, "nodes": ",".join(nodes) or "-", "job": job or "-", "service": "recover"}
+    summary = f"incident {incident}: {fault_class} on {','.join(nodes) or '-'} (job {job or '-'}): {decision}"
+    return json.dumps([{"labels": labels, "annotations": {"summary": summary, "description": fault_reason,
+                                                           "outcome": outcome}}], sort_keys=True)
+
+
 def plan_actions(compiled: CompiledRulebook, decision: str, incident: int, job: str | None, attempt: int | None,
                  nodes: Iterable[str], fault_class: str, scheduler: str = "slurm",
                  names: Iterable[str] | None = None, reason: str | None = None,
-                 evidence: Mapping[str, Any] | None = None) -> tuple[list[PlannedAction], list[str]]:
+                 evidence: Mapping[str, Any] | None = None, outcome: str | None = None,
+                 excluded: Iterable[str] | None = None) -> tuple[list[PlannedAction], list[str]]:
     """Render the plan of a decision. Returns (actions, problems); a problem skips that action.
 
     ``reason`` is the winning fault's reason and ``evidence`` an ``evidence_summary``; both come
-    from logs, so both are cleaned and bounded before a template sees them."""
+    from logs, so both are cleaned and bounded before a template sees them. ``excluded`` is the
+    job's whole exclusion list to set (what it had plus the new nodes; the actuator reads it from
+    Slurm right before the command), ``outcome`` what was done so far (for pages)."""
     problems: list[str] = []
     clean_nodes = []
     for n in nodes:
@@ -83,7 +99,12 @@ def plan_actions(compiled: CompiledRulebook, decision: str, incident: int, job: 
         else:
             problems.append(f"node name {str(n)[:40]!r} is not a valid host name; not acted on")
     clean_nodes = sorted(set(clean_nodes))
+    clean_excluded = sorted({str(n) for n in (excluded if excluded is not None else clean_nodes) if NODE_RE.match(str(n))})
     job_ok = job is not None and JOB_RE.match(str(job)) is not None
+    names = list(names if names is not None else compiled.policy["plans"].get(decision, ()))
+    fault_reason = safe_reason(reason or "") or "-"
+    said = safe_reason(outcome if outcome is not None else "planned: " + ", ".join(n for n in names if n != "notify"),
+                       MAX_OUTCOME) or "-"
     variables = {
         "incident": str(incident),
         "job": str(job) if job_ok else "",
@@ -95,9 +116,13 @@ def plan_actions(compiled: CompiledRulebook, decision: str, incident: int, job: 
         "reason": safe_reason(f"recover incident {incident} {fault_class}" + (f": {reason}" if reason else "")),
         "evidence": evidence_summary((evidence or {}).get("first_line"), (evidence or {}).get("count", 0),
                                      (evidence or {}).get("nodes", ())),
+        "excluded": clean_excluded,
+        "fault_reason": fault_reason,
+        "outcome": said,
+        "alert": alert_json(incident, str(job) if job_ok else "", fault_class, decision, clean_nodes, fault_reason, said),
     }
     plan: list[PlannedAction] = []
-    for name in (names if names is not None else compiled.policy["plans"].get(decision, ())):
+    for name in names:
         action = compiled.actions.get(name)
         if action is None:
             problems.append(f"action {name!r} is not defined")
@@ -118,8 +143,8 @@ def plan_actions(compiled: CompiledRulebook, decision: str, incident: int, job: 
                     argv = _render(action, variables | {"node": node})
                     plan.append(PlannedAction(name, node, argv, idem_key(incident, name, node), action.verify, action.timeout))
             else:
-                if not clean_nodes and any(_NODES_VAR.search(t.source) for t in action.argv):
-                    continue  # e.g. exclude: nothing to exclude
+                if not clean_nodes and any(_SETS_NODES.search(t.source) for t in action.argv):
+                    continue  # e.g. exclude: nothing to exclude (a page that mentions the nodes still goes)
                 argv = _render(action, variables)
                 target = variables["job"] or "-"
                 plan.append(PlannedAction(name, target, argv, idem_key(incident, name, target), action.verify, action.timeout))

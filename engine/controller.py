@@ -172,6 +172,7 @@ class Controller:
         self._tx_spool_last = dict(self.spool.offsets) if self.spool else None
         self._failures = 0  # unexpected errors in a row
         self._sched_ok = False
+        self._poller = None  # started by run() after startup(); step() alone polls inline (tests)
         self._resync_reason: str | None = None
         self.lost_reason: str | None = None
         self._refused_seen: dict[str, int] = {}
@@ -599,19 +600,31 @@ class Controller:
                             "(garbage, truncated or too long JSON); %d so far", self.cfg.spool, new_garbage, garbage)
 
     def _poll_scheduler(self, now: float) -> None:
-        if self.adapter is None or now - self._last_sched < self.cfg.scheduler_interval:
+        if self.adapter is None:
             return
-        self._last_sched = now
-        self._sched_ok = False
-        try:
-            jobs = self.adapter.jobs()
-            nodes = self.adapter.nodes()
-            self.metrics.source_health.labels(source="scheduler").set(1)
+        if self._poller is not None:  # `recover run`: polled on its own thread, never blocking this loop
+            snap = self._poller.take()
+            self.metrics.source_health.labels(source="scheduler").set(1 if self._poller.available else 0)
+            if self.actuator is not None and hasattr(self.actuator, "available"):
+                self.actuator.available = self._poller.available  # actions wait while it does not answer
+            if snap is None:
+                return
+            jobs, nodes = snap.jobs, snap.nodes
             self._sched_ok = True
-        except Exception as exc:
-            self.metrics.source_health.labels(source="scheduler").set(0)
-            self._log_every("scheduler", logging.WARNING, "scheduler poll failed: %s", exc)
-            return
+        else:
+            if now - self._last_sched < self.cfg.scheduler_interval:
+                return
+            self._last_sched = now
+            self._sched_ok = False
+            try:
+                jobs = self.adapter.jobs()
+                nodes = self.adapter.nodes()
+                self.metrics.source_health.labels(source="scheduler").set(1)
+                self._sched_ok = True
+            except Exception as exc:
+                self.metrics.source_health.labels(source="scheduler").set(0)
+                self._log_every("scheduler", logging.WARNING, "scheduler poll failed: %s", exc)
+                return
         self._tx_begin()
         states_changed = False
         # nodes first: a node that died is seen while its job is still assigned to it
@@ -800,6 +813,12 @@ class Controller:
                 signal.signal(sig, on_signal)
         _raise_nofile_limit()
         self.startup()
+        if self.adapter is not None:
+            from scheduler_adapters.worker import PollWorker
+
+            self._poller = PollWorker(self.adapter, self.cfg.scheduler_interval,
+                                      timeout=max(10.0, 2 * self.cfg.scheduler_interval))
+            self._poller.start()
         logger.warning("recover run: mode=%s follow=%s spool=%s scheduler=%s db=%s", self.mode,
                        ",".join(self.cfg.follow) or "-", self.cfg.spool or "-", self.cfg.scheduler, self.cfg.db)
         rescan_every = max(1.0, float(self.cfg.poll or 0.0))
@@ -846,6 +865,8 @@ class Controller:
             except Exception as exc:
                 self._tx_abort(exc)
             self.follower.stop()
+            if self._poller is not None:
+                self._poller.stop()
             self.metrics.stop()
             self.store.close()
         return 3 if self.lost_reason else 0

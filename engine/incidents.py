@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Mapping
 from .actions import PlannedAction, plan_actions
 from .facts import Fact
 from .linefacts import NODE_RE, ClusterContext
-from .policy import Decision, GuardContext, decide, fingerprint
+from .policy import Decision, GuardContext, decide, fingerprint, isolate_settings
 from .progress import ProgressTracker
 from .rulebook.schema import parse_duration
 from .rete import ReteNetwork, ReteSession
@@ -126,6 +126,9 @@ class Engine:
         self.node_states: dict[str, dict[str, Any]] = {}
         self.job_states: dict[str, str] = {}
         self.stats = {"facts": 0, "flooded": 0, "firings": 0, "derived": 0, "rederived": 0, "unused": 0, "incidents": 0, "template_errors": 0, "rete_errors": 0}
+        self.at_once = isolate_settings(compiled)["at_once"]
+        self._isolated: set[tuple[int, str]] = set()  # (incident, node) isolated before the close
+        self._early_drains: list[tuple[str, float]] = []
         self._absent_rules = {id(cr) for cr in compiled.rules if any(c.absent_for is not None for c in cr.rule.conditions)}
 
     def resume(self) -> int:
@@ -416,6 +419,8 @@ class Engine:
             if inc.best is None or _rank(fact) < _rank(inc.best):
                 inc.best = fact
                 self.store.set_provisional(inc.id, str(fact.get("fault_class")), fact.get("nodes") or (), fact.id)
+            if fact.get("fault_class") in self.at_once and fact.get("nodes"):
+                self._isolate_now(inc, fact)
         inc.last_at = max(inc.last_at, fact.at)
         self.store.touch_incident(inc.id, fact.at)
 
@@ -471,6 +476,37 @@ class Engine:
                 logger.exception("incident %s: close callback failed", inc.id)
         return closed
 
+    def _isolate_now(self, inc: _Open, fault: Fact) -> None:
+        """Fatal node hardware: journal the isolation (drain, requeue, exclude) now, under the same
+        guards as at the close, instead of after the settle window; the close then finds these
+        actions journaled (same idempotency keys) and adds only what is new (the page)."""
+        nodes = tuple(n for n in fault.get("nodes") or () if (inc.id, n) not in self._isolated)
+        if not nodes or self.mode != "act":
+            return  # recommendations are recorded when the incident closes
+        job_id = attempt = None
+        kind, _, rest = inc.key.partition(":")
+        if kind == "job":
+            job_id, _, att = rest.rpartition(":")
+            attempt = int(att)
+        ctx = self._guard_context(inc, job_id, attempt, fault.at)
+        decision = decide(self.compiled, str(fault.get("fault_class")), nodes, str(fault.get("reason", "")), ctx,
+                          fault.get("rule"))
+        if decision.decision != "isolate_and_restart" or decision.autonomy != "act":
+            return  # a guard changed it (blast radius, silence, budget, autonomy): left to the close
+        names = [n for n in self.compiled.policy["plans"].get("isolate_and_restart", ()) if n != "notify"]
+        plan, _ = plan_actions(self.compiled, decision.decision, inc.id, job_id, attempt, decision.nodes,
+                               str(fault.get("fault_class")), self.scheduler, names=names,
+                               reason=str(fault.get("reason", "")), evidence=self._evidence(inc))
+        for p in plan:
+            if (p.name, p.target) in decision.skip_targets:
+                continue
+            self.store.add_action(inc.id, p.idem_key, p.name, p.target, p.argv, "act", "planned",
+                                  note="at once: fatal node hardware")
+        for n in nodes:
+            self._isolated.add((inc.id, n))
+            self._early_drains.append((n, fault.at))
+        logger.warning("incident %s: %s on %s isolated at once", inc.id, fault.get("fault_class"), ",".join(nodes))
+
     def _guard_context(self, inc: _Open, job: str | None, attempt: int | None, now: float) -> GuardContext:
         # ``now`` is engine time (the logs' own time in replay): a silence applies when it was
         # active then, never because it is active on the wall clock today
@@ -483,6 +519,7 @@ class Engine:
             requeued = self.store.requeued_attempts(job)
         silences = {s["node"]: s["reason"] for s in self.store.silences(active_at=now)}
         drains = [(t, w) for t, w, _ in self.store.recent_actions("drain", now - 86400)]
+        drains += [d for d in self._early_drains if d[1] >= now - 86400 and d not in drains]
         return GuardContext(job=job, attempt=attempt, incident=inc.id, now=now, history=history, progress=progress,
                             job_state=self.job_states.get(job) if job is not None else None,
                             recent_drains=drains, cluster_size=len(self.node_states), node_states=self.node_states,

@@ -6,7 +6,8 @@ Guards, in the order they apply (each configurable under ``policy:`` in the rule
     retry         at most N restarts per job and per root-cause fingerprint in a window
     no_progress   stop when the last checkpoint/step did not advance across N attempts
     blast_radius  at most K drains (or P% of the nodes seen) in a window; past it: stop acting, notify
-    inhibit       nodes already down or drained are not drained again (their GPU faults add nothing)
+    inhibit       nodes already drained are not drained again (a DOWN node still gets the DRAIN
+                  flag: without it, it returns to service when its slurmd comes back)
     throttle      one requeue per job attempt, one drain per node per incident
     autonomy      per decision kind: observe | recommend | act (--dry-run forces recommend)
 
@@ -23,13 +24,17 @@ from typing import Any, Callable, Mapping, Sequence
 from .rulebook.compile import CompiledRulebook
 from .rulebook.schema import parse_duration
 
-__all__ = ["Decision", "GuardContext", "decide", "DEFAULT_GUARDS", "fingerprint"]
+__all__ = ["Decision", "GuardContext", "decide", "DEFAULT_GUARDS", "fingerprint", "isolate_settings"]
 
 DEFAULT_GUARDS: Mapping[str, Mapping[str, Any]] = {
     "retry": {"max_per_job": 5, "max_per_fingerprint": 3, "window": 86400.0, "no_progress_attempts": 2},
     "blast_radius": {"max_drains": 4, "max_fraction": 0.25, "window": 3600.0},
-    "autonomy": {"restart": "act", "isolate_and_restart": "act", "stop": "act", "observe": "act"},
+    # per decision, and per action where an action needs its own (cancel frees a job's GPUs at once)
+    "autonomy": {"restart": "act", "isolate_and_restart": "act", "stop": "act", "observe": "act", "cancel": "recommend"},
     "inhibit": {"drained_nodes": True},
+    # fatal node hardware: drained (and its job requeued) as soon as the fault is known, not when
+    # the incident settles; a drain that does not take is retried for drain_retry_for
+    "isolate": {"at_once": (), "drain_retry_for": 600.0},
 }
 RESTARTING = ("restart", "isolate_and_restart")
 
@@ -76,9 +81,17 @@ def fingerprint(fault_class: str, nodes: Sequence[str], rule: str | None) -> str
 def _guard_cfg(compiled: CompiledRulebook, name: str) -> dict[str, Any]:
     cfg = dict(DEFAULT_GUARDS.get(name, {}))
     cfg.update(dict(compiled.policy.get(name, {}) or {}))
-    for key in ("window",):
+    for key in ("window", "drain_retry_for"):
         if key in cfg and not isinstance(cfg[key], (int, float)):
             cfg[key] = parse_duration(cfg[key]) or DEFAULT_GUARDS.get(name, {}).get(key, 3600.0)
+    return cfg
+
+
+def isolate_settings(compiled: CompiledRulebook) -> dict[str, Any]:
+    """``policy.isolate``: which fault classes are isolated at once, how long a drain is retried."""
+    cfg = _guard_cfg(compiled, "isolate")
+    cfg["at_once"] = frozenset(str(c) for c in (cfg.get("at_once") or ()))
+    cfg["drain_retry_for"] = float(cfg.get("drain_retry_for") or 600.0)
     return cfg
 
 
@@ -154,11 +167,12 @@ def decide(compiled: CompiledRulebook, fault_class: str, nodes: tuple[str, ...],
 
     if decision == "isolate_and_restart":
         inhibit = _guard_cfg(compiled, "inhibit")
-        already = [n for n in nodes if ctx.node_states.get(n, {}).get("drained") or ctx.node_states.get(n, {}).get("down")]
+        # only DRAIN keeps a node out: a DOWN node without it returns to service with its slurmd
+        already = [n for n in nodes if ctx.node_states.get(n, {}).get("drained")]
         if inhibit.get("drained_nodes", True) and already:
             for n in already:
                 skip.add(("drain", n))
-            guards.append({"guard": "inhibit", "why": f"already down or drained, not drained again: {', '.join(already)}"})
+            guards.append({"guard": "inhibit", "why": f"already drained, not drained again: {', '.join(already)}"})
         to_drain = [n for n in nodes if n not in already]
         blast = _guard_cfg(compiled, "blast_radius")
         window = float(blast.get("window", 3600.0))

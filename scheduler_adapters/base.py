@@ -61,6 +61,18 @@ class JobInfo:
     requeue: bool = True
     user: str = ""
     partition: str = ""
+    required_nodes: tuple[str, ...] = ()  # nodes the job asked for by name (-w); never excluded
+    gpus: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (node, GPU indexes the job holds there)
+    detailed: bool = False  # required_nodes and gpus were read (``scontrol show job -d``)
+
+    def gpus_on(self, node: str) -> tuple[int, ...] | None:
+        """The GPU indexes this job holds on ``node``; None when not known."""
+        if not self.detailed:
+            return None
+        for name, idx in self.gpus:
+            if name == node:
+                return idx
+        return ()
 
 
 @dataclass(frozen=True)

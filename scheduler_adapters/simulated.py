@@ -33,6 +33,8 @@ class SimJob:
     exit_code: int | None = None
     held: bool = False
     stdout: str | None = None
+    requeue: bool = True  # --no-requeue: False
+    required: tuple[str, ...] = ()  # -w
 
 
 class SimulatedCluster:
@@ -47,9 +49,11 @@ class SimulatedCluster:
         self.history: list[list[str]] = []
 
     # -- driving the simulation -------------------------------------------------------------
-    def submit(self, name: str, nodes: int = 1, stdout: str | None = None) -> str:
+    def submit(self, name: str, nodes: int = 1, stdout: str | None = None, *, requeue: bool = True,
+               required: Sequence[str] = (), excluded: Sequence[str] = ()) -> str:
         job_id = str(next(self._ids))
-        self._jobs[job_id] = SimJob(job_id, name, nodes, stdout=stdout)
+        self._jobs[job_id] = SimJob(job_id, name, nodes, stdout=stdout, requeue=requeue, required=tuple(required),
+                                    excluded=tuple(excluded))
         self.tick()
         return job_id
 
@@ -96,7 +100,8 @@ class SimulatedCluster:
     def _info(self, j: SimJob) -> JobInfo:
         return JobInfo(job_id=j.job_id, attempt=j.attempt, state=j.state,
                        reason="JobHeldUser" if j.held else j.reason, nodes=j.nodes, name=j.name,
-                       exit_code=j.exit_code, stdout=j.stdout, stderr=j.stdout, excluded_nodes=j.excluded)
+                       exit_code=j.exit_code, stdout=j.stdout, stderr=j.stdout, excluded_nodes=j.excluded,
+                       requeue=j.requeue, required_nodes=j.required)
 
     def nodes(self) -> list[NodeInfo]:
         out = []

@@ -10,6 +10,13 @@ if [ "$(id -u)" = 0 ] && ! command -v chromium >/dev/null; then
   apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null \
     || echo "test.sh: could not install chromium; the browser test will say so" >&2
 fi
+if [ "$(id -u)" = 0 ] && ! command -v prometheus-alertmanager >/dev/null; then
+  # the Alertmanager action is tested against the real one from Debian's packages
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq --no-install-recommends prometheus-alertmanager >/dev/null \
+    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus-alertmanager >/dev/null; } \
+    || echo "test.sh: could not install prometheus-alertmanager; its test will say so" >&2
+fi
 if [ "$(id -u)" = 0 ]; then
   if ! bash scripts/slurm-up.sh; then
     echo "test.sh: the Slurm cluster did not come up" >&2

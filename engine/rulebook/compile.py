@@ -21,7 +21,8 @@ from .yamlmarks import Mark
 
 __all__ = ["CompiledRulebook", "Template", "compile_rulebook", "ACTION_VARS", "DEFAULT_POLICY", "jinja_env"]
 
-ACTION_VARS = frozenset({"incident", "job", "attempt", "node", "nodes", "fault_class", "decision", "reason", "evidence"})
+ACTION_VARS = frozenset({"incident", "job", "attempt", "node", "nodes", "fault_class", "decision", "reason", "evidence",
+                         "excluded", "fault_reason", "outcome", "alert"})
 #: policy defaults; ``decisions`` and ``priorities`` start from the declared fault classes
 DEFAULT_POLICY: Mapping[str, Any] = {
     "settle": 120.0,

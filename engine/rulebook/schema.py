@@ -44,7 +44,7 @@ ITEM_KEYS = {
     "expectation": ("fault_class", "decision", "nodes", "rules", "job", "attempt", "commands", "not_rules"),
     "fault_class": ("description", "decision", "priority", "retry", "override"),
     "policy": ("settle", "cascade", "decisions", "plans", "priorities", "retry", "blast_radius",
-               "autonomy", "inhibit", "hang", "straggler", "thresholds"),
+               "autonomy", "inhibit", "hang", "straggler", "thresholds", "isolate"),
 }
 #: the settings of each policy guard, and the type of each (dur: a duration; decision: a decision
 #: name as key). What is not here is read by nothing, so it is an error rather than a silent no-op.
@@ -52,7 +52,9 @@ GUARD_KEYS: dict[str, dict[str, str]] = {
     "retry": {"max_per_job": "int", "max_per_fingerprint": "int", "window": "dur", "no_progress_attempts": "int",
               "per_class": "class_ints"},
     "blast_radius": {"max_drains": "int", "max_fraction": "num", "window": "dur"},
-    "autonomy": {d: "autonomy" for d in DECISIONS},
+    # per decision kind, and per action where one needs its own (cancel)
+    "autonomy": {**{d: "autonomy" for d in DECISIONS}, "cancel": "autonomy"},
+    "isolate": {"at_once": "classes", "drain_retry_for": "dur"},
     "inhibit": {"drained_nodes": "bool"},
     "hang": {"bound": "dur", "factor": "num", "min_bound": "dur", "min_samples": "int", "require_running": "bool",
              "any_output": "bool", "fact_ttl": "dur"},
@@ -438,11 +440,14 @@ class _Checker:
                 bad = v is not None and parse_duration(v) is None
             elif kind == "autonomy":
                 bad = v not in ("observe", "recommend", "act")
+            elif kind == "classes":
+                bad = not isinstance(v, list) or not all(isinstance(c, str) for c in v)
             elif kind == "class_ints":  # fault class -> restarts; the names are checked after layering
                 bad = not isinstance(v, dict) or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in v.values())
             if bad:
                 want = {"int": "a whole number >= 0", "num": "a number >= 0", "bool": "true or false",
                         "dur": "a duration such as 90s or 10m", "autonomy": "observe, recommend or act",
+                        "classes": "a list of fault class names",
                         "class_ints": "a mapping of fault class -> whole number >= 0"}[kind or "int"]
                 self.err(mark_of(value, k), "E-VALUE", f"policy.{name}.{k} must be {want}, got {v!r}")
 

@@ -35,7 +35,7 @@ from ..base import (
 )
 from .hostlist import HostlistError, expand_hostlist
 
-__all__ = ["SlurmAdapter", "parse_scontrol_line", "split_wait_status", "subprocess_runner"]
+__all__ = ["SlurmAdapter", "parse_gpu_detail", "parse_scontrol_line", "split_wait_status", "subprocess_runner"]
 
 logger = logging.getLogger(__name__)
 
@@ -178,6 +178,22 @@ class SlurmAdapter:
         fields = self._scontrol_jobs(job_id)
         return _job_from_scontrol(fields[0]) if fields else None
 
+    def job_detail(self, job_id: str) -> JobInfo | None:
+        """One job as it is right now, from ``scontrol show job -d -o``: with the nodes it
+        requires (``-w``) and the GPU indexes it holds on each node. What the actuator reads
+        immediately before acting; raises SchedulerUnavailable when Slurm does not answer."""
+        job_id = str(job_id)
+        if not _JOB_ID.fullmatch(job_id):
+            raise ValueError(f"not a Slurm job id: {job_id!r}")
+        argv = ["scontrol", "show", "job", "-d", "-o", job_id]
+        result = self._query(argv)
+        if result.rc != 0:
+            if "Invalid job id" in result.stderr:
+                return None
+            _raise_failed(argv, result)
+        lines = [line for line in result.stdout.splitlines() if line.startswith("JobId=")]
+        return _job_from_scontrol(parse_scontrol_line(lines[0]), lines[0]) if lines else None
+
     def nodes(self) -> list[NodeInfo]:
         if self._json is not False:
             data = self._query_json(["sinfo", "--json"])
@@ -212,8 +228,11 @@ class SlurmAdapter:
             raise CommandFailed(argv, _with_stderr(result, f"output is not JSON: {exc}")) from None
         if not isinstance(data, dict):
             raise CommandFailed(argv, _with_stderr(result, "JSON output is not an object"))
-        for error in data.get("errors") or []:
-            logger.warning("%s reported: %s", argv[0], error)
+        errors = [e for e in data.get("errors") or [] if e]
+        if errors:
+            # 22.05 exits 0 with an `errors` entry (and no jobs) while slurmctld is away: that is
+            # an outage, never an empty cluster
+            raise SchedulerUnavailable(f"{argv[0]} reported: {_error_text(errors[0])}")
         self._json = True
         return data
 
@@ -270,6 +289,42 @@ def _raise_failed(argv: list[str], result: CommandResult) -> NoReturn:
     ):
         raise SchedulerUnavailable(f"Slurm does not answer: {result.stderr.strip()[:200]}")
     raise CommandFailed(argv, result)
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, Mapping):
+        return str(error.get("description") or error.get("error") or error)[:200]
+    return str(error)[:200]
+
+
+# `scontrol show job -d`: "Nodes=n[1-2] CPU_IDs=0-1 Mem=0 GRES=gpu:2(IDX:0-1)"
+_DETAIL_NODES = re.compile(r"(?:^|\s)Nodes=(\S+) CPU_IDs=\S* Mem=\S* GRES=(\S*)")
+_GRES_IDX = re.compile(r"gpu(?::[\w.-]+)*:\d+\(IDX:([0-9,\-]+|N/A)\)")
+
+
+def _indexes(text: str) -> tuple[int, ...]:
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit():
+            out.extend(range(int(lo), int(hi) + 1) if hi.isdigit() else [int(lo)])
+    return tuple(sorted(set(out)))
+
+
+def parse_gpu_detail(line: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The per-node GPU indexes of ``scontrol show job -d`` (one line with -o, or several)."""
+    found: dict[str, tuple[int, ...]] = {}
+    for m in _DETAIL_NODES.finditer(line):
+        idx: list[int] = []
+        for g in _GRES_IDX.finditer(m.group(2)):
+            idx.extend(_indexes(g.group(1)))
+        try:
+            hosts = expand_hostlist(m.group(1))
+        except HostlistError:
+            continue
+        for host in hosts:
+            found[host] = tuple(sorted(set(found.get(host, ()) + tuple(idx))))
+    return tuple(sorted(found.items()))
 
 
 def _with_stderr(result: CommandResult, message: str) -> CommandResult:
@@ -353,10 +408,11 @@ def _job_from_json(record: Mapping[str, Any], scontrol: Mapping[str, str] | None
         requeue=bool(record.get("requeue", True)),
         user=str(record.get("user_name") or ""),
         partition=str(record.get("partition") or ""),
+        required_nodes=_hosts(_clean(record.get("required_nodes")) or None),
     )
 
 
-def _job_from_scontrol(fields: Mapping[str, str]) -> JobInfo:
+def _job_from_scontrol(fields: Mapping[str, str], detail_line: str | None = None) -> JobInfo:
     state = fields.get("JobState", "").upper()
     exit_code: int | None = None
     signal: int | None = None
@@ -380,6 +436,9 @@ def _job_from_scontrol(fields: Mapping[str, str]) -> JobInfo:
         requeue=fields.get("Requeue", "1") != "0",
         user=fields.get("UserId", "").split("(", 1)[0],
         partition=_clean(fields.get("Partition")),
+        required_nodes=_hosts(_clean(fields.get("ReqNodeList")) or None),
+        gpus=parse_gpu_detail(detail_line) if detail_line else (),
+        detailed=detail_line is not None,
     )
 
 

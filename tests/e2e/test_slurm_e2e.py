@@ -115,6 +115,12 @@ class Harness:
     def start_controller(self, *extra: str, env: dict | None = None) -> subprocess.Popen:
         self.controller = self.cli("run", "--scheduler", "slurm", "--spool", str(self.spool), "--db", str(self.db),
                                    "-r", str(self.site), "--scheduler-interval", "1", *extra, env=env, log="controller")
+        # on a loaded machine the controller takes seconds to start: a job that ran and ended
+        # before its first poll is history to it, and a Xid before it knows the job is no job's
+        log = self.tmp / "controller.log"
+        wait_for("the controller to start", lambda: self.controller.poll() is not None or
+                 b"recover run: mode=" in log.read_bytes(), 90)
+        time.sleep(2.0)  # its first scheduler poll
         return self.controller
 
     def stop_controller(self, sig=signal.SIGTERM) -> None:
@@ -217,7 +223,8 @@ def test_traceback_stops_without_requeue(h):
     time.sleep(3)
     j = h.slurm.job(job)
     assert j.state == "FAILED" and j.attempt == 0
-    assert [a[1] for a in h.actions()] == ["notify"]
+    # the stop plan may free the GPUs of a job that still runs (issue 10); this one had ended
+    assert [(a[1], a[4]) for a in h.actions()] == [("cancel", "skipped"), ("notify", "verified")]
     reason = h.query("SELECT reason FROM incidents WHERE id = ?", inc[0])[0][0]
     assert "lr_schedule" in reason or "KeyError" in reason
 
@@ -273,7 +280,9 @@ def test_controller_killed_between_running_and_verifying_resumes_without_repeati
     assert again.attempt == 1  # requeued exactly once
     drains = [a for a in h.actions() if a[1] == "drain"]
     assert len(drains) == 1 and drains[0][4] == "verified" and drains[0][5] == 1  # not run a second time
-    assert {a[1]: a[4] for a in h.actions()} == {"drain": "verified", "requeue": "verified", "exclude": "verified"}
+    # the isolation ends with a page (issue 10)
+    assert {a[1]: a[4] for a in h.actions()} == {"drain": "verified", "requeue": "verified", "exclude": "verified",
+                                                 "notify": "verified"}
 
 
 def test_burst_of_xids_stops_draining_at_the_blast_radius(h):

@@ -7,6 +7,7 @@ victim. Run under the cluster lock: flock /tmp/slurm.lock .venv/bin/python -m py
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -59,11 +60,19 @@ def test_job_output_cannot_act_on_other_nodes_or_jobs(h, hijack):
 
 
 def test_a_printed_nodelist_does_not_move_a_genuine_xid_to_the_attacker(h):
-    victim, v = start_victim(h)
+    # between two scheduler polls (15 s here), the attacker's log has the last word unless the
+    # controller refuses it: the genuine Xid comes right after the attacker's line was read
+    h.start_agents()
+    h.start_controller("--scheduler-interval", "15")
+    victim = h.submit(JOB, "-N", "2", "--exclusive")
+    v = wait_for("victim running", lambda: h.running(victim), 30)
+    known = lambda job: any(job in json.loads(r[0] or "{}") for r in h.query("SELECT value FROM meta WHERE key = 'job_states'"))  # noqa: E731
+    wait_for("the controller knows the victim", lambda: known(victim), 40)
     bad = v.nodes[0]
     attacker = h.submit(attacker_script([f"SLURM_JOB_NODELIST={','.join(v.nodes)}", "SLURM_RESTART_COUNT=0"]), "-N", "2", "--exclusive")
     a = wait_for("attacker running", lambda: h.running(attacker), 30)
-    time.sleep(7)  # the attacker's lines have been read
+    wait_for("the attacker's lines read", lambda: h.query("SELECT offset FROM offsets WHERE source LIKE ? AND offset > 40",
+                                                          f"%slurm-{attacker}.out"), 60)
     h.inject_xid(bad)  # a genuine Xid, from the victim node's kernel log through its agent
     wait_for(f"{bad} drained", lambda: h.node(bad).drained, 40)
     again = wait_for("victim requeued", lambda: (j := h.slurm.job(victim)) and j.attempt >= 1 and j, 60)

@@ -471,3 +471,45 @@ def test_missing_slurm_is_unavailable():
     )
     with pytest.raises(SchedulerUnavailable, match="not found"):
         adapter.nodes()
+
+
+# -- issue 10: an outage is not an empty cluster; live state for acting ------------------------
+
+
+def test_an_errors_entry_is_an_outage_not_an_empty_cluster():
+    # what 22.05 prints, with exit status 0, while slurmctld is away
+    down = CommandResult(0, stdout=json.dumps({"jobs": [], "errors": [
+        {"error": "Unable to contact slurm controller (connect failure)", "error_number": 1}]}))
+    adapter = SlurmAdapter(runner=FakeRunner({SQUEUE: down, SINFO_JSON: down}))
+    with pytest.raises(SchedulerUnavailable, match="Unable to contact"):
+        adapter.jobs()
+    with pytest.raises(SchedulerUnavailable):
+        adapter.nodes()
+
+
+DETAIL = ("JobId=41 JobName=train UserId=ann(1000) JobState=RUNNING Reason=None Requeue=0 Restarts=2 "
+          "ReqNodeList=n1 ExcNodeList=n[7-8] NodeList=n[1-2] JOB_GRES=gpu:4 "
+          "Nodes=n1 CPU_IDs=0-1 Mem=0 GRES=gpu:2(IDX:0-1) Nodes=n2 CPU_IDs=0 Mem=0 GRES=gpu:a100:2(IDX:1,3) "
+          "MinCPUsNode=1 StdOut=/w/41.out StdErr=/w/41.out")
+
+
+def test_job_detail_reads_the_live_attempt_exclusions_requirements_and_gpus():
+    argv = ("scontrol", "show", "job", "-d", "-o", "41")
+    adapter = SlurmAdapter(runner=FakeRunner({argv: CommandResult(0, stdout=DETAIL + "\n")}))
+    j = adapter.job_detail("41")
+    assert (j.attempt, j.state, j.requeue) == (2, "RUNNING", False)
+    assert j.required_nodes == ("n1",) and j.excluded_nodes == ("n7", "n8") and j.nodes == ("n1", "n2")
+    assert j.gpus_on("n1") == (0, 1) and j.gpus_on("n2") == (1, 3) and j.gpus_on("n3") == ()
+
+
+def test_job_detail_of_an_unknown_job_is_none_and_an_outage_raises():
+    argv = ("scontrol", "show", "job", "-d", "-o", "9")
+    gone = SlurmAdapter(runner=FakeRunner({argv: CommandResult(1, stderr="slurm_load_jobs error: Invalid job id specified")}))
+    assert gone.job_detail("9") is None
+    away = SlurmAdapter(runner=FakeRunner({argv: CommandResult(1, stderr="Unable to contact slurm controller")}))
+    with pytest.raises(SchedulerUnavailable):
+        away.job_detail("9")
+
+
+def test_a_gpu_map_is_unknown_without_the_detail():
+    assert JobInfo("1", 0, "RUNNING", nodes=("n1",)).gpus_on("n1") is None
