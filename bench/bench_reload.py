@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--reloads", type=int, default=100)
     args = ap.parse_args()
     logging.disable(logging.WARNING)
-    from engine.controller import Controller, ControllerConfig
+    from engine.live.controller import Controller, ControllerConfig
     from engine.rulebook import load_rulebook
 
     tmp = Path(tempfile.mkdtemp())
@@ -45,7 +45,7 @@ def main() -> None:
     after = rss_mb()
     # the reference, in the same run: reloads that each register a new ruleset (as every reload
     # did before rulesets were reused, and as a reload whose rules changed still does)
-    from engine import rete
+    from engine.core import rete
 
     n_ref = max(1, args.reloads // 10)
     before_ref = rss_mb()

@@ -72,8 +72,8 @@ def engine_throughput(n: int = 20000) -> tuple[float, float, float]:
     cause, printed by 8 ranks, a fatal Xid in every fifth) and a worst case where every
     failure matcher fires in every job attempt (the correlation rules then join every pair)."""
     from engine.facts import Fact
-    from engine.incidents import Engine
-    from engine.rete import ReteNetwork
+    from engine.core.incidents import Engine
+    from engine.core.rete import ReteNetwork
     from engine.rulebook import require_rulebook
     from engine.store import Store
 

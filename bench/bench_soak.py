@@ -34,7 +34,7 @@ def main() -> None:
     ap.add_argument("--db", default=":memory:")
     args = ap.parse_args()
     from engine.facts import Fact
-    from engine.incidents import Engine
+    from engine.core.incidents import Engine
     from engine.rulebook import require_rulebook
     from engine.store import Store
 

@@ -16,7 +16,8 @@ RECOVER_SPOOL, RECOVER_SCHEDULER.
 """
 
 from __future__ import annotations
-from .errors import ConfigError
+from engine.errors import ConfigError
+from engine.rulebook.model import DECISIONS
 
 import os
 import sys
@@ -33,7 +34,6 @@ __all__ = ["Settings", "ConfigError", "load_settings", "autonomy_overlay"]
 
 KEYS = {"db": str, "rules": list, "spool": str, "scheduler": str, "follow": list, "no_defaults": bool, "autonomy": dict}
 AUTONOMY = ("observe", "recommend", "act")
-DECISIONS = ("restart", "isolate_and_restart", "stop", "observe")
 
 
 @dataclass

@@ -14,16 +14,36 @@ Usage::
 """
 
 from __future__ import annotations
-from .errors import FactError
+from engine.errors import FactError
 
 import hashlib
 import json
+import re
 import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-__all__ = ["Fact", "FactError", "KINDS", "SOURCE_KINDS", "DERIVED_KINDS"]
+__all__ = ["Fact", "FactError", "KINDS", "SOURCE_KINDS", "DERIVED_KINDS", "NODE_RE", "JOB_RE", "clean_text", "MAX_VALUE",
+           "JOB_ACTIVE_STATES"]
+
+#: the one rule for a node name (a DNS label's length; Slurm node names fit it) and a Slurm job id
+#: (array tasks as 123_4): anything a log, a spool file or a template offers is checked against these
+NODE_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,62})$")
+JOB_RE = re.compile(r"^[0-9]{1,12}(?:_[0-9]{1,9})?$")
+#: job states in which a job holds its nodes (Slurm's names)
+JOB_ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"})
+MAX_VALUE = 512
+_CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def clean_text(value: str, limit: int = MAX_VALUE) -> str:
+    """Bounded, with control and bidi characters removed: safe to show and to store."""
+    if len(value) > limit * 4:
+        value = value[: limit * 4]
+    value = _CTRL.sub("", value)
+    return value[:limit]
+
 
 #: kinds that sources produce
 SOURCE_KINDS = frozenset(

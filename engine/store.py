@@ -17,7 +17,7 @@ Usage::
 """
 
 from __future__ import annotations
-from .errors import StoreError
+from engine.errors import StoreError
 
 import json
 import logging
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 from urllib.parse import quote
 
-from .facts import Fact
+from engine.facts import Fact
 
 logger = logging.getLogger(__name__)
 

@@ -18,6 +18,7 @@ Exceptions::
 from __future__ import annotations
 
 from engine.errors import SchedulerError, SchedulerUnavailable
+from engine.facts import JOB_ACTIVE_STATES
 
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence, runtime_checkable
@@ -35,7 +36,6 @@ __all__ = [
 ]
 
 # Job states in which a job holds (or is about to hold) nodes.
-JOB_ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"})
 
 
 class CommandFailed(SchedulerError):

@@ -1,4 +1,4 @@
-"""Tests of engine.matching: table-driven cases on every backend, check_pattern messages, resume
+"""Tests of engine.core.matching: table-driven cases on every backend, check_pattern messages, resume
 exactness, and hypothesis differential tests (hyperscan vs re2 vs a line-by-line Python ``re``
 oracle) on random logs cut into random chunks."""
 
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import matching
-from engine.matching import Hit, MatcherSpec, Scanner, check_pattern, hyperscan_available
+from engine.core import matching
+from engine.core.matching import Hit, MatcherSpec, Scanner, check_pattern, hyperscan_available
 
 BACKENDS = [
     pytest.param(

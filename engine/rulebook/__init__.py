@@ -14,18 +14,18 @@ Errors::
 """
 
 from __future__ import annotations
-from ..errors import RulebookError
+from engine.errors import RulebookError
 
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .compile import CompiledRulebook, compile_rulebook
-from .layer import layer
-from .model import Diagnostic, FileModel
-from .schema import check_file
-from .yamlmarks import Mark, load_marked
+from engine.rulebook.compile import CompiledRulebook, compile_rulebook
+from engine.rulebook.layer import layer
+from engine.rulebook.model import Diagnostic, FileModel
+from engine.rulebook.schema import check_file
+from engine.rulebook.yamlmarks import Mark, load_marked
 
 __all__ = ["load_rulebook", "require_rulebook", "LoadResult", "RulebookError", "default_rule_files", "fault_class_files",
            "Diagnostic", "CompiledRulebook"]

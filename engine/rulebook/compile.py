@@ -15,9 +15,9 @@ import jinja2
 from jinja2 import meta
 from jinja2.sandbox import SandboxedEnvironment
 
-from .conditions import aliases_used, references, resolve
-from .model import BUILTIN_FAULT_CLASSES, DECISIONS, Diagnostic, FaultClass, Rule, Rulebook, frozen
-from .yamlmarks import Mark
+from engine.rulebook.conditions import aliases_used, references, resolve
+from engine.rulebook.model import BUILTIN_FAULT_CLASSES, DECISIONS, Diagnostic, FaultClass, Rule, Rulebook, frozen
+from engine.rulebook.yamlmarks import Mark
 
 __all__ = ["CompiledRulebook", "Template", "compile_rulebook", "ACTION_VARS", "DEFAULT_POLICY", "jinja_env"]
 
@@ -121,7 +121,7 @@ def _compile_template(source: str, allowed: frozenset[str] | set[str], mark: Mar
 
 
 def compile_rulebook(book: Rulebook) -> tuple[CompiledRulebook, list[Diagnostic]]:
-    from ..matching import check_pattern  # the scanner owns what a valid pattern is
+    from engine.core.matching import check_pattern  # the scanner owns what a valid pattern is
 
     diags: list[Diagnostic] = []
     used_lists: set[str] = set()
@@ -242,7 +242,7 @@ def compile_rulebook(book: Rulebook) -> tuple[CompiledRulebook, list[Diagnostic]
         if name not in used_macros:
             diags.append(Diagnostic(book.origins[("macros", name)][-1], "W-UNUSED", f"macro {name!r} is never used", "", "warning"))
 
-    from .lint import lint  # the cross-reference checks need the whole layered book
+    from engine.rulebook.lint import lint  # the cross-reference checks need the whole layered book
 
     diags.extend(lint(book, compiled_rules))
     return CompiledRulebook(book, tuple(compiled_rules), MappingProxyType(actions), frozen(policy)), diags

@@ -5,7 +5,7 @@ A where-clause such as ``{name: {in: "@hw"}, node: {same: x.node}, any: [...]}``
     All((Cmp("name", "in", ListRef("hw")), Same("node", "x", "node"), Any((...))))
 
 ``resolve`` replaces list and macro references after layering. ``evaluate`` is the reference
-semantics: the durable_rules compilation in ``engine/rete.py`` must agree with it, and the
+semantics: the durable_rules compilation in ``engine/core/rete.py`` must agree with it, and the
 engine uses it directly for the parts the Rete does not see (absences, progress).
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from .yamlmarks import MDict, MList, Mark, mark_of
+from engine.rulebook.yamlmarks import MDict, MList, Mark, mark_of
 
 __all__ = [
     "Cmp",

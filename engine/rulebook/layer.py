@@ -16,8 +16,8 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from .model import Diagnostic, FileModel, Rulebook, frozen
-from .yamlmarks import Mark
+from engine.rulebook.model import Diagnostic, FileModel, Rulebook, frozen
+from engine.rulebook.yamlmarks import Mark
 
 __all__ = ["layer"]
 

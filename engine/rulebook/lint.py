@@ -20,9 +20,9 @@ from typing import Any, Iterator, Mapping
 
 from jinja2 import nodes as jn
 
-from .conditions import AllOf, AnyOf, Cmp, ListRef, MacroRef
-from .model import BUILTIN_FAULT_CLASSES, Diagnostic, Matcher, Rulebook
-from .yamlmarks import Mark
+from engine.rulebook.conditions import AllOf, AnyOf, Cmp, ListRef, MacroRef
+from engine.rulebook.model import BUILTIN_FAULT_CLASSES, Diagnostic, Matcher, Rulebook
+from engine.rulebook.yamlmarks import Mark
 
 __all__ = ["lint", "log_attrs", "BASE_ATTRS"]
 
@@ -214,7 +214,7 @@ class _Linter:
                               f"matcher {m.id!r} is never used: no rule's condition names it", "add a rule, or enabled: false")
 
     def templates(self, rule, scopes: Mapping[str, tuple[frozenset[str], frozenset[str]] | None]) -> None:
-        from .compile import jinja_env
+        from engine.rulebook.compile import jinja_env
 
         for key, value in rule.then_attrs.items():
             for src in (value if isinstance(value, tuple) else (value,)):
@@ -281,7 +281,7 @@ class _Linter:
 
 
     def actions(self) -> None:
-        from ..actuator import VERIFIERS  # the registry of checks an action may name
+        from engine.live.actuator import VERIFIERS  # the registry of checks an action may name
 
         for name, action in self.book.actions.items():
             if action.verify and action.verify != "none" and action.verify not in VERIFIERS:

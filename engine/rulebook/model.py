@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from .yamlmarks import Mark
+from engine.rulebook.yamlmarks import Mark
 
 __all__ = [
     "BUILTIN_FAULT_CLASSES",

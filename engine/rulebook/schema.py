@@ -12,8 +12,8 @@ import re
 from types import MappingProxyType
 from typing import Any
 
-from .conditions import parse_where
-from .model import (
+from engine.rulebook.conditions import parse_where
+from engine.rulebook.model import (
     DECISIONS,
     EMITS,
     SOURCES,
@@ -28,8 +28,8 @@ from .model import (
     TestInput,
     frozen,
 )
-from .thresholds import check_thresholds
-from .yamlmarks import MDict, MList, Mark, mark_of
+from engine.rulebook.thresholds import check_thresholds
+from engine.rulebook.yamlmarks import MDict, MList, Mark, mark_of
 
 __all__ = ["check_file", "parse_duration", "SECTION_KEYS", "ITEM_KEYS", "GUARD_KEYS"]
 

@@ -31,7 +31,7 @@ from datetime import datetime
 from typing import Any, Callable
 
 from engine.facts import Fact, FactError
-from engine.linefacts import FileContext, HitConverter, StreamFacts, normalize_pci
+from engine.core.linefacts import FileContext, HitConverter, StreamFacts, normalize_pci
 from engine.sources.spool import file_head
 
 logger = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class KernelLineFacts:
     """
 
     def __init__(self, compiled: Any, node: str, path: str = "kernel") -> None:
-        from engine.replay import scanner_for  # replay's own selection and compiled scanner, not a copy
+        from engine.core.replay import scanner_for  # replay's own selection and compiled scanner, not a copy
 
         self.node = node
         scanner, index_map = scanner_for(compiled, "kernel")

@@ -13,7 +13,7 @@ is ``engine.sources.fake_nvml``).
 """
 
 from __future__ import annotations
-from ..errors import NvmlUnavailable
+from engine.errors import NvmlUnavailable
 
 import logging
 import math
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 from engine.facts import Fact, FactError
-from engine.linefacts import normalize_pci
+from engine.core.linefacts import normalize_pci
 from engine.rulebook.thresholds import THRESHOLD_KEYS, thresholds_for
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ facts whose id it has seen recently.
 """
 
 from __future__ import annotations
-from ..errors import SpoolError
+from engine.errors import SpoolError
 
 import errno
 import hashlib
@@ -29,14 +29,13 @@ import time
 from collections import OrderedDict
 from typing import Any, Iterable, Mapping
 
-from engine.facts import DERIVED_KINDS, Fact
+from engine.facts import NODE_RE, DERIVED_KINDS, Fact
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["SpoolWriter", "SpoolReader", "SpoolError", "NODE_RE", "file_head"]
 
 #: node names that may become a spool file name
-NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _FILE_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,127}\.jsonl)(?:\.([1-9][0-9]{0,5}))?$")
 
 

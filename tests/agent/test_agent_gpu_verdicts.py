@@ -13,9 +13,9 @@ import threading
 import time
 from pathlib import Path
 
-from engine.agent import default_state_dir, gres_gpu_count, run_agent
-from engine.incidents import Engine
-from engine.linefacts import ClusterContext
+from engine.live.agent import default_state_dir, gres_gpu_count, run_agent
+from engine.core.incidents import Engine
+from engine.core.linefacts import ClusterContext
 from engine.rulebook import require_rulebook
 from engine.sources.fake_nvml import FakeGpu, FakeNvml
 from engine.sources.spool import SpoolReader

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from engine.facts import Fact
-from engine.incidents import Engine
-from engine.linefacts import ClusterContext
-from engine.replay import file_input, replay_inputs, Input
+from engine.core.incidents import Engine
+from engine.core.linefacts import ClusterContext
+from engine.core.replay import file_input, replay_inputs, Input
 from engine.sources.kmsg import KernelLogSource, default_rulebook
 from engine.sources.spool import SpoolReader, SpoolWriter
 from engine.store import Store

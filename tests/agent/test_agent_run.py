@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from engine.agent import EXIT_NO_SOURCE, EXIT_OK, default_state_dir, run_agent
+from engine.live.agent import EXIT_NO_SOURCE, EXIT_OK, default_state_dir, run_agent
 from engine.sources.fake_nvml import FakeGpu, FakeNvml
 from engine.sources.spool import SpoolReader
 

@@ -3,7 +3,7 @@ line, count, nodes) is readable by templates; both come from logs, so both are c
 
 import re
 
-from engine.replay import Input, replay_inputs
+from engine.core.replay import Input, replay_inputs
 from engine.rulebook import require_rulebook
 from engine.store import Store
 

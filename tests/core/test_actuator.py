@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from engine.actuator import Actuator
+from engine.live.actuator import Actuator
 from engine.facts import Fact
-from engine.incidents import Engine
+from engine.core.incidents import Engine
 from engine.store import Store
 from scheduler_adapters.base import CommandResult
 from scheduler_adapters.simulated import SimulatedCluster

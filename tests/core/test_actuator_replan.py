@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from engine.actuator import Actuator
+from engine.live.actuator import Actuator
 from engine.facts import Fact
-from engine.incidents import Engine
+from engine.core.incidents import Engine
 from engine.store import Store
 from scheduler_adapters.base import CommandResult, SchedulerUnavailable
 from scheduler_adapters.simulated import SimulatedCluster

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from engine.facts import Fact
-from engine.incidents import Engine
-from engine.replay import replay
+from engine.core.incidents import Engine
+from engine.core.replay import replay
 from engine.rulebook import load_rulebook
 from engine.store import Store
 

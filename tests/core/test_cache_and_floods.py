@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from engine import cache, matching
-from engine.explain import build
-from engine.matching import MatcherSpec, Scanner
-from engine.replay import replay
+from engine.core import cache, matching
+from engine.ops.explain import build
+from engine.core.matching import MatcherSpec, Scanner
+from engine.core.replay import replay
 from engine.rulebook import require_rulebook
 from engine.store import Store
 
@@ -131,7 +131,7 @@ def test_different_errors_are_not_collapsed(tmp_path):
 
 
 def test_explain_text_shows_first_and_last_line_and_count(tmp_path):
-    from engine.explain import render_text
+    from engine.ops.explain import render_text
 
     log = tmp_path / "train.log"
     n = _flood_log(log, nodes=2, ranks_per_node=2, repeat=5)

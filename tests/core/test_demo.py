@@ -1,6 +1,6 @@
 """The demo: real controller and agents against the simulated cluster find what was injected."""
 
-from engine.demo import run_demo
+from engine.ops.demo import run_demo
 from engine.store import Store
 
 EXPECTED = {  # failure-mix component -> the fault class the default rulebook must find

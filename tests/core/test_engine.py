@@ -3,7 +3,7 @@
 import pytest
 
 from engine.facts import Fact
-from engine.incidents import Engine
+from engine.core.incidents import Engine
 from engine.store import Store
 
 BASE = """

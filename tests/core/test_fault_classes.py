@@ -1,7 +1,7 @@
 """Fault classes are data: declared in the rulebook with a description, a default decision, a
 priority and an optional retry budget; a site adds its own or changes a shipped one."""
 
-from engine.policy import GuardContext, decide
+from engine.core.policy import GuardContext, decide
 from engine.rulebook import load_rulebook
 
 SITE = """

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from engine import linefacts
-from engine.linefacts import ClusterContext, FileContext, Flood, HitConverter
-from engine.matching import blank_digits, digit_blind
-from engine.replay import scan_chunks, scanner_for
+from engine.core import linefacts
+from engine.core.linefacts import ClusterContext, FileContext, Flood, HitConverter
+from engine.core.matching import blank_digits, digit_blind
+from engine.core.replay import scan_chunks, scanner_for
 from engine.rulebook import require_rulebook
 
 
@@ -187,7 +187,7 @@ def test_job_log_under_a_scheduler_refuses_the_same_lines(compiled, monkeypatch)
 def test_live_controller_counts_every_line_of_a_flood(tmp_path):
     """The controller hands a flood on at its first repeat in a read; the read's later repeats
     are handed on after it (StreamFacts.grown), so the store counts every line, the last read's too."""
-    from engine.controller import Controller, ControllerConfig
+    from engine.live.controller import Controller, ControllerConfig
     from engine.rulebook import load_rulebook
 
     logs = tmp_path / "logs"

@@ -5,8 +5,8 @@ import re
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from engine.linefacts import NODE_RE
-from engine.replay import Input, replay_inputs
+from engine.facts import NODE_RE
+from engine.core.replay import Input, replay_inputs
 from engine.rulebook import require_rulebook
 from engine.store import Store
 

@@ -6,8 +6,8 @@ import calendar
 
 import pytest
 
-from engine.linefacts import parse_line_time
-from engine.replay import replay
+from engine.core.linefacts import parse_line_time
+from engine.core.replay import replay
 from engine.rulebook import require_rulebook
 from engine.store import Store
 

@@ -4,8 +4,8 @@ restarts; a DOWN node still gets DRAIN; fatal hardware is isolated before the in
 import pytest
 
 from engine.facts import Fact
-from engine.incidents import Engine
-from engine.policy import GuardContext, decide
+from engine.core.incidents import Engine
+from engine.core.policy import GuardContext, decide
 from engine.store import Store
 
 RULES = """

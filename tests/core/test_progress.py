@@ -3,7 +3,7 @@
 import pytest
 
 from engine.facts import Fact
-from engine.incidents import Engine
+from engine.core.incidents import Engine
 from engine.store import Store
 
 RULES = """
@@ -116,7 +116,7 @@ def test_a_short_slowdown_is_not_a_straggler(make_engine):
 import calendar  # noqa: E402
 import time  # noqa: E402
 
-from engine.replay import file_input, replay_inputs  # noqa: E402
+from engine.core.replay import file_input, replay_inputs  # noqa: E402
 from engine.rulebook import load_rulebook  # noqa: E402
 
 T0 = calendar.timegm((2026, 3, 1, 10, 0, 0, 0, 0, 0))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from engine.replay import replay
+from engine.core.replay import replay
 from engine.rulebook import load_rulebook
 from engine.store import Store
 

@@ -3,7 +3,7 @@
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from engine.facts import Fact
-from engine.rete import ReteNetwork
+from engine.core.rete import ReteNetwork
 from engine.rulebook.compile import CompiledRule, CompiledRulebook
 from engine.rulebook.conditions import AllOf, AnyOf, Cmp, evaluate
 from engine.rulebook.model import Condition, Rule, Rulebook

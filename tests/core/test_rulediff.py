@@ -8,9 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 from engine.cli import app
-from engine.replay import replay
+from engine.core.replay import replay
 from engine.rulebook import require_rulebook
-from engine.rulediff import diff_store, reevaluate
+from engine.ops.rulediff import diff_store, reevaluate
 from engine.store import Store
 
 EXAMPLES = sorted(str(p) for p in (Path(__file__).resolve().parents[2] / "examples").iterdir() if p.suffix in (".out", ".log"))

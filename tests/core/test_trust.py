@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.controller import Controller, ControllerConfig
+from engine.live.controller import Controller, ControllerConfig
 from engine.facts import Fact
 from engine.rulebook import load_rulebook
 from scheduler_adapters.base import CommandResult, JobInfo, NodeInfo
@@ -404,7 +404,7 @@ def test_100_rulebook_reloads_keep_memory_flat(tmp_path, monkeypatch):
     """durable_rules never frees a ruleset (~11.5 MiB each for the defaults): an unchanged rulebook
     reuses its ruleset. The rulebook is compiled afresh for every reload, but parsed only twice
     (the YAML parser takes ~1 s a time; bench/reload_memory.py does it 100 times for real)."""
-    import engine.controller as controller_module
+    import engine.live.controller as controller_module
 
     loads = [load_rulebook(defaults=True, overlays=[("site.yaml", SITE)]) for _ in range(2)]
     ctl = make(tmp_path)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from engine.facts import Fact
-from engine.replay import replay
+from engine.core.replay import replay
 from engine.rulebook import require_rulebook
 from engine.store import Store
 

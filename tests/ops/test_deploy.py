@@ -15,9 +15,9 @@ from typer.main import get_command
 
 from engine.cli import app
 from engine.facts import Fact
-from engine.replay import replay_inputs
+from engine.core.replay import replay_inputs
 from engine.rulebook import require_rulebook
-from engine.rules_inspect import explain_line
+from engine.ops.rules_inspect import explain_line
 from engine.sources.spool import SpoolReader
 from engine.store import Store
 

@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from engine.cli import app
-from engine.report import LATENCY_DEFINITION, Thresholds, build_report, parse_since
-from engine.report_html import render_html
-from engine.review import ReviewError
+from engine.ops.report import LATENCY_DEFINITION, Thresholds, build_report, parse_since
+from engine.ops.report_html import render_html
+from engine.ops.review import ReviewError
 from engine.store import Store
 
 runner = CliRunner()

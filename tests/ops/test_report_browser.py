@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.report import Thresholds, build_report
-from engine.report_html import AGREE_COLORS, LATENCY_COLOR, PALETTE, class_color, render_html
+from engine.ops.report import Thresholds, build_report
+from engine.ops.report_html import AGREE_COLORS, LATENCY_COLOR, PALETTE, class_color, render_html
 from engine.store import Store
 
 from .conftest import add_live_incident

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from engine.cli import app
-from engine.review import ReviewError, parse_import, parse_incident_id, parse_time, parse_verdict
+from engine.ops.review import ReviewError, parse_import, parse_incident_id, parse_time, parse_verdict
 from engine.store import Store
 
 from .conftest import recover

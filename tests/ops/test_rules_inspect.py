@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from engine.cli import app
 from engine.rulebook import require_rulebook
-from engine.rules_inspect import effective_rulebook, explain_line
+from engine.ops.rules_inspect import effective_rulebook, explain_line
 
 from .conftest import recover
 

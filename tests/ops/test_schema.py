@@ -15,7 +15,7 @@ from engine.cli import app
 from engine.rulebook import default_rule_files
 from engine.rulebook.model import DECISIONS, SOURCES
 from engine.rulebook.schema import GUARD_KEYS, ITEM_KEYS, SECTION_KEYS
-from engine.schema_json import rulebook_schema
+from engine.ops.schema_json import rulebook_schema
 
 SCHEMA = rulebook_schema()
 SHIPPED = default_rule_files()

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from engine.cli import app
-from engine.corpus_eval import HEALTHY, evaluate, load_cases
+from engine.ops.corpus_eval import HEALTHY, evaluate, load_cases
 from engine.rulebook import load_rulebook
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("engine.ruletest")
+pytest.importorskip("engine.ops.ruletest")
 from engine.rulebook import load_rulebook  # noqa: E402
-from engine.ruletest import run_tests  # noqa: E402
+from engine.ops.ruletest import run_tests  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 
-engine = pytest.importorskip("engine.ruletest")
+engine = pytest.importorskip("engine.ops.ruletest")
 from engine.rulebook import load_rulebook  # noqa: E402
 from engine.rulebook.model import RuleTest, TestInput as _Input  # noqa: E402
-from engine.rete import ReteNetwork  # noqa: E402
-from engine.ruletest import run_one  # noqa: E402
+from engine.core.rete import ReteNetwork  # noqa: E402
+from engine.ops.ruletest import run_one  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_default_watchdog_ten_minutes_after_xid79_still_blames_the_gpu(book):
 
 
 def test_kernel_log_scanned_before_the_job_log(book):
-    from engine.replay import file_input, replay_inputs
+    from engine.core.replay import file_input, replay_inputs
     from engine.store import Store
 
     root = Path(__file__).resolve().parents[2] / "examples"
@@ -86,7 +86,7 @@ def test_kernel_log_scanned_before_the_job_log(book):
 
 def test_examples_in_job_first_order(book):
     """With the job logs first, the examples give exactly one incident per failing job."""
-    from engine.replay import file_input, replay_inputs
+    from engine.core.replay import file_input, replay_inputs
     from engine.store import Store
 
     root = Path(__file__).resolve().parents[2] / "examples"
@@ -133,7 +133,7 @@ def test_examples_in_glob_order_get_the_job_incidents_right(book):
     """In `recover replay examples/*` order (kernel logs first) the job incidents are still right,
     thanks to the corr.node_victim_of_* rules; only the extra node-scoped incidents of gap 3
     remain."""
-    from engine.replay import file_input, replay_inputs
+    from engine.core.replay import file_input, replay_inputs
     from engine.store import Store
 
     root = Path(__file__).resolve().parents[2] / "examples"

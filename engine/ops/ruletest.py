@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 from xml.sax.saxutils import quoteattr
 
-from .facts import Fact
-from .rete import ReteNetwork
-from .replay import Input, replay_inputs
-from .rulebook.compile import CompiledRulebook
-from .rulebook.model import RuleTest
-from .store import Store
+from engine.facts import Fact
+from engine.core.rete import ReteNetwork
+from engine.core.replay import Input, replay_inputs
+from engine.rulebook.compile import CompiledRulebook
+from engine.rulebook.model import RuleTest
+from engine.store import Store
 
 __all__ = ["run_tests", "TestOutcome", "select_tests", "junit_xml", "outcome_json"]
 

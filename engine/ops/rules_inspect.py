@@ -17,16 +17,16 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
-from .facts import Fact
-from .linefacts import ClusterContext, FileContext, HitConverter
-from .matching import Scanner
-from .policy import DEFAULT_GUARDS
-from .progress import HANG_DEFAULTS, STRAGGLER_DEFAULTS
-from .replay import Input, matcher_specs, matchers_for, replay_inputs
-from .rete import ReteNetwork
-from .rulebook.compile import DEFAULT_POLICY, CompiledRulebook
-from .rulebook.conditions import AllOf, AnyOf, Cmp, ListRef, MacroRef, Same
-from .store import Store
+from engine.facts import Fact
+from engine.core.linefacts import ClusterContext, FileContext, HitConverter
+from engine.core.matching import Scanner
+from engine.core.policy import DEFAULT_GUARDS
+from engine.core.progress import HANG_DEFAULTS, STRAGGLER_DEFAULTS
+from engine.core.replay import Input, matcher_specs, matchers_for, replay_inputs
+from engine.core.rete import ReteNetwork
+from engine.rulebook.compile import DEFAULT_POLICY, CompiledRulebook
+from engine.rulebook.conditions import AllOf, AnyOf, Cmp, ListRef, MacroRef, Same
+from engine.store import Store
 
 logger = logging.getLogger(__name__)
 

@@ -24,15 +24,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .facts import Fact
-from .incidents import ClosedIncident, Engine
-from .linefacts import ClusterContext, FileContext, Flood, HitConverter, StreamFacts, job_from_filename
-from .matching import Scanner
-from .metrics import Metrics
-from .replay import matcher_specs, matchers_for
-from .rulebook import CompiledRulebook, load_rulebook
-from .sources.follow import Follower, Tailed
-from .store import Store, StoreError
+from engine.facts import JOB_ACTIVE_STATES, Fact
+from engine.core.incidents import ClosedIncident, Engine
+from engine.core.linefacts import ClusterContext, FileContext, Flood, HitConverter, StreamFacts, job_from_filename
+from engine.core.matching import Scanner
+from engine.live.metrics import Metrics
+from engine.core.replay import matcher_specs, matchers_for
+from engine.rulebook import CompiledRulebook, load_rulebook
+from engine.sources.follow import Follower, Tailed
+from engine.store import Store, StoreError
 
 logger = logging.getLogger(__name__)
 
@@ -238,7 +238,7 @@ class Controller:
         return engine
 
     def _new_spool_reader(self):
-        from .sources.spool import SpoolReader
+        from engine.sources.spool import SpoolReader
 
         saved = self._load_meta("spool_offsets") or {}
         # without a scheduler there is no other word on which job ran on a node
@@ -275,7 +275,7 @@ class Controller:
         t.meta["long_lines"] = 0
 
     def _rulebook_mtimes(self) -> dict[str, float]:
-        from .rulebook import default_rule_files
+        from engine.rulebook import default_rule_files
 
         paths = [str(p) for p in (default_rule_files() if self.cfg.defaults else [])]
         for p in self.cfg.rules:
@@ -299,7 +299,7 @@ class Controller:
     def _head_of(t: Tailed) -> str | None:
         """The fingerprint of the followed file's first bytes, taken once per inode (and again while
         the file is still shorter than the fingerprint's span)."""
-        from .sources.follow import HEAD_BYTES, file_head
+        from engine.sources.follow import HEAD_BYTES, file_head
 
         cached = t.meta.get("head")
         if cached is not None and cached[0] == t.inode and cached[1].startswith(f"{HEAD_BYTES}:"):
@@ -654,7 +654,7 @@ class Controller:
                 first_time = j.job_id not in self._job_states
                 self._job_states[j.job_id] = state
                 states_changed = True
-                if first_time and not self._states_known and j.state not in ("RUNNING", "PENDING", "COMPLETING", "CONFIGURING"):
+                if first_time and not self._states_known and j.state not in JOB_ACTIVE_STATES | {"PENDING"}:
                     continue  # it ended before this controller ever watched: history, not an event
                 attrs = {"job": j.job_id, "attempt": j.attempt, "state": j.state, "reason": j.reason or "",
                          "nodes": list(j.nodes)}

@@ -19,16 +19,17 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from .actions import PlannedAction, plan_actions
-from .facts import Fact
-from .linefacts import NODE_RE, ClusterContext
-from .policy import Decision, GuardContext, decide, fingerprint, isolate_settings
-from .progress import ProgressTracker
-from .rulebook.schema import parse_duration
-from .rete import ReteNetwork, ReteSession
-from .rulebook.compile import CompiledRule, CompiledRulebook, Template
-from .rulebook.conditions import evaluate
-from .store import Store
+from engine.core.actions import PlannedAction, plan_actions
+from engine.facts import JOB_ACTIVE_STATES, Fact
+from engine.core.linefacts import ClusterContext
+from engine.facts import NODE_RE
+from engine.core.policy import Decision, GuardContext, decide, fingerprint, isolate_settings
+from engine.core.progress import ProgressTracker
+from engine.rulebook.schema import parse_duration
+from engine.core.rete import ReteNetwork, ReteSession
+from engine.rulebook.compile import CompiledRule, CompiledRulebook, Template
+from engine.rulebook.conditions import evaluate
+from engine.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +173,7 @@ class Engine:
             self.job_states[str(fact.get("job"))] = str(fact.get("state"))
             self.tracker.job_state(str(fact.get("job")), int(fact.get("attempt") or 0), str(fact.get("state")), fact.at)
             nodes = fact.get("nodes") or ()
-            if fact.get("state") in ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", None):
+            if fact.get("state") is None or fact.get("state") in JOB_ACTIVE_STATES:
                 self.cluster.assign(str(fact.get("job")), fact.get("attempt"), nodes if isinstance(nodes, tuple) else (), fact.at)
             else:
                 self.cluster.release(str(fact.get("job")))

@@ -10,7 +10,7 @@ Usage::
     rep = build_report(store, since=parse_since("30d"), thresholds=Thresholds(50, 0.95))
     print_report(rep)                  # rich tables for people
     json.dumps(rep)                    # for tools
-    html = render_html(rep)            # engine.report_html
+    html = render_html(rep)            # engine.ops.report_html
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Mapping
 
-from .facts import SOURCE_KINDS
-from .review import ReviewError, latest_reviews, parse_time
-from .rulebook.model import DECISIONS
-from .store import IncidentRow, Store
+from engine.facts import SOURCE_KINDS
+from engine.ops.review import ReviewError, latest_reviews, parse_time
+from engine.rulebook.model import DECISIONS
+from engine.store import IncidentRow, Store
 
 logger = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from .facts import Fact
-from .rulebook.schema import parse_duration
+from engine.facts import Fact
+from engine.rulebook.schema import parse_duration
 
 __all__ = ["ProgressTracker", "HANG_DEFAULTS", "STRAGGLER_DEFAULTS"]
 

@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from scheduler_adapters.hostlist import HostlistError, expand_hostlist as _expand_hostlist
 
-from .facts import Fact
-from .rulebook.model import Matcher
+from engine.facts import JOB_RE, MAX_VALUE, NODE_RE, Fact, clean_text
+from engine.rulebook.model import Matcher
 
 logger = logging.getLogger(__name__)
 
@@ -24,9 +24,6 @@ __all__ = ["NODE_RE", "JOB_RE", "clean_text", "parse_line_time", "FileContext", 
            "expand_hostlist", "job_from_filename", "Flood", "StreamFacts", "shape_key", "FLOOD_WINDOW",
            "normalize_pci", "decode_xid"]
 
-NODE_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,62})$")
-JOB_RE = re.compile(r"^[0-9]{1,12}(?:_[0-9]{1,9})?$")
-_CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 _ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?")
 _SYSLOG = re.compile(r"^(?:<\d+>)?(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})")
@@ -38,17 +35,8 @@ _FILE_JOB = (
     re.compile(r"(?:^|/)(?:job|train)[-_.]?(\d{1,12})(?:[-_.][^/]*)?\.(?:out|err|log)$"),
     re.compile(r"(?:^|/)(\d{1,12})\.(?:out|err|log)$"),
 )
-MAX_VALUE = 512
 MAX_TEXT = 400
 MAX_HOSTLIST = 4096
-
-
-def clean_text(value: str, limit: int = MAX_VALUE) -> str:
-    """Bounded, with control and bidi characters removed: safe to show and to store."""
-    if len(value) > limit * 4:
-        value = value[: limit * 4]
-    value = _CTRL.sub("", value)
-    return value[:limit]
 
 
 def parse_line_time(line: str, year: int | None = None) -> float | None:

@@ -26,10 +26,10 @@ import re
 import time
 from typing import Any, Callable
 
-from .actions import idem_key, plan_actions
-from .policy import DEFAULT_GUARDS, isolate_settings
-from .rulebook.compile import CompiledRulebook
-from .store import Store
+from engine.core.actions import idem_key, plan_actions
+from engine.core.policy import DEFAULT_GUARDS, isolate_settings
+from engine.rulebook.compile import CompiledRulebook
+from engine.store import Store
 
 logger = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from .rulebook.compile import CompiledRulebook
-from .rulebook.schema import parse_duration
+from engine.rulebook.compile import CompiledRulebook
+from engine.rulebook.schema import parse_duration
 
 __all__ = ["Decision", "GuardContext", "decide", "DEFAULT_GUARDS", "fingerprint", "isolate_settings"]
 

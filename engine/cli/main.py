@@ -1,279 +1,20 @@
 """The ``recover`` command line. Thin: parse, call the library, print (rich for people, --json
 for tools). Exit codes: 0 ok, 1 a check or test failed / the rulebook has errors, 2 usage or
-input errors (missing database, unknown incident, unreadable file).
-"""
+input errors (missing database, unknown incident, unreadable file)."""
 
 from __future__ import annotations
-
 import json
 import logging
 import os
 import sys
 from pathlib import Path
 from typing import List, Optional
-
 import typer
+from engine.cli.common import (app, rules_app, DEFAULT_DB, RulesOpt, NoDefaultsOpt, DbOpt, JsonOpt, load_rulebook, _settings, _db, _err, _rule_args, _load_or_exit, _setup_logging, _since)  # noqa: F401
+from engine.cli import rules as _rules  # noqa: F401  (registers the rules commands)
 
 
-def load_rulebook(*args, **kw):
-    """engine.rulebook.load_rulebook, imported when a command loads a rulebook: not at start, so
-    that `recover incidents` and `recover explain` do not pay for YAML, jinja2 and the compiler."""
-    from .rulebook import load_rulebook as load
-
-    return load(*args, **kw)
-
-app = typer.Typer(add_completion=True, no_args_is_help=True, help="Recover: detect, attribute, isolate and restart failed GPU training jobs.")
-rules_app = typer.Typer(no_args_is_help=True, help="Validate, test and inspect rulebooks.")
 app.add_typer(rules_app, name="rules")
-
-DEFAULT_DB = "recover.db"
-RulesOpt = typer.Option(None, "--rules", "-r", help="Site rulebook file or folder, layered over the defaults (repeatable).")
-NoDefaultsOpt = typer.Option(False, "--no-defaults", help="Do not load the shipped default rulebook.")
-DbOpt = typer.Option(None, "--db", help="SQLite incident store (default: $RECOVER_DB or ./recover.db).")
-JsonOpt = typer.Option(False, "--json", help="Machine-readable output: one JSON object per line.")
-
-
-_SETTINGS = None
-
-
-def _settings():
-    """recover.toml (or --config / $RECOVER_CONFIG), with the environment over it."""
-    global _SETTINGS
-    if _SETTINGS is None:
-        from .config import ConfigError, load_settings
-
-        try:
-            _SETTINGS = load_settings()
-        except ConfigError as exc:
-            _err(f"config: {exc}")
-            raise typer.Exit(2)
-    return _SETTINGS
-
-
-@app.callback()
-def _main(config: Optional[str] = typer.Option(None, "--config", help="Settings file (default: $RECOVER_CONFIG or ./recover.toml).")) -> None:
-    """Recover: detect, attribute, isolate and restart failed GPU training jobs."""
-    global _SETTINGS
-    from .config import ConfigError, load_settings
-
-    try:
-        _SETTINGS = load_settings(config)
-    except ConfigError as exc:
-        _err(f"config: {exc}")
-        raise typer.Exit(2)
-
-
-def _db(path: Optional[str]) -> str:
-    return path or _settings().db or DEFAULT_DB
-
-
-def _err(msg: str) -> None:
-    typer.echo(msg, err=True)
-
-
-def _rule_args(paths: Optional[List[str]], no_defaults: bool):
-    """(paths, defaults, overlays): flags win over the settings."""
-    from .config import autonomy_overlay
-
-    s = _settings()
-    return (list(paths) if paths else list(s.rules)), not (no_defaults or s.no_defaults), autonomy_overlay(s)
-
-
-def _load_or_exit(paths: Optional[List[str]], no_defaults: bool):
-    paths, defaults, overlays = _rule_args(paths, no_defaults)
-    result = load_rulebook(paths, defaults=defaults, overlays=overlays)
-    for d in result.diagnostics:
-        _err(str(d))
-    if not result.ok:
-        _err(f"rulebook has {len(result.errors)} error(s); nothing was run")
-        raise typer.Exit(1)
-    return result.compiled
-
-
-def _setup_logging(verbose: bool = False) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-
-
-# -- rules ---------------------------------------------------------------------------------
-@rules_app.command("check")
-def rules_check(paths: List[str] = typer.Argument(None, help="Site rulebook files or folders."), no_defaults: bool = NoDefaultsOpt,
-                json_out: bool = JsonOpt,
-                strict: bool = typer.Option(False, "--strict", help="Warnings fail the check too (exit 1): for CI.")) -> None:
-    """Validate the layered rulebook; print every problem as file:line:col: CODE message."""
-    paths, defaults, overlays = _rule_args(paths, no_defaults)
-    result = load_rulebook(paths, defaults=defaults, overlays=overlays)
-    failed = not result.ok or (strict and len(result.diagnostics) > len(result.errors))
-    if json_out:
-        for d in result.diagnostics:
-            typer.echo(json.dumps({"file": d.mark.file, "line": d.mark.line, "col": d.mark.col, "code": d.code,
-                                   "severity": d.severity, "message": d.message, "hint": d.hint}))
-    else:
-        for d in result.diagnostics:
-            typer.echo(str(d))
-        warnings = len(result.diagnostics) - len(result.errors)
-        if not failed:
-            c = result.compiled
-            typer.echo(f"ok: {len(result.files)} file(s), {len(c.fault_classes)} fault classes, {len(c.matchers)} matchers, "
-                       f"{len(c.rules)} rules, {len(c.actions)} actions, {len(c.book.tests)} tests; {warnings} warning(s)")
-        else:
-            typer.echo(f"{len(result.errors)} error(s), {warnings} warning(s)" + (" (--strict: warnings fail)" if strict and warnings else ""))
-    raise typer.Exit(1 if failed else 0)
-
-
-@rules_app.command("test")
-def rules_test(paths: List[str] = typer.Argument(None, help="Site rulebook files or folders."), no_defaults: bool = NoDefaultsOpt,
-               verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every test, not only failures."),
-               name: Optional[List[str]] = typer.Option(None, "--name", "-k",
-                                                        help="Run only the tests whose name contains this text or matches this "
-                                                             "regex (case-insensitive; repeatable: any of them)."),
-               site_only: bool = typer.Option(False, "--site-only", help="Run only the tests written in the given files, not the shipped ones."),
-               junit: Optional[str] = typer.Option(None, "--junit", help="Also write the results as JUnit XML to this file (for CI)."),
-               json_out: bool = JsonOpt) -> None:
-    """Run the embedded tests of the default and given rulebooks. Exit 1 when a test fails or none is selected."""
-    from .rulebook import default_rule_files
-    from .rulebook import _display as display_name
-    from .ruletest import junit_xml, outcome_json, run_tests, select_tests
-
-    compiled = _load_or_exit(paths or [], no_defaults)
-    book = compiled.book
-    only = None
-    if site_only:
-        shipped = {display_name(p) for p in default_rule_files()}
-        only = {f for f in book.files if f not in shipped}
-    tests = select_tests(compiled, name or (), only)
-    disabled = dict(book.disabled_tests)
-    if not tests:
-        what = f" matching {', '.join(repr(n) for n in name)}" if name else ""
-        where = " in the site's files" if site_only else ""
-        _err(f"no test selected{what}{where} (of {len(book.tests)}): nothing was run")
-        raise typer.Exit(1)
-    outcomes = run_tests(compiled, tests=tests)
-    failed = sum(1 for o in outcomes if not o.passed)
-    for o in outcomes:
-        if json_out:
-            typer.echo(json.dumps(outcome_json(o)))
-            continue
-        if o.passed:
-            if verbose:
-                typer.echo(f"PASS {o.test.name}  ({o.test.mark})")
-            continue
-        typer.echo(f"FAIL {o.test.name}  ({o.test.mark})")
-        for p in o.problems:
-            typer.echo(f"     {p}")
-    if verbose and not json_out:
-        for n, m in disabled.items():
-            typer.echo(f"DISABLED {n}  (at {m})")
-    summary = f"{len(outcomes) - failed} passed, {failed} failed" + (f", {len(disabled)} disabled" if disabled else "")
-    if json_out:
-        typer.echo(json.dumps({"passed": len(outcomes) - failed, "failed": failed, "disabled": sorted(disabled),
-                               "selected": len(outcomes), "total": len(book.tests)}))
-    else:
-        typer.echo(summary)
-    if junit:
-        try:
-            Path(junit).write_text(junit_xml(outcomes, disabled))
-        except OSError as exc:
-            _err(f"cannot write {junit}: {exc.strerror or exc}")
-            raise typer.Exit(2)
-    raise typer.Exit(1 if failed else 0)
-
-
-@rules_app.command("eval")
-def rules_eval(corpus: List[str] = typer.Argument(..., help="Corpus files (JSON lines) or folders of them."),
-               paths: Optional[List[str]] = RulesOpt, no_defaults: bool = NoDefaultsOpt, json_out: bool = JsonOpt,
-               minimum: Optional[float] = typer.Option(None, "--min", help="Exit 1 when accuracy (0-1 or a percentage) is below this."),
-               verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every case, not only misses.")) -> None:
-    """Replay each case of a real-log corpus alone: per-class precision and recall, confusion, every miss."""
-    from .corpus_eval import HEALTHY, evaluate, load_cases
-
-    compiled = _load_or_exit(paths or [], no_defaults)
-    cases, problems = load_cases(corpus, known_labels=compiled.policy.get("decisions", {}).keys())
-    for p in problems:
-        _err(p)
-    if not cases:
-        _err("no case to evaluate")
-        raise typer.Exit(2)
-    report = evaluate(compiled, cases)
-    floor = None if minimum is None else (minimum / 100.0 if minimum > 1 else minimum)
-    if json_out:
-        typer.echo(json.dumps(report.to_json() | {"problems": problems}))
-    else:
-        if verbose:
-            for r in report.results:
-                typer.echo(f"{'ok  ' if r.right else 'MISS'} {r.case.id}: {r.case.label} -> {r.got}")
-        typer.echo(f"{'class':<26} {'cases':>5} {'recall':>7} {'answered':>8} {'precision':>9}")
-        for label, st in report.per_class().items():
-            rec = "-" if st["recall"] is None else f"{st['recall']:.1%}"
-            pre = "-" if st["precision"] is None else f"{st['precision']:.1%}"
-            typer.echo(f"{label:<26} {st['cases']:>5} {rec:>7} {st['answered']:>8} {pre:>9}")
-        typer.echo("confusion (label: answers):")
-        for label, answers in sorted(report.confusion().items()):
-            typer.echo(f"  {label}: " + ", ".join(f"{k}={v}" for k, v in answers.most_common()))
-        if report.misses:
-            typer.echo("misses:")
-            for r in report.misses:
-                why = f" ({r.error})" if r.error else (f" via {', '.join(r.rules)}" if r.rules else "")
-                typer.echo(f"  {r.case.id}: {r.case.label} -> {r.got}{why}  [{r.case.where}]")
-        typer.echo(f"accuracy: {report.accuracy:.1%} ({report.right}/{report.total}); healthy cases with an incident: "
-                   f"{len(report.healthy_with_incident)} of {sum(r.case.label == HEALTHY for r in report.results)}")
-    if floor is not None and report.accuracy < floor:
-        _err(f"accuracy {report.accuracy:.1%} is below --min {floor:.1%}")
-        raise typer.Exit(1)
-    raise typer.Exit(0)
-@rules_app.command("diff")
-def rules_diff(candidate: Optional[List[str]] = typer.Option(None, "--rules", "-r", help="The candidate: site rulebook files or "
-                                                            "folders, layered over the defaults (repeatable)."),
-               base: Optional[List[str]] = typer.Option(None, "--base", help="The rulebook in force (default: recover.toml's rules)."),
-               no_defaults: bool = NoDefaultsOpt, db: Optional[str] = DbOpt,
-               since: Optional[str] = typer.Option(None, "--since", help="Only incidents opened since: a date (2026-11-29, "
-                                                   "2026-11-29T17:00), seconds since the epoch, or a duration ago (24h, 90m)."),
-               json_out: bool = JsonOpt) -> None:
-    """Re-evaluate the stored evidence of past incidents with a candidate rulebook and list every incident
-    whose fault class, nodes or decision would change. Exit 0 when nothing changes, 1 otherwise."""
-    from .cli_ops import _open_store
-    from .rulediff import diff_store
-
-    if not candidate:
-        _err("give the candidate rulebook with --rules FILE_OR_FOLDER")
-        raise typer.Exit(2)
-    t = _since(since)
-    store = _open_store(db, readonly=True)
-    old = _load_or_exit(base or list(_settings().rules), no_defaults)
-    new = _load_or_exit(candidate, no_defaults)
-    changes = diff_store(store, old, new, since=t)
-    total = len(store.incidents(status="closed", since=t))
-    for c in changes:
-        typer.echo(json.dumps(c.to_dict()) if json_out else c.line())
-    if json_out:
-        typer.echo(json.dumps({"incidents": total, "changed": len(changes)}))
-    else:
-        typer.echo(f"{len(changes)} of {total} incident(s) would change")
-    raise typer.Exit(1 if changes else 0)
-
-
-def _since(text: Optional[str]) -> Optional[float]:
-    if text is None:
-        return None
-    import time
-    from datetime import datetime, timezone
-
-    from .rulebook.schema import parse_duration
-
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        d = datetime.fromisoformat(text)
-        return (d if d.tzinfo else d.replace(tzinfo=timezone.utc)).timestamp()
-    except ValueError:
-        pass
-    ago = parse_duration(text[:-1] + "h") * 24 if text.endswith("d") and parse_duration(text[:-1] + "h") is not None else parse_duration(text)
-    if ago is None:
-        _err(f"{text!r}: not a date, a number of seconds or a duration")
-        raise typer.Exit(2)
-    return time.time() - ago
 
 
 # -- replay, incidents, explain -------------------------------------------------------------
@@ -284,8 +25,8 @@ def replay(logs: List[str] = typer.Argument(..., help="Log files: job stdout/std
            progress: bool = typer.Option(False, "--progress", help="Show a progress bar (large inputs)."),
            verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Evaluate the rulebook over historical logs and record the incidents."""
-    from .replay import replay as do_replay
-    from .store import Store, StoreError
+    from engine.core.replay import replay as do_replay
+    from engine.store import Store, StoreError
 
     _setup_logging(verbose)
     compiled = _load_or_exit(rules, no_defaults)
@@ -347,7 +88,7 @@ def incidents(db: Optional[str] = DbOpt, json_out: bool = JsonOpt,
               errors: bool = typer.Option(False, "--errors", help="List the quarantined inputs instead: lines and "
                                           "spool facts whose handling failed, with the error.")) -> None:
     """List incidents."""
-    from .store import Store, StoreError
+    from engine.store import Store, StoreError
 
     try:
         store = Store(_db(db), readonly=True)
@@ -378,8 +119,8 @@ def incidents(db: Optional[str] = DbOpt, json_out: bool = JsonOpt,
 def explain(incident: str = typer.Argument(..., help="Incident id (as listed by `recover incidents`)."),
             db: Optional[str] = DbOpt, json_out: bool = JsonOpt) -> None:
     """Show the chain from evidence to decision for one incident."""
-    from .explain import ExplainError, build, render_text
-    from .store import Store, StoreError
+    from engine.ops.explain import ExplainError, build, render_text
+    from engine.store import Store, StoreError
 
     try:
         store = Store(_db(db), readonly=True)
@@ -411,8 +152,8 @@ def run(dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: rec
                                         "database starts reading them at their end: the past is not acted on."),
         verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the controller: follow logs, the agents' spool and the scheduler; record or act."""
-    from .controller import Controller, ControllerConfig
-    from .store import StoreError
+    from engine.live.controller import Controller, ControllerConfig
+    from engine.store import StoreError
 
     _setup_logging(verbose)
     logging.getLogger().setLevel(logging.INFO if verbose else logging.WARNING)
@@ -430,11 +171,11 @@ def run(dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: rec
     actuator_factory = None
     if not dry_run:
         try:
-            from .actuator import Actuator
+            from engine.live.actuator import Actuator
 
             actuator_factory = Actuator.for_controller
         except ImportError:  # pragma: no cover - the action layer is part of the package
-            _err("acting needs engine.actuator; run with --dry-run")
+            _err("acting needs engine.live.actuator; run with --dry-run")
             raise typer.Exit(2)
     rule_paths, defaults, overlays = _rule_args(rules, no_defaults)
     cfg = ControllerConfig(rules=rule_paths, defaults=defaults, overlays=overlays, db=_db(db), follow=follow or [], spool=spool,
@@ -469,7 +210,7 @@ def agent(node: str = typer.Option(..., "--node", help="This node's name, as the
     (the rulebook's thresholds) -> facts in the spool."""
     import signal
 
-    from .agent import run_agent
+    from engine.live.agent import run_agent
 
     # a stop that comes while the agent still starts (loading the rulebook) is a clean stop too
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
@@ -501,9 +242,9 @@ def demo(db: str = typer.Option("recover-demo.db", "--db", help="Where the demo 
          keep: Optional[str] = typer.Option(None, "--keep", help="Keep the demo's logs, kernel logs and spool in this folder."),
          json_out: bool = JsonOpt) -> None:
     """Monitor mode on a SIMULATED cluster: real controller and agents, injected failures, then explain one."""
-    from .demo import run_demo
-    from .explain import build, render_text
-    from .store import Store
+    from engine.ops.demo import run_demo
+    from engine.ops.explain import build, render_text
+    from engine.store import Store
 
     _setup_logging(False)
     logging.getLogger().setLevel(logging.ERROR)
@@ -532,9 +273,9 @@ def demo(db: str = typer.Option("recover-demo.db", "--db", help="Where the demo 
 
 def _register_extensions() -> None:
     """Operator tooling (review, report, rules schema/show/explain-line, silences) lives in its own module."""
-    from . import cli_ops
+    from engine.cli import ops
 
-    cli_ops.register(app, rules_app)
+    ops.register(app, rules_app)
 
 
 _register_extensions()
@@ -543,7 +284,7 @@ _register_extensions()
 def main() -> None:
     """The error boundary: anything Recover raises on purpose is one line on stderr and exit 2,
     never a traceback (usage errors are typer's, a bug still shows its traceback: it is one)."""
-    from .errors import RecoverError
+    from engine.errors import RecoverError
 
     try:
         app()

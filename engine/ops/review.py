@@ -17,7 +17,7 @@ Errors::
 """
 
 from __future__ import annotations
-from .errors import ReviewError
+from engine.errors import ReviewError
 
 import csv
 import io
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
-from .linefacts import clean_text
-from .store import Store
+from engine.facts import clean_text
+from engine.store import Store
 
 logger = logging.getLogger(__name__)
 

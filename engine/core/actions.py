@@ -3,11 +3,11 @@
 A template never sees raw log text: node names and job ids must match strict patterns (else the
 action is not planned, and the incident says why), and the only free text (the winning fault's
 reason, the first line of evidence) is bounded, with characters outside a safe set removed.
-Nothing here runs a command: ``engine/actuator.py`` (acting) and the store (recommending) do.
+Nothing here runs a command: ``engine/live/actuator.py`` (acting) and the store (recommending) do.
 """
 
 from __future__ import annotations
-from .errors import PlanError
+from engine.errors import PlanError
 
 import json
 import logging
@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from .linefacts import JOB_RE, NODE_RE
-from .rulebook.compile import CompiledAction, CompiledRulebook
+from engine.facts import JOB_RE, NODE_RE
+from engine.rulebook.compile import CompiledAction, CompiledRulebook
 
 logger = logging.getLogger(__name__)
 

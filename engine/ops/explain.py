@@ -7,11 +7,11 @@ firings that derived each fact to the raw evidence and where it was read (file:l
 """
 
 from __future__ import annotations
-from .errors import ExplainError
+from engine.errors import ExplainError
 
 from typing import Any
 
-from .store import Store
+from engine.store import Store
 
 __all__ = ["build", "render_text", "ExplainError"]
 

@@ -20,12 +20,12 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from .facts import Fact
-from .incidents import ClosedIncident, Engine
-from .linefacts import ClusterContext, FileContext, Flood, HitConverter, StreamFacts, job_from_filename
-from .matching import MatcherSpec, Scanner
-from .rulebook.compile import CompiledRulebook
-from .store import Store
+from engine.facts import Fact
+from engine.core.incidents import ClosedIncident, Engine
+from engine.core.linefacts import ClusterContext, FileContext, Flood, HitConverter, StreamFacts, job_from_filename
+from engine.core.matching import MatcherSpec, Scanner
+from engine.rulebook.compile import CompiledRulebook
+from engine.store import Store
 
 logger = logging.getLogger(__name__)
 

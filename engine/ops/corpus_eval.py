@@ -26,10 +26,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from .rete import ReteNetwork
-from .replay import Input, replay_inputs
-from .rulebook.compile import CompiledRulebook
-from .store import Store
+from engine.core.rete import ReteNetwork
+from engine.core.replay import Input, replay_inputs
+from engine.rulebook.compile import CompiledRulebook
+from engine.store import Store
 
 __all__ = ["Case", "CaseResult", "EvalReport", "load_cases", "evaluate", "HEALTHY", "STREAM_SOURCES"]
 

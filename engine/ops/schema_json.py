@@ -21,11 +21,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .policy import DEFAULT_GUARDS
-from .progress import HANG_DEFAULTS, STRAGGLER_DEFAULTS
-from .rulebook import schema as _validator
-from .rulebook.conditions import OPS
-from .rulebook.model import DECISIONS, EMITS, SOURCES
+from engine.core.policy import DEFAULT_GUARDS
+from engine.core.progress import HANG_DEFAULTS, STRAGGLER_DEFAULTS
+from engine.rulebook import schema as _validator
+from engine.rulebook.conditions import OPS
+from engine.rulebook.model import DECISIONS, EMITS, SOURCES
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def _shipped_fault_classes() -> list[str]:
     """The shipped class names, as examples: a site may declare more, so they are not an enum."""
     import yaml
 
-    from .rulebook import fault_class_files
+    from engine.rulebook import fault_class_files
 
     names: list[str] = []
     for path in fault_class_files():

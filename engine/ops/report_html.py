@@ -3,7 +3,7 @@ here (no JavaScript, no CDN, no fonts to fetch), so it opens from a file or an e
 
 Charts: incidents over time by fault class (stacked bars), agreement per rule (horizontal bars
 against the autonomy threshold), detection latency histogram. Every value shown comes from the
-report dict of ``engine.report.build_report``; every text is escaped.
+report dict of ``engine.ops.report.build_report``; every text is escaped.
 
 Usage::
 
@@ -16,7 +16,7 @@ import logging
 from html import escape
 from typing import Any, Mapping, Sequence
 
-from .report import autonomy_snippet, fmt_rate, fmt_seconds
+from engine.ops.report import autonomy_snippet, fmt_rate, fmt_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ _ORDER: list[str] | None = None
 
 
 def _class_order() -> list[str]:
-    from .schema_json import _shipped_fault_classes
+    from engine.ops.schema_json import _shipped_fault_classes
 
     global _ORDER
     if _ORDER is None:

@@ -45,7 +45,7 @@ from typing import Sequence
 
 import re2
 
-from . import cache
+from engine.core import cache
 
 logger = logging.getLogger(__name__)
 

@@ -24,11 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .facts import Fact
-from .linefacts import HitConverter
-from .replay import replay_inputs, scanner_for
-from .rulebook.compile import CompiledRulebook
-from .store import IncidentRow, Store
+from engine.facts import Fact
+from engine.core.linefacts import HitConverter
+from engine.core.replay import replay_inputs, scanner_for
+from engine.rulebook.compile import CompiledRulebook
+from engine.store import IncidentRow, Store
 
 __all__ = ["Verdict", "Change", "diff_store", "reevaluate"]
 

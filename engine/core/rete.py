@@ -19,7 +19,7 @@ the assertion that caused it returns, and the caller asserts what it derives (no
 """
 
 from __future__ import annotations
-from .errors import ReteError
+from engine.errors import ReteError
 
 import copy
 import itertools
@@ -30,9 +30,9 @@ from typing import Any, Callable, Mapping
 
 from durable import engine as _dr
 
-from .facts import Fact
-from .rulebook.compile import CompiledRule, CompiledRulebook
-from .rulebook.conditions import AllOf, AnyOf, Cmp, Same
+from engine.facts import Fact
+from engine.rulebook.compile import CompiledRule, CompiledRulebook
+from engine.rulebook.conditions import AllOf, AnyOf, Cmp, Same
 
 logger = logging.getLogger(__name__)
 

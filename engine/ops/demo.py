@@ -153,10 +153,10 @@ SCENARIOS: dict[str, Callable] = {
 def run_demo(db: str, jobs: int = 6, seed: int = 7, timeout: float = 50.0, keep: str | None = None) -> DemoResult:
     from scheduler_adapters.simulated import SimulatedCluster
 
-    from .agent import run_agent
-    from .controller import Controller, ControllerConfig
-    from .rulebook import require_rulebook
-    from .sources.fake_nvml import FakeGpu, FakeNvml
+    from engine.live.agent import run_agent
+    from engine.live.controller import Controller, ControllerConfig
+    from engine.rulebook import require_rulebook
+    from engine.sources.fake_nvml import FakeGpu, FakeNvml
 
     t_start = time.monotonic()
     root = Path(keep or tempfile.mkdtemp(prefix="recover-demo-"))
@@ -218,7 +218,7 @@ def run_demo(db: str, jobs: int = 6, seed: int = 7, timeout: float = 50.0, keep:
         SCENARIOS[comp](world, job, node)
         time.sleep(1.0)
 
-    from .store import Store
+    from engine.store import Store
 
     def settled() -> bool:
         try:

@@ -1,0 +1,123 @@
+"""The recover app, its shared options and helpers: every command module imports these; nothing
+here imports a command module."""
+
+from __future__ import annotations
+import logging
+import sys
+from typing import List, Optional
+import typer
+
+
+def load_rulebook(*args, **kw):
+    """engine.rulebook.load_rulebook, imported when a command loads a rulebook: not at start, so
+    that `recover incidents` and `recover explain` do not pay for YAML, jinja2 and the compiler."""
+    from engine.rulebook import load_rulebook as load
+
+    return load(*args, **kw)
+
+
+app = typer.Typer(add_completion=True, no_args_is_help=True, help="Recover: detect, attribute, isolate and restart failed GPU training jobs.")
+
+
+rules_app = typer.Typer(no_args_is_help=True, help="Validate, test and inspect rulebooks.")
+
+
+DEFAULT_DB = "recover.db"
+
+
+RulesOpt = typer.Option(None, "--rules", "-r", help="Site rulebook file or folder, layered over the defaults (repeatable).")
+
+
+NoDefaultsOpt = typer.Option(False, "--no-defaults", help="Do not load the shipped default rulebook.")
+
+
+DbOpt = typer.Option(None, "--db", help="SQLite incident store (default: $RECOVER_DB or ./recover.db).")
+
+
+JsonOpt = typer.Option(False, "--json", help="Machine-readable output: one JSON object per line.")
+
+
+_SETTINGS = None
+
+
+def _settings():
+    """recover.toml (or --config / $RECOVER_CONFIG), with the environment over it."""
+    global _SETTINGS
+    if _SETTINGS is None:
+        from engine.config import ConfigError, load_settings
+
+        try:
+            _SETTINGS = load_settings()
+        except ConfigError as exc:
+            _err(f"config: {exc}")
+            raise typer.Exit(2)
+    return _SETTINGS
+
+
+@app.callback()
+def _main(config: Optional[str] = typer.Option(None, "--config", help="Settings file (default: $RECOVER_CONFIG or ./recover.toml).")) -> None:
+    """Recover: detect, attribute, isolate and restart failed GPU training jobs."""
+    global _SETTINGS
+    from engine.config import ConfigError, load_settings
+
+    try:
+        _SETTINGS = load_settings(config)
+    except ConfigError as exc:
+        _err(f"config: {exc}")
+        raise typer.Exit(2)
+
+
+def _db(path: Optional[str]) -> str:
+    return path or _settings().db or DEFAULT_DB
+
+
+def _err(msg: str) -> None:
+    typer.echo(msg, err=True)
+
+
+def _rule_args(paths: Optional[List[str]], no_defaults: bool):
+    """(paths, defaults, overlays): flags win over the settings."""
+    from engine.config import autonomy_overlay
+
+    s = _settings()
+    return (list(paths) if paths else list(s.rules)), not (no_defaults or s.no_defaults), autonomy_overlay(s)
+
+
+def _load_or_exit(paths: Optional[List[str]], no_defaults: bool):
+    paths, defaults, overlays = _rule_args(paths, no_defaults)
+    result = load_rulebook(paths, defaults=defaults, overlays=overlays)
+    for d in result.diagnostics:
+        _err(str(d))
+    if not result.ok:
+        _err(f"rulebook has {len(result.errors)} error(s); nothing was run")
+        raise typer.Exit(1)
+    return result.compiled
+
+
+def _setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def _since(text: Optional[str]) -> Optional[float]:
+    if text is None:
+        return None
+    import time
+    from datetime import datetime, timezone
+
+    from engine.rulebook.schema import parse_duration
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        d = datetime.fromisoformat(text)
+        return (d if d.tzinfo else d.replace(tzinfo=timezone.utc)).timestamp()
+    except ValueError:
+        pass
+    ago = parse_duration(text[:-1] + "h") * 24 if text.endswith("d") and parse_duration(text[:-1] + "h") is not None else parse_duration(text)
+    if ago is None:
+        _err(f"{text!r}: not a date, a number of seconds or a duration")
+        raise typer.Exit(2)
+    return time.time() - ago

@@ -1,0 +1,1 @@
+"""Deterministic: lines to facts, the Rete, incidents, policy, plans, replay."""

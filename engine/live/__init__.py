@@ -1,0 +1,1 @@
+"""The live service: controller, actuator, node agent, metrics."""

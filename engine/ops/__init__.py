@@ -1,0 +1,1 @@
+"""Operator tooling: explain, review, reports, rule tests and evaluation, demo."""
