@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from tests.helpers import wait_for
 from engine.live.agent import EXIT_NO_SOURCE, EXIT_OK, default_state_dir, run_agent
 from engine.sources.fake_nvml import FakeGpu, FakeNvml
 from engine.sources.spool import SpoolReader
@@ -31,13 +32,6 @@ def start_agent(spool: Path, log: Path, stderr) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr, cwd=str(Path(__file__).resolve().parents[2]))
 
 
-def wait_for(predicate, timeout: float = 30.0, step: float = 0.05) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
 
 
 def state_file(spool: Path) -> Path:
@@ -85,7 +79,7 @@ def test_kill_minus_nine_mid_burst_neither_loses_nor_doubles(tmp_path):
         while (not appended.is_set() or kills < 4) and kills < 40:
             # kill only once the restarted agent is busy writing, at a random moment
             before = len(spool_pids(spool))
-            wait_for(lambda: len(spool_pids(spool)) > before or appended.is_set(), timeout=20, step=0.01)
+            wait_for(lambda: len(spool_pids(spool)) > before or appended.is_set(), timeout=20, step=0.01, fail=False)
             time.sleep(rng.uniform(0.0, 0.05))
             mid = not appended.is_set()
             proc.kill()  # SIGKILL: no cleanup, possibly between spool write and state save

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import wait_for
+
 from scheduler_adapters.slurm import SlurmAdapter
 from scheduler_adapters.slurm.adapter import subprocess_runner
 
@@ -70,15 +72,6 @@ def slurm() -> SlurmAdapter:
     return SlurmAdapter(timeout=20)
 
 
-def wait_for(what, probe, timeout, every=0.3):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(every)
-    pytest.fail(f"waited {timeout} s for {what}; last seen: {last!r}", pytrace=False)
 
 
 class Harness:

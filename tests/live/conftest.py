@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import wait_for  # noqa: F401  (the live tests import it from here)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 #: EVT lines: one log fact each (distinct n), an error symptom each (distinct too: the engine
@@ -69,15 +71,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(predicate, timeout: float = 15.0, step: float = 0.05, what: str = "condition"):
-    end = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(step)
 
 
 class Live:

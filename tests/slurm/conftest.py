@@ -10,6 +10,8 @@ from typing import TypeVar
 
 import pytest
 
+from tests.helpers import wait_for
+
 from scheduler_adapters.base import CommandResult
 from scheduler_adapters.slurm import SlurmAdapter
 from scheduler_adapters.slurm.adapter import subprocess_runner
@@ -35,21 +37,6 @@ def slurm() -> SlurmAdapter:
     return SlurmAdapter(timeout=20)
 
 
-def _wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: float = 0.5) -> T:
-    """Poll ``probe`` until it returns something truthy; fail with the last value seen."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while True:
-        try:
-            last = probe()
-        except AssertionError as exc:  # a probe may assert to explain itself
-            last = exc
-        else:
-            if last:
-                return last  # type: ignore[return-value]
-        if time.monotonic() >= deadline:
-            pytest.fail(f"waited {timeout:g} s for {what}; last seen: {last!r}", pytrace=False)
-        time.sleep(every)
 
 
 def checked(result: CommandResult, argv: list[str]) -> CommandResult:
@@ -60,7 +47,7 @@ def checked(result: CommandResult, argv: list[str]) -> CommandResult:
 @pytest.fixture
 def wait_for():
     """``wait_for(what, probe, timeout)``: poll until ``probe()`` is truthy, or fail."""
-    return _wait_for
+    return wait_for
 
 
 @pytest.fixture
