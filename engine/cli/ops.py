@@ -42,7 +42,7 @@ def _default_reviewer() -> Optional[str]:
         import getpass
 
         return getpass.getuser()
-    except Exception:  # no user database entry (containers)
+    except (KeyError, OSError, ImportError):  # no user database entry (containers)
         return os.environ.get("USER")
 
 

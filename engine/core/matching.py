@@ -51,7 +51,7 @@ logger = logging.getLogger(__name__)
 
 try:  # hyperscan is only built for x86-64
     import hyperscan as _hs
-except Exception:  # pragma: no cover - depends on the platform
+except (ImportError, OSError):  # pragma: no cover - depends on the platform
     _hs = None
 
 __all__ = ["MatcherSpec", "Hit", "Scanner", "check_pattern", "hyperscan_available", "digit_blind", "blank_digits"]

@@ -218,12 +218,12 @@ def run_demo(db: str, jobs: int = 6, seed: int = 7, timeout: float = 50.0, keep:
         SCENARIOS[comp](world, job, node)
         time.sleep(1.0)
 
-    from engine.store import Store
+    from engine.store import Store, StoreError
 
     def settled() -> bool:
         try:
             rows = Store(db, readonly=True).incidents()
-        except Exception:
+        except StoreError:  # the controller has not created it yet
             return False
         jobs_with_incident = {r.job for r in rows if r.status == "closed"}
         return all(job in jobs_with_incident for _, job, _ in plan) and all(r.status == "closed" for r in rows)

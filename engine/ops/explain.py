@@ -7,11 +7,13 @@ firings that derived each fact to the raw evidence and where it was read (file:l
 """
 
 from __future__ import annotations
+
+import sqlite3
 from engine.errors import ExplainError
 
 from typing import Any
 
-from engine.store import Store
+from engine.store import Store, StoreError
 
 __all__ = ["build", "render_text", "ExplainError"]
 
@@ -70,7 +72,7 @@ def build(store: Store, incident_id: int) -> dict[str, Any]:
 def _context_source(store: Store) -> str | None:
     try:
         return store.meta("context_source")
-    except Exception:  # a database from before this was recorded
+    except (StoreError, sqlite3.Error):  # a database from before this was recorded
         return None
 
 

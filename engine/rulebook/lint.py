@@ -15,6 +15,8 @@ Usage::
 
 from __future__ import annotations
 
+from jinja2 import TemplateSyntaxError
+
 import re
 from typing import Any, Iterator, Mapping
 
@@ -222,7 +224,7 @@ class _Linter:
                     continue
                 try:
                     ast = jinja_env().parse(src)
-                except Exception:  # reported by the compiler
+                except TemplateSyntaxError:  # reported by the compiler
                     continue
                 for alias, attr, guarded in _reads(ast):
                     scope = scopes.get(alias)

@@ -139,7 +139,7 @@ def _compose(text: str) -> Any:
     if _FAST_LOADER is not None:
         try:
             return yaml.compose(text, Loader=_FAST_LOADER)
-        except Exception:
+        except (yaml.YAMLError, ValueError, TypeError):  # PyYAML's own loader words the error for the user
             pass
     return yaml.compose(text, Loader=yaml.SafeLoader)
 

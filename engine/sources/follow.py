@@ -335,8 +335,8 @@ class Follower:
             logger.info("%s: the watched folder was removed or replaced; watching it again when it is there", directory)
             try:
                 self._observer.unschedule(watch)
-            except Exception:  # the watch may be gone with its folder already
-                pass
+            except (KeyError, OSError, ValueError) as exc:  # the watch may be gone with its folder already
+                logger.debug("%s: unschedule: %s", directory, exc)
             del self._watches[directory]
             self._watched.discard(directory)
             below = directory.rstrip(os.sep) + os.sep

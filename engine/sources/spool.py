@@ -88,7 +88,7 @@ def _recent_ids(paths: list[str], budget: int, window: int) -> list[str]:
             try:
                 rec = json.loads(raw)
                 fid = rec.get("id") if isinstance(rec, dict) else None
-            except Exception:  # garbage of any shape
+            except (ValueError, AttributeError):  # garbage of any shape (not JSON, not an object)
                 continue
             if isinstance(fid, str) and fid:
                 ids.append(fid)
