@@ -51,25 +51,45 @@ def clean_text(value: str, limit: int = MAX_VALUE) -> str:
     return value[:limit]
 
 
+_ISO_MEMO: dict[tuple, "tuple[int, int] | bool"] = {}
+
+
+def _iso_seconds(y: str, mo: str, d: str, h: str, mi: str, s: str, tz: str | None) -> "tuple[int, int] | bool":
+    """(whole seconds of an ISO time's fields read as UTC, its zone's offset east), False if
+    they are no time."""
+    try:
+        t = calendar.timegm((int(y), int(mo), int(d), int(h), int(mi), int(s), 0, 0, 0))
+    except (ValueError, OverflowError):
+        return False
+    if not (1 <= int(mo) <= 12 and 1 <= int(d) <= 31 and int(h) < 24 and int(mi) < 60 and int(s) < 61):
+        return False
+    off = 0
+    if tz and tz != "Z":
+        sign = 1 if tz[0] == "+" else -1
+        digits = tz[1:].replace(":", "")
+        off = sign * (int(digits[:2]) * 3600 + int(digits[2:4]) * 60)
+    return t, off
+
+
 def parse_line_time(line: str, year: int | None = None) -> float | None:
     """Seconds since the epoch of a timestamp near the start of the line (naive times are UTC)."""
     head = line[:96]
     m = _ISO.search(head)
     if m:
         y, mo, d, h, mi, s, frac, tz = m.groups()
-        try:
-            t = calendar.timegm((int(y), int(mo), int(d), int(h), int(mi), int(s), 0, 0, 0))
-        except (ValueError, OverflowError):
+        key = (y, mo, d, h, mi, s, tz)  # lines of one second share all but the fraction
+        t = _ISO_MEMO.get(key)
+        if t is None:
+            t = _iso_seconds(y, mo, d, h, mi, s, tz)
+            if len(_ISO_MEMO) >= 4096:
+                _ISO_MEMO.clear()
+            _ISO_MEMO[key] = t
+        if t is False:
             return None
-        if not (1 <= int(mo) <= 12 and 1 <= int(d) <= 31 and int(h) < 24 and int(mi) < 60 and int(s) < 61):
-            return None
+        t, off = t
         if frac:
             t += int(frac) / (10 ** len(frac))
-        if tz and tz != "Z":
-            sign = 1 if tz[0] == "+" else -1
-            digits = tz[1:].replace(":", "")
-            t -= sign * (int(digits[:2]) * 3600 + int(digits[2:4]) * 60)
-        return float(t)
+        return float(t - off) if off else float(t)
     m = _SYSLOG.match(head)
     if m:
         mon, d, h, mi, s = m.groups()
