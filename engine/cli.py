@@ -467,8 +467,12 @@ def agent(node: str = typer.Option(..., "--node", help="This node's name, as the
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the node agent: kernel-log lines (the rulebook's kernel matchers) and NVML counters
     (the rulebook's thresholds) -> facts in the spool."""
+    import signal
+
     from .agent import run_agent
 
+    # a stop that comes while the agent still starts (loading the rulebook) is a clean stop too
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     _setup_logging(verbose)
     logging.getLogger().setLevel(logging.INFO if verbose else logging.WARNING)
     if kernel_log is None and not kmsg and not nvml:
