@@ -679,7 +679,8 @@ PROGRESS_NTH = 64
 class _ProgressSampler:
     """A bounded rate of progress points per file and matcher (a token bucket on the facts'
     clock), so that a log printing an iteration line every few milliseconds does not cost a
-    fact per line. Always kept: the first line, every line after the file's context changed
+    fact per line. Always kept: the first line, a line that names a checkpoint (the retry
+    policy's no-progress guard compares them across attempts), every line after the file's context changed
     (job, attempt, whether the attempt printed evidence yet, nodes, the cluster's assignment),
     every PROGRESS_NTH-th line, and the last line of each matcher in a scanned chunk (so the
     last progress a job printed is never lost: hang detection and a log's tail see it). A
@@ -766,7 +767,8 @@ class StreamFacts:
         if 0 < local <= len(data) and hit.offset > self._looked:
             lo = max(0, local - self.BEFORE_BYTES, self._looked - base)
             before = data[lo:local] if lo < local - 2 else None  # not just the newline of the last hit
-        if hit.matcher in self._progress and self._last_of.get(hit.matcher) != hit.offset:
+        if hit.matcher in self._progress and self._last_of.get(hit.matcher) != hit.offset \
+                and not hit.groups.get("checkpoint"):  # a checkpoint is never left out (retry guards read it)
             if self._skip_progress(hit, before):
                 self._looked = max(self._looked, hit.offset + len(hit.line))
                 return None

@@ -120,3 +120,12 @@ def test_an_untimestamped_line_after_sampled_progress_is_dated_as_before(compile
     assert conv.progress_skipped > 0
     last = lambda facts: [f for f in facts if f.kind != "progress"][-1]  # noqa: E731
     assert last(sampled).at == last(full).at == [f for f in full if f.kind == "progress"][-1].at
+
+
+def test_checkpoint_lines_are_never_left_out(compiled):
+    lines = [f"[{_stamp(T0 + i * 0.01)}] successfully saved checkpoint at iteration {100 * (i + 1):8d} to /ckpt"
+             for i in range(500)]
+    lines += _dense([1000.0] * 500, every=0.01, start=T0 + 10)
+    facts, _, conv = _facts(compiled, ("\n".join(lines) + "\n").encode(), sample=True)
+    assert sorted(f.get("checkpoint") for f in facts if f.get("checkpoint") is not None) == [100 * (i + 1) for i in range(500)]
+    assert conv.progress_skipped > 300  # the iteration lines after them still are sampled
