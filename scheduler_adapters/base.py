@@ -5,7 +5,7 @@
 
 An adapter reports job and node state, and runs already-rendered argv lists (never a shell).
 Rendering the argv from the rulebook's Jinja templates is the action layer's job
-(``engine/actions.py``); the adapter only knows how to run a command and how to read state back
+(``engine/core/actions.py``); the adapter only knows how to run a command and how to read state back
 to verify it.
 
 Exceptions::

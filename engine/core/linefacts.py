@@ -39,25 +39,45 @@ MAX_TEXT = 400
 MAX_HOSTLIST = 4096
 
 
+_ISO_MEMO: dict[tuple, "tuple[int, int] | bool"] = {}
+
+
+def _iso_seconds(y: str, mo: str, d: str, h: str, mi: str, s: str, tz: str | None) -> "tuple[int, int] | bool":
+    """(whole seconds of an ISO time's fields read as UTC, its zone's offset east), False if
+    they are no time."""
+    try:
+        t = calendar.timegm((int(y), int(mo), int(d), int(h), int(mi), int(s), 0, 0, 0))
+    except (ValueError, OverflowError):
+        return False
+    if not (1 <= int(mo) <= 12 and 1 <= int(d) <= 31 and int(h) < 24 and int(mi) < 60 and int(s) < 61):
+        return False
+    off = 0
+    if tz and tz != "Z":
+        sign = 1 if tz[0] == "+" else -1
+        digits = tz[1:].replace(":", "")
+        off = sign * (int(digits[:2]) * 3600 + int(digits[2:4]) * 60)
+    return t, off
+
+
 def parse_line_time(line: str, year: int | None = None) -> float | None:
     """Seconds since the epoch of a timestamp near the start of the line (naive times are UTC)."""
     head = line[:96]
     m = _ISO.search(head)
     if m:
         y, mo, d, h, mi, s, frac, tz = m.groups()
-        try:
-            t = calendar.timegm((int(y), int(mo), int(d), int(h), int(mi), int(s), 0, 0, 0))
-        except (ValueError, OverflowError):
+        key = (y, mo, d, h, mi, s, tz)  # lines of one second share all but the fraction
+        t = _ISO_MEMO.get(key)
+        if t is None:
+            t = _iso_seconds(y, mo, d, h, mi, s, tz)
+            if len(_ISO_MEMO) >= 4096:
+                _ISO_MEMO.clear()
+            _ISO_MEMO[key] = t
+        if t is False:
             return None
-        if not (1 <= int(mo) <= 12 and 1 <= int(d) <= 31 and int(h) < 24 and int(mi) < 60 and int(s) < 61):
-            return None
+        t, off = t
         if frac:
             t += int(frac) / (10 ** len(frac))
-        if tz and tz != "Z":
-            sign = 1 if tz[0] == "+" else -1
-            digits = tz[1:].replace(":", "")
-            t -= sign * (int(digits[:2]) * 3600 + int(digits[2:4]) * 60)
-        return float(t)
+        return float(t - off) if off else float(t)
     m = _SYSLOG.match(head)
     if m:
         mon, d, h, mi, s = m.groups()
@@ -230,6 +250,7 @@ class HitConverter:
         #: nodes that job runs; the log's own words about jobs and nodes are refused (see convert)
         self.scheduler = False
         self.refused: dict[str, int] = {}
+        self.progress_skipped = 0  # progress lines left out by StreamFacts' sampling
 
     def _refuse(self, why: str) -> None:
         self.refused[why] = self.refused.get(why, 0) + 1
@@ -636,6 +657,48 @@ class _Collapser:
         self.shapes[self._key(fact.kind, fact.attrs, m)] = flood
 
 
+#: progress lines of one matcher in one file: after a burst of PROGRESS_BURST, one per
+#: PROGRESS_EVERY_S of the facts' clock, and never fewer than every PROGRESS_NTH-th line
+PROGRESS_BURST = 32
+PROGRESS_EVERY_S = 5.0
+PROGRESS_NTH = 64
+
+
+class _ProgressSampler:
+    """A bounded rate of progress points per file and matcher (a token bucket on the facts'
+    clock), so that a log printing an iteration line every few milliseconds does not cost a
+    fact per line. Always kept: the first line, a line that names a checkpoint (the retry
+    policy's no-progress guard compares them across attempts), every line after the file's context changed
+    (job, attempt, whether the attempt printed evidence yet, nodes, the cluster's assignment),
+    every PROGRESS_NTH-th line, and the last line of each matcher in a scanned chunk (so the
+    last progress a job printed is never lost: hang detection and a log's tail see it). A
+    slowdown that stays is still a run of slow points among the kept ones; the hang bound
+    (``factor`` x the longest gap, never below ``min_bound``) grows by at most PROGRESS_EVERY_S."""
+
+    __slots__ = ("tokens", "at", "since", "sig")
+
+    def __init__(self) -> None:
+        self.tokens = float(PROGRESS_BURST)
+        self.at: float | None = None
+        self.since = 0
+        self.sig: tuple | None = None
+
+    def skip(self, at: float) -> bool:
+        if self.at is not None and at > self.at:
+            self.tokens = min(float(PROGRESS_BURST), self.tokens + (at - self.at) / PROGRESS_EVERY_S)
+        if self.at is None or at > self.at:
+            self.at = at
+        if self.tokens >= 1.0 or self.since + 1 >= PROGRESS_NTH:
+            return False
+        self.since += 1
+        return True
+
+    def kept(self, sig: tuple) -> None:
+        self.tokens = max(0.0, self.tokens - 1.0)
+        self.since = 0
+        self.sig = sig
+
+
 #: one item of a stream: (line number, byte offset of the line, what it gave)
 Item = tuple[int, int, "Fact | Flood | None"]
 
@@ -653,7 +716,7 @@ class StreamFacts:
     BEFORE_BYTES = 8192
 
     def __init__(self, scanner: Any, converter: HitConverter, ctx: FileContext, index_map: Sequence[int],
-                 collapse: bool = True):
+                 collapse: bool = True, sample: bool = True):
         self.scanner = scanner
         self.converter = converter
         self.ctx = ctx
@@ -661,17 +724,28 @@ class StreamFacts:
         self._collapse = _Collapser(ctx.source == "job") if collapse else None
         self._looked = scanner.position[0]  # stream offset up to which earlier bytes were looked at
         self._data, self._base = b"", 0
+        # progress matchers (scanner numbering) whose lines are sampled, see _ProgressSampler
+        self._progress = frozenset(i for i, j in enumerate(index_map)
+                                   if converter.matchers[j].emit == "progress") if sample else frozenset()
+        self._sampler: dict[int, _ProgressSampler] = {}
+        self._last_of: dict[int, int] = {}  # progress matcher -> offset of its last hit in this batch
 
     def scan(self, data: bytes) -> list[Any]:
         """Scan a chunk; its hits are then converted one by one with ``item`` (the controller
         converts lazily, so that it can stop between lines of a burst)."""
         self._begin(data, self.scanner.position[0] + self.scanner.pending)
-        return self.scanner.feed(data)
+        return self._last_hits(self.scanner.feed(data))
 
     def scan_end(self) -> list[Any]:
         """End of stream: the hits of the pending partial line."""
         self._begin(b"", 0)
-        return self.scanner.flush()
+        return self._last_hits(self.scanner.flush())
+
+    def _last_hits(self, hits: list[Any]) -> list[Any]:
+        if self._progress:
+            progress = self._progress
+            self._last_of = {h.matcher: h.offset for h in hits if h.matcher in progress}
+        return hits
 
     def item(self, hit: Any) -> "Fact | Flood | None":
         """The fact, flood or nothing that one hit of the last scanned chunk gives."""
@@ -681,6 +755,11 @@ class StreamFacts:
         if 0 < local <= len(data) and hit.offset > self._looked:
             lo = max(0, local - self.BEFORE_BYTES, self._looked - base)
             before = data[lo:local] if lo < local - 2 else None  # not just the newline of the last hit
+        if hit.matcher in self._progress and self._last_of.get(hit.matcher) != hit.offset \
+                and not hit.groups.get("checkpoint"):  # a checkpoint is never left out (retry guards read it)
+            if self._skip_progress(hit, before):
+                self._looked = max(self._looked, hit.offset + len(hit.line))
+                return None
         conv.collapse, conv.blank = self._collapse, hit.blank
         try:
             out = conv.convert(self.index_map[hit.matcher], hit.groups, hit.line.decode("utf-8", "replace"),
@@ -688,7 +767,25 @@ class StreamFacts:
         finally:
             conv.collapse = conv.blank = None
         self._looked = max(self._looked, hit.offset + len(hit.line))
+        if hit.matcher in self._progress:
+            st = self._sampler.get(hit.matcher)
+            if st is None:
+                st = self._sampler[hit.matcher] = _ProgressSampler()
+            st.kept(_Collapser._sig(conv, self.ctx))
         return out
+
+    def _skip_progress(self, hit: Any, before: bytes | None) -> bool:
+        """Whether a progress line is left out (see _ProgressSampler). A line left out is still
+        dated, so that the file's clock (``ctx.last_at``) moves exactly as if it were converted."""
+        st = self._sampler.get(hit.matcher)
+        conv = self.converter
+        if st is None or st.sig != _Collapser._sig(conv, self.ctx):
+            return False  # the first line, or the file's context changed since the last one kept
+        _, at = conv._when(hit.line.decode("utf-8", "replace"), self.ctx, before)
+        if not st.skip(at):
+            return False
+        conv.progress_skipped += 1
+        return True
 
     def grown(self) -> list[Flood]:
         """The floods of this batch that grew since they were handed on. ``item`` hands a flood

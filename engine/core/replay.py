@@ -191,6 +191,7 @@ def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: St
         collected.append((fact.at, -1, 0, fact))
     collected.sort(key=lambda t: (t[0], t[1], t[2]))
     result.hits = sum(1 for c in collected if isinstance(c[3], Fact)) + sum(f.count for f in {c[3] for c in collected if isinstance(c[3], Flood)})
+    result.hits += converter.progress_skipped  # matched, counted, left out by progress sampling
     engine = Engine(compiled, store, scheduler=scheduler, cluster=cluster, network=network)
     for at, _, _, item in collected:
         if isinstance(item, tuple):
@@ -204,5 +205,6 @@ def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: St
             engine.ingest(item)
     result.incidents = engine.finish()
     result.facts = engine.stats["facts"]
-    result.stats = dict(engine.stats) | {"dropped_values": converter.dropped_values}
+    result.stats = dict(engine.stats) | {"dropped_values": converter.dropped_values,
+                                               "progress_sampled_out": converter.progress_skipped}
     return result
