@@ -1,6 +1,6 @@
 """Recover: detect, attribute, isolate and restart failed GPU training jobs.
 
-The public surface for code that embeds Recover (the CLI is ``engine.cli.main``)::
+The public surface for code that embeds Recover (the CLI is ``engine.cli``)::
 
     from engine import load_rulebook, replay, Store
 

@@ -1,3 +1,3 @@
-from engine.cli.main.main import main
+from engine.cli.main import main
 
 main()

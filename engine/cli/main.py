@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 import typer
-from engine.cli.main.common import (app, rules_app, DEFAULT_DB, RulesOpt, NoDefaultsOpt, DbOpt, JsonOpt, load_rulebook, _settings, _db, _err, _rule_args, _load_or_exit, _setup_logging, _since)  # noqa: F401
-from engine.cli.main import rules as _rules  # noqa: F401  (registers the rules commands)
+from engine.cli.common import (app, rules_app, DEFAULT_DB, RulesOpt, NoDefaultsOpt, DbOpt, JsonOpt, load_rulebook, _settings, _db, _err, _rule_args, _load_or_exit, _setup_logging, _since)  # noqa: F401
+from engine.cli import rules as _rules  # noqa: F401  (registers the rules commands)
 
 
 app.add_typer(rules_app, name="rules")
@@ -273,7 +273,7 @@ def demo(db: str = typer.Option("recover-demo.db", "--db", help="Where the demo 
 
 def _register_extensions() -> None:
     """Operator tooling (review, report, rules schema/show/explain-line, silences) lives in its own module."""
-    from engine.cli.main import ops
+    from engine.cli import ops
 
     ops.register(app, rules_app)
 

@@ -1,5 +1,5 @@
 """Operator commands: silences, reviews and the review report, and the rulebook inspectors
-(``rules schema``, ``rules show``, ``rules explain-line``). Exit codes as in ``engine.cli.main.main``:
+(``rules schema``, ``rules show``, ``rules explain-line``). Exit codes as in ``engine.cli.main``:
 0 ok, 1 the rulebook has errors, 2 usage or input errors (bad file, unknown incident, bad date).
 """
 
@@ -23,7 +23,7 @@ _SOURCES = ("job", "kernel", "slurm", "any")
 
 def _open_store(db: Optional[str], readonly: bool = False):
     """The store at --db; exit 2 when it does not exist (never create an empty one by mistake)."""
-    from engine.cli.main.common import _db, _err
+    from engine.cli.common import _db, _err
     from engine.store import Store, StoreError
 
     path = _db(db)
@@ -57,7 +57,7 @@ def register(app: typer.Typer, rules_app: typer.Typer) -> None:
                     db: Optional[str] = typer.Option(None, "--db")) -> None:
         """Silence a node for a while (from --start, default now). Evidence is judged on its own
         time: a replayed line from before the window is not silenced."""
-        from engine.cli.main.common import _db, _err, _since
+        from engine.cli.common import _db, _err, _since
         from engine.facts import NODE_RE
         from engine.rulebook.schema import parse_duration
         from engine.store import Store
@@ -78,7 +78,7 @@ def register(app: typer.Typer, rules_app: typer.Typer) -> None:
     def silence_list(db: Optional[str] = typer.Option(None, "--db"), json_out: bool = typer.Option(False, "--json"),
                      all_: bool = typer.Option(False, "--all", help="Also expired silences.")) -> None:
         """List active silences."""
-        from engine.cli.main.common import _db
+        from engine.cli.common import _db
         from engine.store import Store
 
         store = Store(_db(db))
@@ -93,7 +93,7 @@ def register(app: typer.Typer, rules_app: typer.Typer) -> None:
     @silence_app.command("remove")
     def silence_remove(silence_id: int = typer.Argument(...), db: Optional[str] = typer.Option(None, "--db")) -> None:
         """Remove a silence by id."""
-        from engine.cli.main.common import _db, _err
+        from engine.cli.common import _db, _err
         from engine.store import Store
 
         if not Store(_db(db)).remove_silence(silence_id):
@@ -118,7 +118,7 @@ def _register_review(app: typer.Typer) -> None:
                db: Optional[str] = typer.Option(None, "--db", help="SQLite incident store (default: $RECOVER_DB or ./recover.db)."),
                json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
         """Record an operator's verdict on an incident's decision, or import verdicts from a ticket system."""
-        from engine.cli.main.common import _err
+        from engine.cli.common import _err
         from engine.ops.review import ReviewError, import_reviews, parse_import, parse_incident_id, record_review
 
         if import_file is not None:
@@ -187,7 +187,7 @@ def _register_review(app: typer.Typer) -> None:
                min_agreement: float = typer.Option(0.95, "--min-agreement",
                                                    help="Agreement a decision kind needs for autonomy (0-1).")) -> None:
         """Agreement of operators with Recover's decisions, detection latency, and which decisions may act."""
-        from engine.cli.main.common import _err
+        from engine.cli.common import _err
         from engine.ops.report import Thresholds, build_report, parse_since, print_report
         from engine.ops.report_html import render_html
         from engine.ops.review import ReviewError
@@ -227,7 +227,7 @@ def _register_rules(rules_app: typer.Typer) -> None:
     @rules_app.command("schema")
     def rules_schema(output: Optional[str] = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout.")) -> None:
         """Print the JSON Schema (draft 2020-12) of a rulebook file, for editors (yaml-language-server)."""
-        from engine.cli.main.common import _err
+        from engine.cli.common import _err
         from engine.ops.schema_json import rulebook_schema
 
         text = json.dumps(rulebook_schema(), indent=2) + "\n"
@@ -248,7 +248,7 @@ def _register_rules(rules_app: typer.Typer) -> None:
                    name: Optional[str] = typer.Option(None, "--name", "-k", help="Only items whose name contains this."),
                    json_out: bool = typer.Option(False, "--json", help="The effective rulebook as one JSON object.")) -> None:
         """Print the effective rulebook after site layering, with the file:line each item came from and what overrode it."""
-        from engine.cli.main.common import _err, _load_or_exit
+        from engine.cli.common import _err, _load_or_exit
         from engine.ops.rules_inspect import SECTIONS, effective_rulebook, summary_of
 
         bad = [s for s in section or [] if s not in SECTIONS]
@@ -292,7 +292,7 @@ def _register_rules(rules_app: typer.Typer) -> None:
                            node: Optional[str] = typer.Option(None, "--node", help="The node the line comes from."),
                            json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
         """Show which matchers hit one log line (with groups) and which rules fire from it alone."""
-        from engine.cli.main.common import _err, _load_or_exit
+        from engine.cli.common import _err, _load_or_exit
         from engine.facts import JOB_RE, NODE_RE
         from engine.ops.rules_inspect import explain_line
 

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 from typing import List, Optional
 import typer
-from engine.cli.main.common import (app, rules_app, DEFAULT_DB, RulesOpt, NoDefaultsOpt, DbOpt, JsonOpt, load_rulebook, _settings, _db, _err, _rule_args, _load_or_exit, _setup_logging, _since)  # noqa: F401
+from engine.cli.common import (app, rules_app, DEFAULT_DB, RulesOpt, NoDefaultsOpt, DbOpt, JsonOpt, load_rulebook, _settings, _db, _err, _rule_args, _load_or_exit, _setup_logging, _since)  # noqa: F401
 
 
 # -- rules ---------------------------------------------------------------------------------
@@ -146,7 +146,7 @@ def rules_diff(candidate: Optional[List[str]] = typer.Option(None, "--rules", "-
                json_out: bool = JsonOpt) -> None:
     """Re-evaluate the stored evidence of past incidents with a candidate rulebook and list every incident
     whose fault class, nodes or decision would change. Exit 0 when nothing changes, 1 otherwise."""
-    from engine.cli.main.ops import _open_store
+    from engine.cli.ops import _open_store
     from engine.ops.rulediff import diff_store
 
     if not candidate:

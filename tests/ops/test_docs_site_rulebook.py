@@ -96,7 +96,7 @@ def shim(tmp_path) -> dict[str, str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     exe = bin_dir / "recover"
-    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m engine.cli.main "$@"\n')
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m engine.cli "$@"\n')
     exe.chmod(0o755)
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=str(REPO),
                COLUMNS="300", RECOVER_DB=str(tmp_path / "work" / "default.db"))
