@@ -10,7 +10,7 @@ from typing import TypeVar
 
 import pytest
 
-from tests.helpers import wait_for
+from tests.helpers import wait_for as _wait_for
 
 from scheduler_adapters.base import CommandResult
 from scheduler_adapters.slurm import SlurmAdapter
@@ -47,7 +47,7 @@ def checked(result: CommandResult, argv: list[str]) -> CommandResult:
 @pytest.fixture
 def wait_for():
     """``wait_for(what, probe, timeout)``: poll until ``probe()`` is truthy, or fail."""
-    return wait_for
+    return _wait_for
 
 
 @pytest.fixture
