@@ -30,9 +30,11 @@ from bench_replay import engine_throughput, timed, to_ere  # noqa: E402
 from gen_flood import cascade  # noqa: E402
 
 RECOVER = [sys.executable, "-m", "engine.cli"]
-LOAD = ("import time; t0 = time.perf_counter(); from engine.rulebook import require_rulebook; "
-        "from engine.core.replay import scanner_for; c = require_rulebook(); scanner_for(c, 'any'); "
-        "print(time.perf_counter() - t0)")
+LOAD = (
+    "import time; t0 = time.perf_counter(); from engine.rulebook import require_rulebook; "
+    "from engine.core.replay import scanner_for; c = require_rulebook(); scanner_for(c, 'any'); "
+    "print(time.perf_counter() - t0)"
+)
 
 
 def best(cmd: list[str], n: int = 3, env: dict | None = None) -> float:
@@ -67,22 +69,36 @@ def main() -> None:
         pat.write_text("\n".join(e for m in compiled.matchers if (e := to_ere(m.pattern))) + "\n")
         log = tmp / "train.log"
         n = cascade(str(log), args.ranks, args.repeat, args.healthy)
-        print(f"cascade log: {n} NCCL NET/IB warning lines from {args.ranks} ranks after {args.healthy} healthy lines, "
-              f"{log.stat().st_size / 2**20:.0f} MiB, no job id\n")
+        print(
+            f"cascade log: {n} NCCL NET/IB warning lines from {args.ranks} ranks after {args.healthy} healthy lines, "
+            f"{log.stat().st_size / 2**20:.0f} MiB, no job id\n"
+        )
         t_grep, _, _ = timed(["grep", "-E", "-c", "-f", str(pat), str(log)], env_c)
         db = tmp / "flood.db"
         t_rep, rss, out = timed(RECOVER + ["replay", "--db", str(db), "--json", str(log)])
         incidents = len(out.splitlines())
         row("cascade: incidents", f"{incidents}", "1")
         row("cascade: peak RSS", f"{rss / 1024:.0f} MiB", "<= 200 MiB")
-        row("cascade: seconds", f"{t_rep:.2f} s ({n / t_rep:,.0f} lines/s)", "<= 5 s",
-            f"grep -E -f: {t_grep:.2f} s, ratio {t_rep / t_grep:.1f}x")
+        row(
+            "cascade: seconds",
+            f"{t_rep:.2f} s ({n / t_rep:,.0f} lines/s)",
+            "<= 5 s",
+            f"grep -E -f: {t_grep:.2f} s, ratio {t_rep / t_grep:.1f}x",
+        )
 
         rete, whole, worst = engine_throughput(args.facts)
-        row("rule engine + store, realistic incidents", f"{whole:,.0f} facts/s", ">= 20k facts/s",
-            f"Rete alone: {rete:,.0f} facts/s, ratio {whole / rete:.2f}")
-        row("pathological mix (every failure in every attempt)", f"{worst:,.0f} facts/s", ">= 2k facts/s",
-            f"ratio to the Rete alone {worst / rete:.3f}")
+        row(
+            "rule engine + store, realistic incidents",
+            f"{whole:,.0f} facts/s",
+            ">= 20k facts/s",
+            f"Rete alone: {rete:,.0f} facts/s, ratio {whole / rete:.2f}",
+        )
+        row(
+            "pathological mix (every failure in every attempt)",
+            f"{worst:,.0f} facts/s",
+            ">= 2k facts/s",
+            f"ratio to the Rete alone {worst / rete:.3f}",
+        )
         row("live: Xid on node B while job A floods 1 M lines", "bench/bench_live_flood.py", "p99 <= 1 s, 300 MiB")
 
         t_py = best([sys.executable, "-c", "pass"])
@@ -92,18 +108,50 @@ def main() -> None:
         row("recover explain 1, start to finish", f"{t_exp:.2f} s", "<= 0.3 s", f"bare python start {t_py:.2f} s")
 
         cold_env = dict(os.environ, RECOVER_CACHE_DIR=str(tmp / "cache"))
-        cold = float(subprocess.run([sys.executable, "-c", LOAD], capture_output=True, text=True, env=cold_env,
-                                    cwd=HERE.parent, check=True).stdout)
-        warm = min(float(subprocess.run([sys.executable, "-c", LOAD], capture_output=True, text=True, env=cold_env,
-                                        cwd=HERE.parent, check=True).stdout) for _ in range(3))
-        off = float(subprocess.run([sys.executable, "-c", LOAD], capture_output=True, text=True,
-                                   env=dict(os.environ, RECOVER_CACHE_DIR="off"), cwd=HERE.parent, check=True).stdout)
-        row("rulebook load + scanner, warm cache", f"{warm:.2f} s", "<= 0.2 s", f"cache off {off:.2f} s, ratio {warm / off:.2f}")
+        cold = float(
+            subprocess.run(
+                [sys.executable, "-c", LOAD], capture_output=True, text=True, env=cold_env, cwd=HERE.parent, check=True
+            ).stdout
+        )
+        warm = min(
+            float(
+                subprocess.run(
+                    [sys.executable, "-c", LOAD],
+                    capture_output=True,
+                    text=True,
+                    env=cold_env,
+                    cwd=HERE.parent,
+                    check=True,
+                ).stdout
+            )
+            for _ in range(3)
+        )
+        off = float(
+            subprocess.run(
+                [sys.executable, "-c", LOAD],
+                capture_output=True,
+                text=True,
+                env=dict(os.environ, RECOVER_CACHE_DIR="off"),
+                cwd=HERE.parent,
+                check=True,
+            ).stdout
+        )
+        row(
+            "rulebook load + scanner, warm cache",
+            f"{warm:.2f} s",
+            "<= 0.2 s",
+            f"cache off {off:.2f} s, ratio {warm / off:.2f}",
+        )
         row("rulebook load + scanner, cold cache", f"{cold:.2f} s", "<= 1.5 s", f"cache off {off:.2f} s")
 
         t_check = best(RECOVER + ["rules", "check"], 1)
         t_test = best(RECOVER + ["rules", "test"], 1)
-        row("recover rules test, shipped rulebook", f"{t_test:.2f} s", "<= 5 s", f"rules check {t_check:.2f} s, ratio {t_test / t_check:.1f}x")
+        row(
+            "recover rules test, shipped rulebook",
+            f"{t_test:.2f} s",
+            "<= 5 s",
+            f"rules check {t_check:.2f} s, ratio {t_test / t_check:.1f}x",
+        )
         print("\nreplay of a 400 MB training log against grep: python bench/bench_replay.py --size-mb 400")
     finally:
         if args.keep:

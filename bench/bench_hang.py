@@ -27,7 +27,9 @@ def opened(db: Path, job: str) -> float | None:
     try:
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
         try:
-            row = con.execute("SELECT detected_wall FROM incidents WHERE job = ? ORDER BY id LIMIT 1", (job,)).fetchone()
+            row = con.execute(
+                "SELECT detected_wall FROM incidents WHERE job = ? ORDER BY id LIMIT 1", (job,)
+            ).fetchone()
         finally:
             con.close()
     except sqlite3.OperationalError:
@@ -45,9 +47,24 @@ def main() -> None:
     site = tmp / "site.yaml"
     site.write_text(f"policy:\n  settle: 60s\n  hang: {{bound: {args.bound}s, require_running: false}}\n")
     db = tmp / "recover.db"
-    ctl = subprocess.Popen([sys.executable, "-m", "engine.cli", "run", "--dry-run", "--db", str(db), "-r", str(site),
-                            "--follow", str(tmp / "logs" / "*.out")], cwd=ROOT,
-                           stdout=open(tmp / "controller.log", "ab"), stderr=subprocess.STDOUT)
+    ctl = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "engine.cli",
+            "run",
+            "--dry-run",
+            "--db",
+            str(db),
+            "-r",
+            str(site),
+            "--follow",
+            str(tmp / "logs" / "*.out"),
+        ],
+        cwd=ROOT,
+        stdout=open(tmp / "controller.log", "ab"),
+        stderr=subprocess.STDOUT,
+    )
     delays = []
     try:
         time.sleep(2.0)
@@ -57,7 +74,9 @@ def main() -> None:
             last = 0.0
             with open(path, "a") as fh:
                 for step in range(1, 11):
-                    fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime())} [Rank 0] step={step}, skipped=0, lr=[0.0001]\n")
+                    fh.write(
+                        f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime())} [Rank 0] step={step}, skipped=0, lr=[0.0001]\n"
+                    )
                     fh.flush()
                     last = time.time()
                     time.sleep(0.1)
@@ -73,13 +92,17 @@ def main() -> None:
                 continue
             delay = t - last - args.bound
             delays.append(delay)
-            print(f"trial {trial + 1}: job {job}: hang incident {t - last:.2f} s after the last progress line "
-                  f"(bound {args.bound:g} s, so {delay:+.2f} s past the bound)")
+            print(
+                f"trial {trial + 1}: job {job}: hang incident {t - last:.2f} s after the last progress line "
+                f"(bound {args.bound:g} s, so {delay:+.2f} s past the bound)"
+            )
         if delays:
             d = sorted(delays)
             p99 = d[min(len(d) - 1, int(round(0.99 * (len(d) - 1))))]
-            print(f"\npast the bound over {len(d)} trials: p50 {statistics.median(d):.2f} s, p99 {p99:.2f} s, max {d[-1]:.2f} s "
-                  f"(target < 1 s)")
+            print(
+                f"\npast the bound over {len(d)} trials: p50 {statistics.median(d):.2f} s, p99 {p99:.2f} s, max {d[-1]:.2f} s "
+                f"(target < 1 s)"
+            )
     finally:
         ctl.send_signal(signal.SIGTERM)
         ctl.wait(timeout=10)

@@ -46,8 +46,10 @@ policy:
   settle: 5s
 """
 
-NOISE = ("2026-11-29T17:00:00 [rank{r}]: iteration {i}/100000 | consumed samples: {s} | elapsed time per iteration (ms): 812.3 "
-         "| learning rate: 1.2E-04 | lm loss: 2.71E+00 | loss scale: 65536.0 | grad norm: 0.412 |\n")
+NOISE = (
+    "2026-11-29T17:00:00 [rank{r}]: iteration {i}/100000 | consumed samples: {s} | elapsed time per iteration (ms): 812.3 "
+    "| learning rate: 1.2E-04 | lm loss: 2.71E+00 | loss scale: 65536.0 | grad norm: 0.412 |\n"
+)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -69,8 +71,20 @@ def run_mode(mode: str, args, work: Path) -> dict:
     files = [logs / f"train-{i}.out" for i in range(args.files)]
     for f in files:
         f.write_text(NOISE.format(r=0, i=1, s=0))
-    cmd = [sys.executable, "-m", "engine.cli", "run", "--dry-run", "--no-defaults", "-r", str(rules), "--db", str(db),
-           "--follow", str(logs / "*.out")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "engine.cli",
+        "run",
+        "--dry-run",
+        "--no-defaults",
+        "-r",
+        str(rules),
+        "--db",
+        str(db),
+        "--follow",
+        str(logs / "*.out"),
+    ]
     if mode == "poll":
         cmd += ["--poll", str(args.poll)]
     err = open(d / "controller.log", "w")
@@ -121,10 +135,15 @@ def run_mode(mode: str, args, work: Path) -> dict:
     return {
         "mode": mode if mode == "inotify" else f"poll {args.poll:g}s",
         "trials": len(lat),
-        "p50": percentile(lat, 0.5), "p90": percentile(lat, 0.9), "p99": percentile(lat, 0.99),
-        "max": max(lat), "mean": statistics.fmean(lat),
-        "opened_p50": percentile(opened, 0.5), "opened_p99": percentile(opened, 0.99),
-        "target_p99": target, "ok": percentile(lat, 0.99) <= target,
+        "p50": percentile(lat, 0.5),
+        "p90": percentile(lat, 0.9),
+        "p99": percentile(lat, 0.99),
+        "max": max(lat),
+        "mean": statistics.fmean(lat),
+        "opened_p50": percentile(opened, 0.5),
+        "opened_p99": percentile(opened, 0.99),
+        "target_p99": target,
+        "ok": percentile(lat, 0.99) <= target,
     }
 
 
@@ -144,21 +163,27 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="recover-bench-latency-"))
     results = []
     try:
-        for mode in (("inotify", "poll") if args.mode == "both" else (args.mode,)):
+        for mode in ("inotify", "poll") if args.mode == "both" else (args.mode,):
             results.append(run_mode(mode, args, work))
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
         else:
             print(f"kept {work}")
-    print(f"detection latency: fault line appended -> its incident committed and visible to another process "
-          f"(store polled every {args.probe * 1000:g} ms; {args.files} followed files; {os.cpu_count()} CPUs)")
-    print(f"{'mode':<12} {'trials':>6} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} {'mean ms':>8}   "
-          f"{'target p99':>10}  verdict   (incident opened in memory: p50/p99 ms)")
+    print(
+        f"detection latency: fault line appended -> its incident committed and visible to another process "
+        f"(store polled every {args.probe * 1000:g} ms; {args.files} followed files; {os.cpu_count()} CPUs)"
+    )
+    print(
+        f"{'mode':<12} {'trials':>6} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} {'mean ms':>8}   "
+        f"{'target p99':>10}  verdict   (incident opened in memory: p50/p99 ms)"
+    )
     for r in results:
-        print(f"{r['mode']:<12} {r['trials']:>6} {r['p50'] * 1e3:>8.1f} {r['p90'] * 1e3:>8.1f} {r['p99'] * 1e3:>8.1f} "
-              f"{r['max'] * 1e3:>8.1f} {r['mean'] * 1e3:>8.1f}   {r['target_p99']:>9.1f}s  {'OK' if r['ok'] else 'MISSED':<8}"
-              f"  ({r['opened_p50'] * 1e3:.1f}/{r['opened_p99'] * 1e3:.1f})")
+        print(
+            f"{r['mode']:<12} {r['trials']:>6} {r['p50'] * 1e3:>8.1f} {r['p90'] * 1e3:>8.1f} {r['p99'] * 1e3:>8.1f} "
+            f"{r['max'] * 1e3:>8.1f} {r['mean'] * 1e3:>8.1f}   {r['target_p99']:>9.1f}s  {'OK' if r['ok'] else 'MISSED':<8}"
+            f"  ({r['opened_p50'] * 1e3:.1f}/{r['opened_p99'] * 1e3:.1f})"
+        )
     if args.json:
         print(json.dumps(results))
     return 0 if all(r["ok"] for r in results) else 1

@@ -45,10 +45,12 @@ def flood_block(ranks: int = 512) -> bytes:
     for rank in range(ranks):
         node, local = f"gpu{rank // 8:04d}", rank % 8
         pid = 20000 + rank * 7
-        out.append(f"{node}:{pid}:{pid + 57 + local} [{local}] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion "
-                   f"from peer 10.{rank % 7}.{rank // 250}.{(rank * 13) % 250}<{40000 + rank}> with "
-                   f"status=IBV_WC_RETRY_EXC_ERR(12) opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.{local}."
-                   f"{rank % 200}.7 remoteGids::ffff:10.3.{rank % 100}.7 hca mlx5_{local}\n")
+        out.append(
+            f"{node}:{pid}:{pid + 57 + local} [{local}] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion "
+            f"from peer 10.{rank % 7}.{rank // 250}.{(rank * 13) % 250}<{40000 + rank}> with "
+            f"status=IBV_WC_RETRY_EXC_ERR(12) opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.{local}."
+            f"{rank % 200}.7 remoteGids::ffff:10.3.{rank % 100}.7 hca mlx5_{local}\n"
+        )
     return "".join(out).encode()
 
 
@@ -104,8 +106,10 @@ class Store:
         try:
             con = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=1)
             try:
-                row = con.execute("SELECT COALESCE(SUM(count), 0) FROM facts WHERE kind = 'log' AND "
-                                  "attrs LIKE '%nccl_ib_completion_error%'").fetchone()
+                row = con.execute(
+                    "SELECT COALESCE(SUM(count), 0) FROM facts WHERE kind = 'log' AND "
+                    "attrs LIKE '%nccl_ib_completion_error%'"
+                ).fetchone()
             finally:
                 con.close()
         except sqlite3.OperationalError:
@@ -123,8 +127,9 @@ def xid_round(spool: Path, compiled, store: Store, prefix: str, n: int, every: f
         node = f"{prefix}{i:03d}"
         now = time.time()
         stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
-        line = (f"{stamp} {node} kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python, "
-                f"GPU has fallen off the bus.")
+        line = (
+            f"{stamp} {node} kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python, GPU has fallen off the bus."
+        )
         facts = KernelLineFacts(compiled, node, f"/var/log/kern-{node}.log").feed(line, now, f"kernel:{node}:1")
         assert facts and facts[0].kind == "xid", f"the agent's matchers did not read the Xid line: {facts}"
         writer = SpoolWriter(str(spool), node, fsync="never")
@@ -171,9 +176,27 @@ def main() -> None:
     db = tmp / "recover.db"
     store = Store(db)
     ctl_log = open(tmp / "controller.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "run", "--dry-run", "--db", str(db),
-                             "--follow", str(tmp / "logs" / "*.out"), "--spool", str(tmp / "spool"), "--scheduler", "none"],
-                            cwd=ROOT, stdout=ctl_log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "engine.cli",
+            "run",
+            "--dry-run",
+            "--db",
+            str(db),
+            "--follow",
+            str(tmp / "logs" / "*.out"),
+            "--spool",
+            str(tmp / "spool"),
+            "--scheduler",
+            "none",
+        ],
+        cwd=ROOT,
+        stdout=ctl_log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     peak_rss = [0]
 
     def watch() -> None:
@@ -185,7 +208,9 @@ def main() -> None:
             if proc.poll() is not None or time.monotonic() - t_start > 60:
                 raise SystemExit("controller did not start:\n" + (tmp / "controller.log").read_text(errors="replace"))
             time.sleep(0.05)
-        print(f"controller up in {time.monotonic() - t_start:.2f} s (pid {proc.pid}); RSS idle {rss_of(proc.pid)[0] / 1024:.0f} MiB")
+        print(
+            f"controller up in {time.monotonic() - t_start:.2f} s (pid {proc.pid}); RSS idle {rss_of(proc.pid)[0] / 1024:.0f} MiB"
+        )
 
         idle = xid_round(tmp / "spool", compiled, store, "idle", max(5, args.xids // 3), args.every, watch)
 
@@ -213,17 +238,36 @@ def main() -> None:
 
         block = flood_block()
         mib = fstats["flood_lines"] * len(block) / block.count(b"\n") / 2**20
-        print(f"flood: {fstats['flood_lines']:,} lines ({mib:.0f} MiB) "
-              f"written in {t_written:.1f} s; {counted:,} counted in the store after {t_drained:.1f} s "
-              f"({counted / t_drained:,.0f} lines/s)")
-        row("live: Xid on node B while job A floods, p50", f"{pct(flood, 50):.3f} s", "", f"idle controller p50 {pct(idle, 50):.3f} s")
-        row("live: Xid on node B while job A floods, p99", f"{pct(flood, 99):.3f} s", "p99 <= 1 s",
-            f"idle p99 {pct(idle, 99):.3f} s, ratio {pct(flood, 99) / max(pct(idle, 99), 1e-3):.1f}x")
+        print(
+            f"flood: {fstats['flood_lines']:,} lines ({mib:.0f} MiB) "
+            f"written in {t_written:.1f} s; {counted:,} counted in the store after {t_drained:.1f} s "
+            f"({counted / t_drained:,.0f} lines/s)"
+        )
+        row(
+            "live: Xid on node B while job A floods, p50",
+            f"{pct(flood, 50):.3f} s",
+            "",
+            f"idle controller p50 {pct(idle, 50):.3f} s",
+        )
+        row(
+            "live: Xid on node B while job A floods, p99",
+            f"{pct(flood, 99):.3f} s",
+            "p99 <= 1 s",
+            f"idle p99 {pct(idle, 99):.3f} s, ratio {pct(flood, 99) / max(pct(idle, 99), 1e-3):.1f}x",
+        )
         row("live: Xid on node B while job A floods, max", f"{max(flood):.3f} s ({len(flood)} Xids)")
-        row("live: controller RSS, peak (VmHWM)", f"{max(hwm, peak_rss[0]) / 1024:.0f} MiB", "<= 300 MiB",
-            f"after the flood {rss / 1024:.0f} MiB")
-        row("live: flood lines counted per second", f"{counted / t_drained:,.0f} lines/s", "",
-            f"written at {args.rate:,.0f} lines/s")
+        row(
+            "live: controller RSS, peak (VmHWM)",
+            f"{max(hwm, peak_rss[0]) / 1024:.0f} MiB",
+            "<= 300 MiB",
+            f"after the flood {rss / 1024:.0f} MiB",
+        )
+        row(
+            "live: flood lines counted per second",
+            f"{counted / t_drained:,.0f} lines/s",
+            "",
+            f"written at {args.rate:,.0f} lines/s",
+        )
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

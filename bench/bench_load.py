@@ -81,11 +81,29 @@ def healthy_lines(rng: random.Random, n: int) -> list[bytes]:
     for k in range(n):
         t = f"2026-11-29T17:{(k // 60) % 60:02d}:{k % 60:02d}.{k % 1000:03d}"
         f = forms[rng.randrange(len(forms))]
-        out.append((f.format(t=t, r=rng.randrange(64), r2=rng.randrange(64), i=1000 + k, s=(1000 + k) * 2048,
-                             ms=800 + rng.random() * 30, loss=2.5 + rng.random(), g=rng.random(), n=rng.randrange(1, 9),
-                             pid=rng.randrange(10000, 60000), c=rng.randrange(32), p=rng.randrange(100),
-                             bar="#" * rng.randrange(10), tok=rng.randrange(3000, 4000), mfu=rng.random(), mem=rng.random() * 80)
-                    + "\n").encode())
+        out.append(
+            (
+                f.format(
+                    t=t,
+                    r=rng.randrange(64),
+                    r2=rng.randrange(64),
+                    i=1000 + k,
+                    s=(1000 + k) * 2048,
+                    ms=800 + rng.random() * 30,
+                    loss=2.5 + rng.random(),
+                    g=rng.random(),
+                    n=rng.randrange(1, 9),
+                    pid=rng.randrange(10000, 60000),
+                    c=rng.randrange(32),
+                    p=rng.randrange(100),
+                    bar="#" * rng.randrange(10),
+                    tok=rng.randrange(3000, 4000),
+                    mfu=rng.random(),
+                    mem=rng.random() * 80,
+                )
+                + "\n"
+            ).encode()
+        )
     return out
 
 
@@ -119,7 +137,7 @@ def generate(args) -> int:
             m = base + (1 if idx < extra else 0)
             if not m:
                 continue
-            chunk = pool[cursor:cursor + m]
+            chunk = pool[cursor : cursor + m]
             if len(chunk) < m:
                 cursor = 0
                 chunk = pool[:m]
@@ -130,7 +148,10 @@ def generate(args) -> int:
             next_fault += args.fault_every
             job += 1
             i = rng.randrange(len(fds))
-            os.write(fds[i], f"2026-11-29T17:00:01 [rank3]: RuntimeError: FAULT job={job} NCCL collective timed out\n".encode())
+            os.write(
+                fds[i],
+                f"2026-11-29T17:00:01 [rank3]: RuntimeError: FAULT job={job} NCCL collective timed out\n".encode(),
+            )
             faults.write(json.dumps({"job": str(job), "t": time.time()}) + "\n")
             faults.flush()
             written += 1
@@ -187,8 +208,22 @@ def bench(args) -> int:
     for i in range(args.files):  # the files exist before the controller starts (it follows new ones too)
         (logs / f"slurm-{1000 + i}.out").touch()
     port = args.metrics_port
-    cmd = [sys.executable, "-m", "engine.cli", "run", "--dry-run", "--no-defaults", "-r", str(rules), "--db", str(db),
-           "--follow", str(logs / "*.out"), "--metrics-port", str(port)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "engine.cli",
+        "run",
+        "--dry-run",
+        "--no-defaults",
+        "-r",
+        str(rules),
+        "--db",
+        str(db),
+        "--follow",
+        str(logs / "*.out"),
+        "--metrics-port",
+        str(port),
+    ]
     if args.poll:
         cmd += ["--poll", str(args.poll)]
     errlog = open(work / "controller.log", "w")
@@ -205,7 +240,9 @@ def bench(args) -> int:
         last = 0
         while not stop.is_set():
             try:
-                rows = con.execute("SELECT id, job, detected_wall FROM incidents WHERE id > ? ORDER BY id", (last,)).fetchall()
+                rows = con.execute(
+                    "SELECT id, job, detected_wall FROM incidents WHERE id > ? ORDER BY id", (last,)
+                ).fetchall()
             except sqlite3.OperationalError:
                 rows = []
             now = time.time()
@@ -224,9 +261,27 @@ def bench(args) -> int:
         time.sleep(2.0)  # the first rescan has opened every file
         poller = threading.Thread(target=poll_store, daemon=True)
         poller.start()
-        gcmd = [sys.executable, str(Path(__file__).resolve()), "--generate", "--dir", str(logs), "--files", str(args.files),
-                "--rate", str(args.rate), "--seconds", str(args.seconds), "--writes-per-s", str(args.writes_per_s),
-                "--fault-every", str(args.fault_every), "--faults-out", str(faults), "--seed", str(args.seed)]
+        gcmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--generate",
+            "--dir",
+            str(logs),
+            "--files",
+            str(args.files),
+            "--rate",
+            str(args.rate),
+            "--seconds",
+            str(args.seconds),
+            "--writes-per-s",
+            str(args.writes_per_s),
+            "--fault-every",
+            str(args.fault_every),
+            "--faults-out",
+            str(faults),
+            "--seed",
+            str(args.seed),
+        ]
         gen = subprocess.Popen(gcmd, stdout=subprocess.PIPE, text=True)
         t0 = time.monotonic()
         cpu0 = proc_cpu(ctl.pid)
@@ -292,21 +347,31 @@ def bench(args) -> int:
             missing.append(f["job"])
     facts = metric(text, "recover_facts_total")
     size = sum(p.stat().st_size for p in logs.iterdir())
-    print(f"load: {args.files} files, {gen_out['rate']:,.0f} lines/s written for {gen_out['seconds']:.0f} s "
-          f"({gen_out['lines']:,} lines, {size / 2**20:,.0f} MB; {args.writes_per_s:g} writes/s per file), "
-          f"{'poll ' + str(args.poll) + ' s' if args.poll else 'inotify'}; {os.cpu_count()} CPUs")
-    print(f"controller CPU: {cpu_pct:.1f}% of one core after {args.warmup:g} s warm-up ({cpu_all:.1f}% over the whole run; "
-          f"per 10 s: min {min(per_10s, default=float('nan')):.0f}% max {max(per_10s, default=float('nan')):.0f}%)")
-    print(f"controller RSS: mean {statistics.fmean(rss):.1f} MB, max {max(rss):.1f} MB, at the end {end_rss:.1f} MB "
-          f"(first sample {rss[0]:.1f} MB)")
-    print(f"lines read by the controller: {lines_read:,.0f} of {gen_out['lines']:,} written "
-          f"({'caught up' if lines_read >= gen_out['lines'] else 'BEHIND'} {caught_up_after:.1f} s after the generator stopped); "
-          f"facts {facts:,.0f}")
+    print(
+        f"load: {args.files} files, {gen_out['rate']:,.0f} lines/s written for {gen_out['seconds']:.0f} s "
+        f"({gen_out['lines']:,} lines, {size / 2**20:,.0f} MB; {args.writes_per_s:g} writes/s per file), "
+        f"{'poll ' + str(args.poll) + ' s' if args.poll else 'inotify'}; {os.cpu_count()} CPUs"
+    )
+    print(
+        f"controller CPU: {cpu_pct:.1f}% of one core after {args.warmup:g} s warm-up ({cpu_all:.1f}% over the whole run; "
+        f"per 10 s: min {min(per_10s, default=float('nan')):.0f}% max {max(per_10s, default=float('nan')):.0f}%)"
+    )
+    print(
+        f"controller RSS: mean {statistics.fmean(rss):.1f} MB, max {max(rss):.1f} MB, at the end {end_rss:.1f} MB "
+        f"(first sample {rss[0]:.1f} MB)"
+    )
+    print(
+        f"lines read by the controller: {lines_read:,.0f} of {gen_out['lines']:,} written "
+        f"({'caught up' if lines_read >= gen_out['lines'] else 'BEHIND'} {caught_up_after:.1f} s after the generator stopped); "
+        f"facts {facts:,.0f}"
+    )
     if lat:
-        print(f"detection latency under load ({len(lat)} faults, store polled every {args.probe * 1000:g} ms): "
-              f"p50 {percentile(lat, .5) * 1e3:.0f} ms, p90 {percentile(lat, .9) * 1e3:.0f} ms, "
-              f"p99 {percentile(lat, .99) * 1e3:.0f} ms, max {max(lat) * 1e3:.0f} ms "
-              f"(incident opened in memory: p50 {percentile(opened, .5) * 1e3:.0f} ms, p99 {percentile(opened, .99) * 1e3:.0f} ms)")
+        print(
+            f"detection latency under load ({len(lat)} faults, store polled every {args.probe * 1000:g} ms): "
+            f"p50 {percentile(lat, 0.5) * 1e3:.0f} ms, p90 {percentile(lat, 0.9) * 1e3:.0f} ms, "
+            f"p99 {percentile(lat, 0.99) * 1e3:.0f} ms, max {max(lat) * 1e3:.0f} ms "
+            f"(incident opened in memory: p50 {percentile(opened, 0.5) * 1e3:.0f} ms, p99 {percentile(opened, 0.99) * 1e3:.0f} ms)"
+        )
     if missing:
         print(f"faults without an incident: {len(missing)} (e.g. {missing[:5]})")
     if not args.keep and not args.dir:

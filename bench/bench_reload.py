@@ -54,10 +54,14 @@ def main() -> None:
         assert ctl.reload()
     per_new = (rss_mb() - before_ref) / n_ref
     per_reuse = (after - start) / args.reloads
-    print(f"{args.reloads} reloads of an unchanged rulebook: RSS {start:.1f} -> {after:.1f} MiB "
-          f"({after - start:+.1f} MiB, {per_reuse:+.3f} MiB and {took / args.reloads:.2f} s per reload)")
-    print(f"reference, {n_ref} reloads each registering a new ruleset: {per_new:+.2f} MiB per reload; "
-          f"ratio (reused / new) per reload: {per_reuse / per_new if per_new > 0 else float('nan'):.3f}")
+    print(
+        f"{args.reloads} reloads of an unchanged rulebook: RSS {start:.1f} -> {after:.1f} MiB "
+        f"({after - start:+.1f} MiB, {per_reuse:+.3f} MiB and {took / args.reloads:.2f} s per reload)"
+    )
+    print(
+        f"reference, {n_ref} reloads each registering a new ruleset: {per_new:+.2f} MiB per reload; "
+        f"ratio (reused / new) per reload: {per_reuse / per_new if per_new > 0 else float('nan'):.3f}"
+    )
     ctl.store.close()
 
 

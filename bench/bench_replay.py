@@ -49,7 +49,9 @@ def to_ere(pattern: str) -> str | None:
     out = re.sub(r"\[([^\]]*)\[\[:space:\]\]", r"[\g<1>[:space:]", out)
     out = re.sub(r"\[([^\]]*)\[\[:alnum:\]_\]", r"[\g<1>[:alnum:]_", out)
     try:
-        r = subprocess.run(["grep", "-E", "-c", "-e", out, "/dev/null"], capture_output=True, text=True, env={"LC_ALL": "C"})
+        r = subprocess.run(
+            ["grep", "-E", "-c", "-e", out, "/dev/null"], capture_output=True, text=True, env={"LC_ALL": "C"}
+        )
     except OSError:
         return None
     return out if r.returncode in (0, 1) else None
@@ -82,21 +84,44 @@ def engine_throughput(n: int = 20000) -> tuple[float, float, float]:
     net = ReteNetwork(compiled)
 
     def realistic():
-        out, i, job = [], 0, 100
+        out, job = [], 100
         while len(out) < n:
             m = ids[job % len(ids)]
             t = job * 1000.0
             if job % 5 == 0:
-                out.append(Fact.make("xid", {"code": 79, "node": f"n{job % 16}", "job": str(job), "attempt": 0}, t, f"kern:{job}"))
+                out.append(
+                    Fact.make(
+                        "xid", {"code": 79, "node": f"n{job % 16}", "job": str(job), "attempt": 0}, t, f"kern:{job}"
+                    )
+                )
             for rank in range(8):
-                out.append(Fact.make("log", {"matcher": m, "job": str(job), "attempt": 0, "node": f"n{rank}", "rank": rank},
-                                     t + 1 + rank * 0.01, f"bench:{job}:{rank}"))
+                out.append(
+                    Fact.make(
+                        "log",
+                        {"matcher": m, "job": str(job), "attempt": 0, "node": f"n{rank}", "rank": rank},
+                        t + 1 + rank * 0.01,
+                        f"bench:{job}:{rank}",
+                    )
+                )
             job += 1
         return out[:n]
 
     def worst():
-        return [Fact.make("log", {"matcher": ids[i % len(ids)], "job": str(100 + i // 50), "attempt": 0,
-                                  "node": f"n{i % 16}", "rank": i % 64}, float(i), f"bench:{i}") for i in range(n)]
+        return [
+            Fact.make(
+                "log",
+                {
+                    "matcher": ids[i % len(ids)],
+                    "job": str(100 + i // 50),
+                    "attempt": 0,
+                    "node": f"n{i % 16}",
+                    "rank": i % 64,
+                },
+                float(i),
+                f"bench:{i}",
+            )
+            for i in range(n)
+        ]
 
     facts = realistic()
     s = net.session()
@@ -138,7 +163,10 @@ def main() -> None:
                 continue
             path = tmp / f"slurm-4242-{size}mb.out"
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, str(HERE / "gen_log.py"), "--size-mb", str(size), "--seed", "7", "--out", str(path)], check=True)
+            subprocess.run(
+                [sys.executable, str(HERE / "gen_log.py"), "--size-mb", str(size), "--seed", "7", "--out", str(path)],
+                check=True,
+            )
             print(f"generated {path.name}: {path.stat().st_size / 2**20:.0f} MiB in {time.perf_counter() - t0:.1f} s")
             logs[size] = str(path)
         patterns = [m.pattern for m in compiled.matchers]
@@ -147,8 +175,14 @@ def main() -> None:
         skipped = [p for p, e in ere if not e]
         pat_file = tmp / "patterns.ere"
         pat_file.write_text("\n".join(usable) + "\n")
-        print(f"patterns: {len(patterns)} matchers in the default rulebook, {len(usable)} translated for grep -E"
-              + (f", {len(skipped)} left out of grep's set: {skipped[:3]}{'...' if len(skipped) > 3 else ''}" if skipped else ""))
+        print(
+            f"patterns: {len(patterns)} matchers in the default rulebook, {len(usable)} translated for grep -E"
+            + (
+                f", {len(skipped)} left out of grep's set: {skipped[:3]}{'...' if len(skipped) > 3 else ''}"
+                if skipped
+                else ""
+            )
+        )
 
         big = logs[args.size_mb]
         size_b = os.path.getsize(big)
@@ -174,16 +208,22 @@ def main() -> None:
             print(f"{f'recover replay (round {i + 1})':34}{tr:10.2f}{size_b / 2**20 / tr:10.0f}{tr / tg:15.2f}")
         print(f"{'recover startup (rules check)':34}{t_start:10.2f}")
         tg, tr, rss, grep_lines, incidents = results[-1]
-        print(f"\nfile: {size_b / 2**20:.0f} MiB; grep matched {grep_lines} lines; replay found {incidents} incident(s)")
+        print(
+            f"\nfile: {size_b / 2**20:.0f} MiB; grep matched {grep_lines} lines; replay found {incidents} incident(s)"
+        )
         print(f"replay/grep ratio (best of rounds): {min(r[1] / r[0] for r in results):.2f}")
 
         if args.small_mb != args.size_mb:
             _, rss_small, _ = timed(recover + ["replay", "--db", str(tmp / "small.db"), "--json", logs[args.small_mb]])
-            print(f"peak RSS of replay: {rss_small / 1024:.0f} MiB at {args.small_mb} MB, {rss / 1024:.0f} MiB at {args.size_mb} MB")
+            print(
+                f"peak RSS of replay: {rss_small / 1024:.0f} MiB at {args.small_mb} MB, {rss / 1024:.0f} MiB at {args.size_mb} MB"
+            )
         rete, whole, worst = engine_throughput(args.facts)
-        print(f"rule engine ({len(compiled.rules)} rules): {rete:,.0f} facts/s through the Rete alone (assert+retract); "
-              f"whole engine with an in-memory store: {whole:,.0f} facts/s on realistic incidents, "
-              f"{worst:,.0f} facts/s on the worst case (every failure matcher in every attempt)")
+        print(
+            f"rule engine ({len(compiled.rules)} rules): {rete:,.0f} facts/s through the Rete alone (assert+retract); "
+            f"whole engine with an in-memory store: {whole:,.0f} facts/s on realistic incidents, "
+            f"{worst:,.0f} facts/s on the worst case (every failure matcher in every attempt)"
+        )
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -181,8 +181,19 @@ def main(argv: list[str] | None = None) -> int:
         for backend in backends:
             cells = []
             for mb in [0.0] + sizes:
-                child = [sys.executable, __file__, "--rss-child", "--log", log, "--limit-mb", str(mb),
-                         "--backend", backend, "--chunk-mb", str(args.chunk_mb)]
+                child = [
+                    sys.executable,
+                    __file__,
+                    "--rss-child",
+                    "--log",
+                    log,
+                    "--limit-mb",
+                    str(mb),
+                    "--backend",
+                    backend,
+                    "--chunk-mb",
+                    str(args.chunk_mb),
+                ]
                 out = subprocess.run(child, capture_output=True, text=True, check=True).stdout.split()
                 hwm, maxrss = int(out[-2]) / 1024, int(out[-1]) / 1024
                 label = "build only" if mb == 0 else f"scan {mb:g} MB"

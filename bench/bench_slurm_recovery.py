@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sqlite3
 import statistics
@@ -71,21 +70,59 @@ def main() -> None:
     (tmp / "logs").mkdir()
     (tmp / "spool").mkdir()
     site = tmp / "site.yaml"
-    site.write_text("policy:\n" + (f"  settle: {args.settle}\n" if args.settle else "") +
-                    "  blast_radius: {max_drains: 100, max_fraction: 1.0}\n"
-                    "  retry: {max_per_job: 100, max_per_fingerprint: 100}\n")
+    site.write_text(
+        "policy:\n"
+        + (f"  settle: {args.settle}\n" if args.settle else "")
+        + "  blast_radius: {max_drains: 100, max_fraction: 1.0}\n"
+        "  retry: {max_per_job: 100, max_per_fingerprint: 100}\n"
+    )
     db = tmp / "recover.db"
     procs = []
     py = [sys.executable, "-m", "engine.cli"]
     log = open(tmp / "procs.log", "ab")
     for n in NODES:
         (tmp / f"kern-{n}.log").write_text("")
-        procs.append(subprocess.Popen(py + ["agent", "--node", n, "--kernel-log", str(tmp / f"kern-{n}.log"), "--no-nvml",
-                                            "--spool", str(tmp / "spool")], cwd=ROOT, stdout=log, stderr=log))
-    ctl = subprocess.Popen(py + ["run", "--scheduler", "slurm", "--spool", str(tmp / "spool"), "--db", str(db), "-r", str(site),
-                                 "--scheduler-interval", "1"], cwd=ROOT, stdout=log, stderr=log)
+        procs.append(
+            subprocess.Popen(
+                py
+                + [
+                    "agent",
+                    "--node",
+                    n,
+                    "--kernel-log",
+                    str(tmp / f"kern-{n}.log"),
+                    "--no-nvml",
+                    "--spool",
+                    str(tmp / "spool"),
+                ],
+                cwd=ROOT,
+                stdout=log,
+                stderr=log,
+            )
+        )
+    ctl = subprocess.Popen(
+        py
+        + [
+            "run",
+            "--scheduler",
+            "slurm",
+            "--spool",
+            str(tmp / "spool"),
+            "--db",
+            str(db),
+            "-r",
+            str(site),
+            "--scheduler-interval",
+            "1",
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=log,
+    )
     procs.append(ctl)
-    started = wait(lambda: ctl.poll() is not None or b"recover run: mode=" in (tmp / "procs.log").read_bytes(), 120, 0.2)
+    started = wait(
+        lambda: ctl.poll() is not None or b"recover run: mode=" in (tmp / "procs.log").read_bytes(), 120, 0.2
+    )
     if not started or ctl.poll() is not None:
         print((tmp / "procs.log").read_text()[-2000:], file=sys.stderr)
         for p in procs:
@@ -97,8 +134,22 @@ def main() -> None:
         for trial in range(args.trials):
             script = tmp / "job.sh"
             script.write_text(JOB)
-            r = subprocess.run(["sbatch", "--parsable", "--requeue", "-N", "2", "--open-mode=append",
-                                "-o", str(tmp / "logs" / "slurm-%j.out"), str(script)], capture_output=True, text=True, check=True)
+            r = subprocess.run(
+                [
+                    "sbatch",
+                    "--parsable",
+                    "--requeue",
+                    "-N",
+                    "2",
+                    "--open-mode=append",
+                    "-o",
+                    str(tmp / "logs" / "slurm-%j.out"),
+                    str(script),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             job = r.stdout.strip()
             jobs.append(job)
             first = wait(lambda: (j := slurm.job(job)) and j.state == "RUNNING" and j, 60, 0.3)
@@ -106,13 +157,21 @@ def main() -> None:
                 print(f"trial {trial}: job {job} never ran")
                 continue
             # the controller has polled the job onto its nodes (it may start late on a loaded machine)
-            wait(lambda: job in (json.loads((q(db, "SELECT value FROM meta WHERE key = 'job_states'") or [["{}"]])[0][0])), 60, 0.2)
+            wait(
+                lambda: (
+                    job in (json.loads((q(db, "SELECT value FROM meta WHERE key = 'job_states'") or [["{}"]])[0][0]))
+                ),
+                60,
+                0.2,
+            )
             time.sleep(0.5)
             bad = first.nodes[-1]
             stamp = time.strftime("%b %d %H:%M:%S", time.gmtime())
             t0 = time.time()
             with open(tmp / f"kern-{bad}.log", "a") as fh:
-                fh.write(f"{stamp} {bad} kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus.\n")
+                fh.write(
+                    f"{stamp} {bad} kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus.\n"
+                )
             drained = wait(lambda: any(n.name == bad and n.drained for n in slurm.nodes()), 30, 0.05)
             drain = time.time() - t0 if drained else float("nan")
             requeued = wait(lambda: (j := slurm.job(job)) and j.attempt >= 1, 30, 0.05)
@@ -126,15 +185,19 @@ def main() -> None:
             ref = float("nan")
             if spare:
                 r0 = time.time()
-                subprocess.run(["scontrol", "update", f"NodeName={spare}", "State=DRAIN", "Reason=bench reference"],
-                               capture_output=True)
+                subprocess.run(
+                    ["scontrol", "update", f"NodeName={spare}", "State=DRAIN", "Reason=bench reference"],
+                    capture_output=True,
+                )
                 if wait(lambda: any(n.name == spare and n.drained for n in slurm.nodes()), 30, 0.05):
                     ref = time.time() - r0
                 subprocess.run(["scontrol", "update", f"NodeName={spare}", "State=RESUME"], capture_output=True)
             rows.append((detect, drain, requeue, running, ref, drain / ref))
-            print(f"trial {trial + 1}: job {job} xid on {bad}: detect {detect:.2f} s, drain {drain:.2f} s, "
-                  f"requeue {requeue:.2f} s, running again {running:.1f} s on {','.join(back.nodes) if back else '-'}; "
-                  f"reference drain {ref:.2f} s")
+            print(
+                f"trial {trial + 1}: job {job} xid on {bad}: detect {detect:.2f} s, drain {drain:.2f} s, "
+                f"requeue {requeue:.2f} s, running again {running:.1f} s on {','.join(back.nodes) if back else '-'}; "
+                f"reference drain {ref:.2f} s"
+            )
             subprocess.run(["scancel", job], capture_output=True)
             subprocess.run(["scontrol", "update", f"NodeName={bad}", "State=RESUME"], capture_output=True)
             wait(lambda: all(n.state == "idle" for n in slurm.nodes() if n.name in NODES), 60, 0.5)
@@ -145,8 +208,10 @@ def main() -> None:
             for name, col in zip(names, cols):
                 unit = "x" if "/" in name else "s"
                 print(f"  {name:16} {statistics.median(col):7.2f} {unit}   (max {max(col):.2f} {unit})")
-            print(f"goals: Xid -> drain <= 2 s: {'met' if statistics.median(cols[1]) <= 2 else 'MISSED'}; "
-                  f"Xid -> requeue <= 5 s: {'met' if statistics.median(cols[2]) <= 5 else 'MISSED'}")
+            print(
+                f"goals: Xid -> drain <= 2 s: {'met' if statistics.median(cols[1]) <= 2 else 'MISSED'}; "
+                f"Xid -> requeue <= 5 s: {'met' if statistics.median(cols[2]) <= 5 else 'MISSED'}"
+            )
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)

@@ -49,22 +49,36 @@ def main() -> None:
         job = str(100000 + i // 2000)  # a job attempt every 20 virtual seconds
         r = i % 100
         if r == 0 and (i // 2000) % 100 == 0:  # 1% of the attempts fail
-            f = Fact.make("log", {"matcher": "cuda_oom_torch", "job": job, "attempt": 0, "rank": i % 8, "text": "CUDA out of memory"},
-                          at, f"soak:{i}")
+            f = Fact.make(
+                "log",
+                {"matcher": "cuda_oom_torch", "job": job, "attempt": 0, "rank": i % 8, "text": "CUDA out of memory"},
+                at,
+                f"soak:{i}",
+            )
         elif r < 5:  # a warning some rule could correlate later
-            f = Fact.make("log", {"matcher": "nccl_warn", "job": job, "attempt": 0, "node": f"n{i % 64}", "seq": i}, at, f"soak:{i}")
+            f = Fact.make(
+                "log",
+                {"matcher": "nccl_warn", "job": job, "attempt": 0, "node": f"n{i % 64}", "seq": i},
+                at,
+                f"soak:{i}",
+            )
         else:  # noise no rule uses
             f = Fact.make("log", {"matcher": "soak_noise", "job": job, "attempt": 0, "seq": i}, at, f"soak:{i}")
         engine.ingest(f)
         if (i + 1) % step == 0:
             samples.append((i + 1, rss_mb(), len(engine.live), len(engine.session)))
-            print(f"{i + 1:>9} facts  RSS {samples[-1][1]:7.1f} MiB  live facts {samples[-1][2]:>6}  in the Rete {samples[-1][3]:>6}  "
-                  f"incidents {engine.stats['incidents']}", flush=True)
+            print(
+                f"{i + 1:>9} facts  RSS {samples[-1][1]:7.1f} MiB  live facts {samples[-1][2]:>6}  in the Rete {samples[-1][3]:>6}  "
+                f"incidents {engine.stats['incidents']}",
+                flush=True,
+            )
     engine.finish()
     dt = time.perf_counter() - t0
-    print(f"\n{n:,} facts in {dt:.0f} s ({n / dt:,.0f} facts/s); RSS {samples[1][1]:.1f} MiB after {samples[1][0]:,} facts, "
-          f"{samples[-1][1]:.1f} MiB after {samples[-1][0]:,} (growth {samples[-1][1] - samples[1][1]:+.1f} MiB); "
-          f"{engine.stats['unused']:,} facts (read or derived) that no rule could use were dropped at once")
+    print(
+        f"\n{n:,} facts in {dt:.0f} s ({n / dt:,.0f} facts/s); RSS {samples[1][1]:.1f} MiB after {samples[1][0]:,} facts, "
+        f"{samples[-1][1]:.1f} MiB after {samples[-1][0]:,} (growth {samples[-1][1] - samples[1][1]:+.1f} MiB); "
+        f"{engine.stats['unused']:,} facts (read or derived) that no rule could use were dropped at once"
+    )
 
 
 if __name__ == "__main__":

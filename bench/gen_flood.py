@@ -34,20 +34,26 @@ def cascade(out: str, ranks: int = 512, repeat: int = 600, healthy: int = 20000,
         w = fh.write
         for it in range(healthy):
             t += timedelta(milliseconds=rng.randint(300, 500))
-            w(f"[{t:%Y-%m-%d %H:%M:%S}.{t.microsecond // 1000:03d}] iteration {it + 1:>8}/  500000 | "
-              f"consumed samples: {(it + 1) * 1024:>12} | elapsed time per iteration (ms): {rng.uniform(380, 420):.1f} | "
-              f"learning rate: 1.500E-04 | lm loss: {2.5 + rng.random() / 10:.6E} | loss scale: 1.0 | grad norm: 0.{rng.randint(100, 999)} |\n")
+            w(
+                f"[{t:%Y-%m-%d %H:%M:%S}.{t.microsecond // 1000:03d}] iteration {it + 1:>8}/  500000 | "
+                f"consumed samples: {(it + 1) * 1024:>12} | elapsed time per iteration (ms): {rng.uniform(380, 420):.1f} | "
+                f"learning rate: 1.500E-04 | lm loss: {2.5 + rng.random() / 10:.6E} | loss scale: 1.0 | grad norm: 0.{rng.randint(100, 999)} |\n"
+            )
         t += timedelta(seconds=2)
-        w(f"[{t:%Y-%m-%d %H:%M:%S}.000] iteration {healthy + 1:>8}/  500000 | consumed samples: {(healthy + 1) * 1024:>12} |\n")
+        w(
+            f"[{t:%Y-%m-%d %H:%M:%S}.000] iteration {healthy + 1:>8}/  500000 | consumed samples: {(healthy + 1) * 1024:>12} |\n"
+        )
         n = 0
         for r in range(repeat):
             for rank in range(ranks):
                 node = nodes[rank // GPUS_PER_NODE]
                 local = rank % GPUS_PER_NODE
                 peer = f"10.{rank % 7}.{rank // 250}.{(rank * 13) % 250}<{40000 + rank}>"
-                w(f"{node}:{pids[rank]}:{pids[rank] + 57 + local} [{local}] transport/net_ib.cc:1696 NCCL WARN NET/IB : "
-                  f"Got completion from peer {peer} with status=IBV_WC_RETRY_EXC_ERR(12) opcode=0 len=0 "
-                  f"vendor err 129 (Recv) localGid ::ffff:10.{local}.{rank % 200}.{r % 250} remoteGids::ffff:10.3.{rank % 100}.7 hca mlx5_{local}\n")
+                w(
+                    f"{node}:{pids[rank]}:{pids[rank] + 57 + local} [{local}] transport/net_ib.cc:1696 NCCL WARN NET/IB : "
+                    f"Got completion from peer {peer} with status=IBV_WC_RETRY_EXC_ERR(12) opcode=0 len=0 "
+                    f"vendor err 129 (Recv) localGid ::ffff:10.{local}.{rank % 200}.{r % 250} remoteGids::ffff:10.3.{rank % 100}.7 hca mlx5_{local}\n"
+                )
                 n += 1
     return n
 

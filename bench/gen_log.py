@@ -95,10 +95,7 @@ class _Log:
         done = self.it % 10000
         pct = done * 100 // 10000
         bar = "\u2588" * (pct // 10) + "\u258c" + " " * (9 - pct // 10)
-        return (
-            f"Epoch 3:  {pct:2d}%|{bar}| {done}/10000 [1:02:03<1:15:50, 1.21it/s, "
-            f"loss={self.loss:.3f}, v_num=0]"
-        )
+        return f"Epoch 3:  {pct:2d}%|{bar}| {done}/10000 [1:02:03<1:15:50, 1.21it/s, loss={self.loss:.3f}, v_num=0]"
 
     def nccl_info(self) -> str:
         node, local, rank = self.node_rank()
@@ -111,15 +108,15 @@ class _Log:
         elif kind == 1:
             msg = (
                 f"comm 0x{self.rng.getrandbits(40):x} rank {rank} nranks 64 cudaDev {local} "
-                f"nvmlDev {local} busId {0x4c000 + local * 0x1000:x} commId 0x{self.rng.getrandbits(60):x} "
+                f"nvmlDev {local} busId {0x4C000 + local * 0x1000:x} commId 0x{self.rng.getrandbits(60):x} "
                 f"- Init COMPLETE"
             )
         elif kind == 2:
             msg = "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]mlx5_2:1/IB [3]mlx5_3:1/IB ; OOB ib0:10.0.0.7<0>"
         elif kind == 3:
-            msg = f"Connected all rings, use ring PXN 0 GDR 1"
+            msg = "Connected all rings, use ring PXN 0 GDR 1"
         elif kind == 4:
-            msg = f"NCCL_SOCKET_IFNAME set by environment to ib0"
+            msg = "NCCL_SOCKET_IFNAME set by environment to ib0"
         else:
             msg = f"ncclCommInitRank comm 0x{self.rng.getrandbits(40):x} rank {rank} nranks 64 - Init START"
         return f"{node}:{pid}:{tid} [{local}] NCCL INFO {msg}"
@@ -144,7 +141,9 @@ class _Log:
         if k == 1:
             return "  warnings.warn(_create_warning_msg("
         if k == 2:
-            return f"[rank{rank}]: dataloader worker {self.rng.randrange(16)} prefetched {self.rng.randrange(64)} batches"
+            return (
+                f"[rank{rank}]: dataloader worker {self.rng.randrange(16)} prefetched {self.rng.randrange(64)} batches"
+            )
         if k == 3:
             return (
                 f"{node}: [{self.stamp()}] [WARNING] [stage_1_and_2.py:1956:step] [deepspeed] "
@@ -186,9 +185,9 @@ class _Log:
             ]
         if kind == "xid_79":
             return [
-                f"{self.syslog_stamp()} {node} kernel: [1234567.123456] NVRM: Xid (PCI:0000:{0x4c + local:02x}:00): "
+                f"{self.syslog_stamp()} {node} kernel: [1234567.123456] NVRM: Xid (PCI:0000:{0x4C + local:02x}:00): "
                 f"79, pid={pid}, name=python, GPU has fallen off the bus.",
-                f"{self.syslog_stamp()} {node} kernel: [1234567.123789] NVRM: GPU 0000:{0x4c + local:02x}:00.0: "
+                f"{self.syslog_stamp()} {node} kernel: [1234567.123789] NVRM: GPU 0000:{0x4C + local:02x}:00.0: "
                 f"GPU has fallen off the bus.",
             ]
         if kind == "traceback_illegal_access":

@@ -73,8 +73,10 @@ def load_settings(path: str | None = None, env: dict[str, str] | None = None) ->
             s.db = str(base / s.db)
         for dec, mode in s.autonomy.items():
             if dec not in DECISIONS or mode not in AUTONOMY:
-                raise ConfigError(f"{path}: autonomy.{dec} = {mode!r}: decisions are {', '.join(DECISIONS)}, "
-                                  f"modes {', '.join(AUTONOMY)}")
+                raise ConfigError(
+                    f"{path}: autonomy.{dec} = {mode!r}: decisions are {', '.join(DECISIONS)}, "
+                    f"modes {', '.join(AUTONOMY)}"
+                )
     if env.get("RECOVER_DB"):
         s.db = env["RECOVER_DB"]
     if env.get("RECOVER_RULES"):

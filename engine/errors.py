@@ -25,8 +25,19 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 __all__ = [
-    "RecoverError", "ConfigError", "RulebookError", "FactError", "StoreError", "ReteError", "PlanError",
-    "ExplainError", "ReviewError", "SpoolError", "NvmlUnavailable", "HostlistError", "SchedulerError",
+    "RecoverError",
+    "ConfigError",
+    "RulebookError",
+    "FactError",
+    "StoreError",
+    "ReteError",
+    "PlanError",
+    "ExplainError",
+    "ReviewError",
+    "SpoolError",
+    "NvmlUnavailable",
+    "HostlistError",
+    "SchedulerError",
     "SchedulerUnavailable",
 ]
 

@@ -24,8 +24,18 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-__all__ = ["Fact", "FactError", "KINDS", "SOURCE_KINDS", "DERIVED_KINDS", "NODE_RE", "JOB_RE", "clean_text", "MAX_VALUE",
-           "JOB_ACTIVE_STATES"]
+__all__ = [
+    "Fact",
+    "FactError",
+    "KINDS",
+    "SOURCE_KINDS",
+    "DERIVED_KINDS",
+    "NODE_RE",
+    "JOB_RE",
+    "clean_text",
+    "MAX_VALUE",
+    "JOB_ACTIVE_STATES",
+]
 
 #: the one rule for a node name (a DNS label's length; Slurm node names fit it) and a Slurm job id
 #: (array tasks as 123_4): anything a log, a spool file or a template offers is checked against these
@@ -87,9 +97,7 @@ class Fact:
     id: str = field(default="")
 
     @classmethod
-    def make(
-        cls, kind: str, attrs: Mapping[str, Any], at: float, origin: str, id: str | None = None
-    ) -> "Fact":
+    def make(cls, kind: str, attrs: Mapping[str, Any], at: float, origin: str, id: str | None = None) -> "Fact":
         """Validate and freeze. ``id`` defaults to a content hash (kind, attrs, at, origin), so the
         same evidence seen twice (an agent restarted, a spool line re-read) has the same id."""
         if kind not in KINDS:

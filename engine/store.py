@@ -143,11 +143,23 @@ class IncidentRow:
 
 def _row_to_incident(r: sqlite3.Row) -> IncidentRow:
     return IncidentRow(
-        id=r["id"], key=r["key"], job=r["job"], attempt=r["attempt"], node=r["node"], status=r["status"],
-        opened_at=r["opened_at"], last_evidence_at=r["last_evidence_at"], closed_at=r["closed_at"],
-        detected_wall=r["detected_wall"], fault_class=r["fault_class"], decision=r["decision"],
-        nodes=tuple(json.loads(r["nodes"] or "[]")), fault_fact=r["fault_fact"], reason=r["reason"],
-        guards=tuple(json.loads(r["guards"] or "[]")), mode=r["mode"],
+        id=r["id"],
+        key=r["key"],
+        job=r["job"],
+        attempt=r["attempt"],
+        node=r["node"],
+        status=r["status"],
+        opened_at=r["opened_at"],
+        last_evidence_at=r["last_evidence_at"],
+        closed_at=r["closed_at"],
+        detected_wall=r["detected_wall"],
+        fault_class=r["fault_class"],
+        decision=r["decision"],
+        nodes=tuple(json.loads(r["nodes"] or "[]")),
+        fault_fact=r["fault_fact"],
+        reason=r["reason"],
+        guards=tuple(json.loads(r["guards"] or "[]")),
+        mode=r["mode"],
     )
 
 
@@ -218,58 +230,105 @@ class Store:
 
     def set_provisional(self, incident: int, fault_class: str, nodes: Iterable[str], fault_fact: str) -> None:
         """The strongest fault so far of an open incident (final when it closes)."""
-        self._exec("UPDATE incidents SET fault_class=?, nodes=?, fault_fact=? WHERE id=? AND status='open'",
-                   (fault_class, json.dumps(sorted(set(nodes))), fault_fact, incident))
+        self._exec(
+            "UPDATE incidents SET fault_class=?, nodes=?, fault_fact=? WHERE id=? AND status='open'",
+            (fault_class, json.dumps(sorted(set(nodes))), fault_fact, incident),
+        )
 
-    def close_incident(self, incident: int, at: float, fault_class: str, decision: str, nodes: Iterable[str],
-                       fault_fact: str | None, reason: str, guards: Sequence[Any] = (), mode: str = "recommend",
-                       fingerprint: str | None = None) -> None:
+    def close_incident(
+        self,
+        incident: int,
+        at: float,
+        fault_class: str,
+        decision: str,
+        nodes: Iterable[str],
+        fault_fact: str | None,
+        reason: str,
+        guards: Sequence[Any] = (),
+        mode: str = "recommend",
+        fingerprint: str | None = None,
+    ) -> None:
         self._exec(
             "UPDATE incidents SET status='closed', closed_at=?, fault_class=?, decision=?, nodes=?, fault_fact=?, reason=?, "
             "guards=?, mode=?, fingerprint=?, closed_wall=? WHERE id=?",
-            (at, fault_class, decision, json.dumps(sorted(set(nodes))), fault_fact, reason, json.dumps(list(guards)), mode,
-             fingerprint, time.time(), incident),
+            (
+                at,
+                fault_class,
+                decision,
+                json.dumps(sorted(set(nodes))),
+                fault_fact,
+                reason,
+                json.dumps(list(guards)),
+                mode,
+                fingerprint,
+                time.time(),
+                incident,
+            ),
         )
 
     def job_history(self, job: str, exclude: int | None = None) -> list[dict[str, Any]]:
-        rows = self._exec("SELECT id, attempt, decision, fault_class, fingerprint, closed_at FROM incidents "
-                          "WHERE job = ? AND status = 'closed' AND id != ? ORDER BY id", (job, exclude or -1))
+        rows = self._exec(
+            "SELECT id, attempt, decision, fault_class, fingerprint, closed_at FROM incidents "
+            "WHERE job = ? AND status = 'closed' AND id != ? ORDER BY id",
+            (job, exclude or -1),
+        )
         return [dict(r) for r in rows]
 
-    def save_progress(self, job: str, attempt: int, step: int | None, checkpoint: int | None, last_at: float | None) -> None:
-        self._exec("INSERT INTO progress(job, attempt, step, checkpoint, last_at) VALUES (?,?,?,?,?) "
-                   "ON CONFLICT(job, attempt) DO UPDATE SET step=MAX(COALESCE(step, excluded.step), COALESCE(excluded.step, step)), "
-                   "checkpoint=MAX(COALESCE(checkpoint, excluded.checkpoint), COALESCE(excluded.checkpoint, checkpoint)), "
-                   "last_at=excluded.last_at", (job, attempt, step, checkpoint, last_at))
+    def save_progress(
+        self, job: str, attempt: int, step: int | None, checkpoint: int | None, last_at: float | None
+    ) -> None:
+        self._exec(
+            "INSERT INTO progress(job, attempt, step, checkpoint, last_at) VALUES (?,?,?,?,?) "
+            "ON CONFLICT(job, attempt) DO UPDATE SET step=MAX(COALESCE(step, excluded.step), COALESCE(excluded.step, step)), "
+            "checkpoint=MAX(COALESCE(checkpoint, excluded.checkpoint), COALESCE(excluded.checkpoint, checkpoint)), "
+            "last_at=excluded.last_at",
+            (job, attempt, step, checkpoint, last_at),
+        )
 
     def progress_of(self, job: str) -> dict[int, dict[str, Any]]:
-        return {r["attempt"]: {"step": r["step"], "checkpoint": r["checkpoint"], "last_at": r["last_at"]}
-                for r in self._exec("SELECT * FROM progress WHERE job = ?", (job,))}
+        return {
+            r["attempt"]: {"step": r["step"], "checkpoint": r["checkpoint"], "last_at": r["last_at"]}
+            for r in self._exec("SELECT * FROM progress WHERE job = ?", (job,))
+        }
 
     def recent_actions(self, action: str, since: float) -> list[tuple[str, float, int]]:
         """(target, engine time of its incident's close, incident) of actions planned since ``since``
         (engine time: wall time live, the logs' time in replay)."""
-        return [(r["target"], r["closed_at"], r["incident"]) for r in
-                self._exec("SELECT a.target, i.closed_at, a.incident FROM actions a JOIN incidents i ON a.incident = i.id "
-                           "WHERE a.action = ? AND i.closed_at >= ? AND a.status NOT IN ('skipped')", (action, since))]
+        return [
+            (r["target"], r["closed_at"], r["incident"])
+            for r in self._exec(
+                "SELECT a.target, i.closed_at, a.incident FROM actions a JOIN incidents i ON a.incident = i.id "
+                "WHERE a.action = ? AND i.closed_at >= ? AND a.status NOT IN ('skipped')",
+                (action, since),
+            )
+        ]
 
     def requeued_attempts(self, job: str) -> set[tuple[str, int]]:
-        rows = self._exec("SELECT i.job, i.attempt FROM actions a JOIN incidents i ON a.incident = i.id "
-                          "WHERE a.action = 'requeue' AND a.mode = 'act' AND i.job = ?", (job,))
+        rows = self._exec(
+            "SELECT i.job, i.attempt FROM actions a JOIN incidents i ON a.incident = i.id "
+            "WHERE a.action = 'requeue' AND a.mode = 'act' AND i.job = ?",
+            (job,),
+        )
         return {(r[0], int(r[1] or 0)) for r in rows}
 
     def add_silence(self, node: str, until: float, reason: str, by: str | None, start: float | None = None) -> int:
         """A silence holds from ``start`` (default: now) until ``until``; replayed evidence older than
         its start is judged as it would have been then."""
-        cur = self._exec("INSERT INTO silences(node, until, reason, by, created_at) VALUES (?,?,?,?,?)",
-                         (node, until, reason, by, time.time() if start is None else start))
+        cur = self._exec(
+            "INSERT INTO silences(node, until, reason, by, created_at) VALUES (?,?,?,?,?)",
+            (node, until, reason, by, time.time() if start is None else start),
+        )
         return int(cur.lastrowid)
 
     def silences(self, active_at: float | None = None) -> list[dict[str, Any]]:
         if active_at is None:
             return [dict(r) for r in self._exec("SELECT * FROM silences ORDER BY id")]
-        return [dict(r) for r in self._exec("SELECT * FROM silences WHERE created_at <= ? AND until > ? ORDER BY id",
-                                            (active_at, active_at))]
+        return [
+            dict(r)
+            for r in self._exec(
+                "SELECT * FROM silences WHERE created_at <= ? AND until > ? ORDER BY id", (active_at, active_at)
+            )
+        ]
 
     def remove_silence(self, silence_id: int) -> bool:
         return self._exec("DELETE FROM silences WHERE id = ?", (silence_id,)).rowcount > 0
@@ -278,7 +337,15 @@ class Store:
         self._exec(
             "INSERT INTO facts(incident, id, kind, attrs, at, origin, derived_by) VALUES (?,?,?,?,?,?,?) "
             "ON CONFLICT(incident, id) DO NOTHING",
-            (incident, fact.id, fact.kind, json.dumps(fact.to_dict()["attrs"], sort_keys=True), fact.at, fact.origin, derived_by),
+            (
+                incident,
+                fact.id,
+                fact.kind,
+                json.dumps(fact.to_dict()["attrs"], sort_keys=True),
+                fact.at,
+                fact.origin,
+                derived_by,
+            ),
         )
 
     def bump_fact(self, fact_id: str, by: int = 1, flood: dict[str, Any] | None = None) -> None:
@@ -286,8 +353,10 @@ class Store:
         if flood is None:
             self._exec("UPDATE facts SET count = count + ? WHERE id = ?", (by, fact_id))
         else:
-            self._exec("UPDATE facts SET count = count + ?, flood = ? WHERE id = ?",
-                       (by, json.dumps(flood, sort_keys=True), fact_id))
+            self._exec(
+                "UPDATE facts SET count = count + ?, flood = ? WHERE id = ?",
+                (by, json.dumps(flood, sort_keys=True), fact_id),
+            )
 
     def fact_floods(self, incident: int) -> dict[str, dict[str, Any]]:
         """fact id -> what the store knows of its repeats (see ``bump_fact``)."""
@@ -297,8 +366,16 @@ class Store:
             return {}
         return {r["id"]: json.loads(r["flood"]) for r in rows}
 
-    def add_firing(self, incident: int | None, rule: str, rule_mark: str, description: str,
-                   matched: dict[str, str], asserted: str | None, at: float) -> int:
+    def add_firing(
+        self,
+        incident: int | None,
+        rule: str,
+        rule_mark: str,
+        description: str,
+        matched: dict[str, str],
+        asserted: str | None,
+        at: float,
+    ) -> int:
         cur = self._exec(
             "INSERT INTO firings(incident, rule, rule_mark, description, matched, asserted, at) VALUES (?,?,?,?,?,?,?)",
             (incident, rule, rule_mark, description, json.dumps(matched, sort_keys=True), asserted, at),
@@ -308,8 +385,17 @@ class Store:
     def assign_firing(self, firing: int, incident: int) -> None:
         self._exec("UPDATE firings SET incident = ? WHERE id = ? AND incident IS NULL", (incident, firing))
 
-    def add_action(self, incident: int, idem_key: str, action: str, target: str, argv: Sequence[str], mode: str,
-                   status: str, note: str = "") -> int | None:
+    def add_action(
+        self,
+        incident: int,
+        idem_key: str,
+        action: str,
+        target: str,
+        argv: Sequence[str],
+        mode: str,
+        status: str,
+        note: str = "",
+    ) -> int | None:
         """Journal an action; returns its id, or None when the idempotency key is already there."""
         now = time.time()
         cur = self._exec(
@@ -319,30 +405,54 @@ class Store:
         )
         return int(cur.lastrowid) if cur.rowcount else None
 
-    def update_action(self, action_id: int, status: str, rc: int | None = None, output: str | None = None,
-                      verified: bool | None = None, note: str | None = None, attempt: bool = False) -> None:
+    def update_action(
+        self,
+        action_id: int,
+        status: str,
+        rc: int | None = None,
+        output: str | None = None,
+        verified: bool | None = None,
+        note: str | None = None,
+        attempt: bool = False,
+    ) -> None:
         self._exec(
             "UPDATE actions SET status=?, rc=COALESCE(?, rc), output=COALESCE(?, output), verified=COALESCE(?, verified), "
             "note=COALESCE(?, note), attempts=attempts + ?, updated_at=? WHERE id=?",
-            (status, rc, output, None if verified is None else int(verified), note, 1 if attempt else 0, time.time(), action_id),
+            (
+                status,
+                rc,
+                output,
+                None if verified is None else int(verified),
+                note,
+                1 if attempt else 0,
+                time.time(),
+                action_id,
+            ),
         )
 
     def quarantine(self, origin: str, text: str, error: str, at: float | None = None) -> None:
         """Keep aside an input whose handling failed (the same input and error again is counted)."""
         text, error, origin = text[:QUARANTINE_TEXT], error[:QUARANTINE_TEXT], origin[:500]
-        row = self._exec("SELECT id FROM quarantine WHERE origin = ? AND input = ? AND error = ?", (origin, text, error)).fetchone()
+        row = self._exec(
+            "SELECT id FROM quarantine WHERE origin = ? AND input = ? AND error = ?", (origin, text, error)
+        ).fetchone()
         if row is not None:
             self._exec("UPDATE quarantine SET count = count + 1, at = ? WHERE id = ?", (at or time.time(), row[0]))
         else:
-            self._exec("INSERT INTO quarantine(origin, input, error, at) VALUES (?,?,?,?)", (origin, text, error, at or time.time()))
+            self._exec(
+                "INSERT INTO quarantine(origin, input, error, at) VALUES (?,?,?,?)",
+                (origin, text, error, at or time.time()),
+            )
 
     def meta(self, key: str) -> str | None:
         row = self._exec("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
 
     def set_meta(self, key: str, value: str) -> None:
-        self._exec("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                   (key, value))
+        self._exec(
+            "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
 
     def quarantined(self, limit: int = 1000) -> list[dict[str, Any]]:
         try:
@@ -366,8 +476,10 @@ class Store:
         return {r["source"]: r["head"] for r in self._exec("SELECT source, head FROM offsets WHERE head IS NOT NULL")}
 
     def add_review(self, incident: int, verdict: str, did: str | None, by: str | None, at: float | None = None) -> int:
-        cur = self._exec("INSERT INTO reviews(incident, verdict, did, by, at) VALUES (?,?,?,?,?)",
-                         (incident, verdict, did, by, at if at is not None else time.time()))
+        cur = self._exec(
+            "INSERT INTO reviews(incident, verdict, did, by, at) VALUES (?,?,?,?,?)",
+            (incident, verdict, did, by, at if at is not None else time.time()),
+        )
         return int(cur.lastrowid)
 
     # -- reading ---------------------------------------------------------------------------
@@ -396,10 +508,16 @@ class Store:
         return out
 
     def firings(self, incident: int) -> list[dict[str, Any]]:
-        return [dict(r) | {"matched": json.loads(r["matched"])} for r in self._exec("SELECT * FROM firings WHERE incident = ? ORDER BY id", (incident,))]
+        return [
+            dict(r) | {"matched": json.loads(r["matched"])}
+            for r in self._exec("SELECT * FROM firings WHERE incident = ? ORDER BY id", (incident,))
+        ]
 
     def rules_fired(self, incident: int) -> list[str]:
-        return [r["rule"] for r in self._exec("SELECT DISTINCT rule FROM firings WHERE incident = ? ORDER BY id", (incident,))]
+        return [
+            r["rule"]
+            for r in self._exec("SELECT DISTINCT rule FROM firings WHERE incident = ? ORDER BY id", (incident,))
+        ]
 
     def actions(self, incident: int | None = None, status: str | None = None) -> list[dict[str, Any]]:
         sql, args = "SELECT * FROM actions WHERE 1=1", []

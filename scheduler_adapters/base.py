@@ -20,7 +20,7 @@ from __future__ import annotations
 from engine.errors import SchedulerError, SchedulerUnavailable
 from engine.facts import JOB_ACTIVE_STATES
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
 __all__ = [

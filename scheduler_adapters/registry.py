@@ -55,15 +55,11 @@ def get_adapter(name: str, **kwargs: Any) -> SchedulerAdapter:
 def get_factory(name: str) -> Callable[..., SchedulerAdapter]:
     """What ``get_adapter`` would call, its module imported."""
     if name == "none":
-        raise UnknownAdapter(
-            "'none' means no scheduler; it has no adapter (handle it before asking)"
-        )
+        raise UnknownAdapter("'none' means no scheduler; it has no adapter (handle it before asking)")
     try:
         factory = _FACTORIES[name]
     except KeyError:
-        raise UnknownAdapter(
-            f"unknown scheduler adapter {name!r}; known: {', '.join(adapter_names())}"
-        ) from None
+        raise UnknownAdapter(f"unknown scheduler adapter {name!r}; known: {', '.join(adapter_names())}") from None
     return _load(name, factory) if isinstance(factory, str) else factory
 
 
@@ -81,7 +77,5 @@ def _load(name: str, target: str) -> Callable[..., SchedulerAdapter]:
     try:
         factory: Callable[..., SchedulerAdapter] = getattr(module, attribute)
     except AttributeError:
-        raise UnknownAdapter(
-            f"scheduler adapter {name!r} is not available: {module_name} has no {attribute}"
-        ) from None
+        raise UnknownAdapter(f"scheduler adapter {name!r} is not available: {module_name} has no {attribute}") from None
     return factory

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Sequence
 
 from .base import CommandResult, JobInfo, NodeInfo
@@ -49,11 +49,20 @@ class SimulatedCluster:
         self.history: list[list[str]] = []
 
     # -- driving the simulation -------------------------------------------------------------
-    def submit(self, name: str, nodes: int = 1, stdout: str | None = None, *, requeue: bool = True,
-               required: Sequence[str] = (), excluded: Sequence[str] = ()) -> str:
+    def submit(
+        self,
+        name: str,
+        nodes: int = 1,
+        stdout: str | None = None,
+        *,
+        requeue: bool = True,
+        required: Sequence[str] = (),
+        excluded: Sequence[str] = (),
+    ) -> str:
         job_id = str(next(self._ids))
-        self._jobs[job_id] = SimJob(job_id, name, nodes, stdout=stdout, requeue=requeue, required=tuple(required),
-                                    excluded=tuple(excluded))
+        self._jobs[job_id] = SimJob(
+            job_id, name, nodes, stdout=stdout, requeue=requeue, required=tuple(required), excluded=tuple(excluded)
+        )
         self.tick()
         return job_id
 
@@ -62,8 +71,11 @@ class SimulatedCluster:
         for job in self._jobs.values():
             if job.state != "PENDING" or job.held:
                 continue
-            free = [n for n, s in self._nodes.items()
-                    if s["state"] == "idle" and "DRAIN" not in s["flags"] and n not in job.excluded]
+            free = [
+                n
+                for n, s in self._nodes.items()
+                if s["state"] == "idle" and "DRAIN" not in s["flags"] and n not in job.excluded
+            ]
             if len(free) >= job.nodes_wanted:
                 job.nodes = tuple(free[: job.nodes_wanted])
                 job.state, job.reason = "RUNNING", ""
@@ -98,10 +110,20 @@ class SimulatedCluster:
         return self._info(j) if j else None
 
     def _info(self, j: SimJob) -> JobInfo:
-        return JobInfo(job_id=j.job_id, attempt=j.attempt, state=j.state,
-                       reason="JobHeldUser" if j.held else j.reason, nodes=j.nodes, name=j.name,
-                       exit_code=j.exit_code, stdout=j.stdout, stderr=j.stdout, excluded_nodes=j.excluded,
-                       requeue=j.requeue, required_nodes=j.required)
+        return JobInfo(
+            job_id=j.job_id,
+            attempt=j.attempt,
+            state=j.state,
+            reason="JobHeldUser" if j.held else j.reason,
+            nodes=j.nodes,
+            name=j.name,
+            exit_code=j.exit_code,
+            stdout=j.stdout,
+            stderr=j.stdout,
+            excluded_nodes=j.excluded,
+            requeue=j.requeue,
+            required_nodes=j.required,
+        )
 
     def nodes(self) -> list[NodeInfo]:
         out = []

@@ -26,4 +26,8 @@ if [ "$(id -u)" = 0 ]; then
 else
   echo "test.sh: not root, so no Slurm cluster: the real-Slurm tests will be skipped" >&2
 fi
+# gates first (the same for a person and for CI): lint, format, types
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/mypy
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

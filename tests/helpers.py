@@ -1,8 +1,8 @@
 """What several test folders share: one ``wait_for``.
 
-    wait_for(probe)                                  # the probe's truthy value, or the test fails
-    wait_for("the node to drain", probe, 60, 0.5)    # a description first reads better in e2e tests
-    wait_for(probe, timeout=2, fail=False)           # False instead of failing (a best-effort wait)
+wait_for(probe)                                  # the probe's truthy value, or the test fails
+wait_for("the node to drain", probe, 60, 0.5)    # a description first reads better in e2e tests
+wait_for(probe, timeout=2, fail=False)           # False instead of failing (a best-effort wait)
 """
 
 from __future__ import annotations
@@ -13,8 +13,14 @@ from typing import Any, Callable
 import pytest
 
 
-def wait_for(*args: Any, timeout: float = 30.0, every: float | None = None, step: float | None = None,
-             what: str = "condition", fail: bool = True) -> Any:
+def wait_for(
+    *args: Any,
+    timeout: float = 30.0,
+    every: float | None = None,
+    step: float | None = None,
+    what: str = "condition",
+    fail: bool = True,
+) -> Any:
     if args and isinstance(args[0], str):
         what, args = args[0], args[1:]
     probe: Callable[[], Any] = args[0]

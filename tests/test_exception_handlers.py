@@ -9,8 +9,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FOREIGN = {"engine/core/rete.py", "engine/sources/nvml.py"}
 #: what handling looks like: a log, a raise, or the input's failure recorded where a person sees it
-HANDLED = ("logger.", "logging.", "raise", "problems.append", "_err(", "stats[", "quarantine", "CaseResult(",
-           "TestOutcome(", "_tx_abort(", "_mark_down(", "_log_fallback(", "errors.append")
+HANDLED = (
+    "logger.",
+    "logging.",
+    "raise",
+    "problems.append",
+    "_err(",
+    "stats[",
+    "quarantine",
+    "CaseResult(",
+    "TestOutcome(",
+    "_tx_abort(",
+    "_mark_down(",
+    "_log_fallback(",
+    "errors.append",
+)
 
 
 def _broad_handlers():
@@ -18,14 +31,18 @@ def _broad_handlers():
         rel = path.relative_to(ROOT).as_posix()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ExceptHandler) and (
-                node.type is None or (isinstance(node.type, ast.Name) and node.type.id in ("Exception", "BaseException"))
+                node.type is None
+                or (isinstance(node.type, ast.Name) and node.type.id in ("Exception", "BaseException"))
             ):
                 yield rel, node
 
 
 def test_every_broad_handler_logs_raises_or_records():
-    silent = [f"{rel}:{node.lineno}" for rel, node in _broad_handlers()
-              if rel not in FOREIGN and not any(k in ast.unparse(node) for k in HANDLED)]
+    silent = [
+        f"{rel}:{node.lineno}"
+        for rel, node in _broad_handlers()
+        if rel not in FOREIGN and not any(k in ast.unparse(node) for k in HANDLED)
+    ]
     assert not silent, "broad except that swallows what it caught:\n" + "\n".join(silent)
 
 

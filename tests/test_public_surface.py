@@ -4,8 +4,22 @@ a name is a decision made here, and every exported name resolves."""
 import engine
 
 EXPECTED = {
-    "ClosedIncident", "CompiledRulebook", "ConfigError", "Engine", "ExplainError", "Fact", "FactError", "LoadResult",
-    "RecoverError", "ReplayResult", "RulebookError", "SchedulerError", "Store", "StoreError", "load_rulebook", "replay",
+    "ClosedIncident",
+    "CompiledRulebook",
+    "ConfigError",
+    "Engine",
+    "ExplainError",
+    "Fact",
+    "FactError",
+    "LoadResult",
+    "RecoverError",
+    "ReplayResult",
+    "RulebookError",
+    "SchedulerError",
+    "Store",
+    "StoreError",
+    "load_rulebook",
+    "replay",
 }
 
 

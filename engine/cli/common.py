@@ -16,7 +16,11 @@ def load_rulebook(*args, **kw):
     return load(*args, **kw)
 
 
-app = typer.Typer(add_completion=True, no_args_is_help=True, help="Recover: detect, attribute, isolate and restart failed GPU training jobs.")
+app = typer.Typer(
+    add_completion=True,
+    no_args_is_help=True,
+    help="Recover: detect, attribute, isolate and restart failed GPU training jobs.",
+)
 
 
 rules_app = typer.Typer(no_args_is_help=True, help="Validate, test and inspect rulebooks.")
@@ -25,7 +29,9 @@ rules_app = typer.Typer(no_args_is_help=True, help="Validate, test and inspect r
 DEFAULT_DB = "recover.db"
 
 
-RulesOpt = typer.Option(None, "--rules", "-r", help="Site rulebook file or folder, layered over the defaults (repeatable).")
+RulesOpt = typer.Option(
+    None, "--rules", "-r", help="Site rulebook file or folder, layered over the defaults (repeatable)."
+)
 
 
 NoDefaultsOpt = typer.Option(False, "--no-defaults", help="Do not load the shipped default rulebook.")
@@ -55,7 +61,11 @@ def _settings():
 
 
 @app.callback()
-def _main(config: Optional[str] = typer.Option(None, "--config", help="Settings file (default: $RECOVER_CONFIG or ./recover.toml).")) -> None:
+def _main(
+    config: Optional[str] = typer.Option(
+        None, "--config", help="Settings file (default: $RECOVER_CONFIG or ./recover.toml)."
+    ),
+) -> None:
     """Recover: detect, attribute, isolate and restart failed GPU training jobs."""
     global _SETTINGS
     from engine.config import ConfigError, load_settings
@@ -95,8 +105,11 @@ def _load_or_exit(paths: Optional[List[str]], no_defaults: bool):
 
 
 def _setup_logging(verbose: bool = False) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
 
 
 def _since(text: Optional[str]) -> Optional[float]:
@@ -116,7 +129,11 @@ def _since(text: Optional[str]) -> Optional[float]:
         return (d if d.tzinfo else d.replace(tzinfo=timezone.utc)).timestamp()
     except ValueError:
         pass
-    ago = parse_duration(text[:-1] + "h") * 24 if text.endswith("d") and parse_duration(text[:-1] + "h") is not None else parse_duration(text)
+    ago = (
+        parse_duration(text[:-1] + "h") * 24
+        if text.endswith("d") and parse_duration(text[:-1] + "h") is not None
+        else parse_duration(text)
+    )
     if ago is None:
         _err(f"{text!r}: not a date, a number of seconds or a duration")
         raise typer.Exit(2)

@@ -10,7 +10,20 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 import typer
-from engine.cli.common import (app, rules_app, DEFAULT_DB, RulesOpt, NoDefaultsOpt, DbOpt, JsonOpt, load_rulebook, _settings, _db, _err, _rule_args, _load_or_exit, _setup_logging, _since)  # noqa: F401
+from engine.cli.common import (
+    app,
+    rules_app,
+    RulesOpt,
+    NoDefaultsOpt,
+    DbOpt,
+    JsonOpt,
+    _settings,
+    _db,
+    _err,
+    _rule_args,
+    _load_or_exit,
+    _setup_logging,
+)  # noqa: F401
 from engine.cli import rules as _rules  # noqa: F401  (registers the rules commands)
 
 
@@ -19,11 +32,18 @@ app.add_typer(rules_app, name="rules")
 
 # -- replay, incidents, explain -------------------------------------------------------------
 @app.command()
-def replay(logs: List[str] = typer.Argument(..., help="Log files: job stdout/stderr, kernel logs, Slurm daemon logs, or a mix."),
-           rules: Optional[List[str]] = RulesOpt, no_defaults: bool = NoDefaultsOpt, db: Optional[str] = DbOpt,
-           json_out: bool = JsonOpt, job: Optional[str] = typer.Option(None, "--job", help="Job id of the logs when their names do not say."),
-           progress: bool = typer.Option(False, "--progress", help="Show a progress bar (large inputs)."),
-           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+def replay(
+    logs: List[str] = typer.Argument(
+        ..., help="Log files: job stdout/stderr, kernel logs, Slurm daemon logs, or a mix."
+    ),
+    rules: Optional[List[str]] = RulesOpt,
+    no_defaults: bool = NoDefaultsOpt,
+    db: Optional[str] = DbOpt,
+    json_out: bool = JsonOpt,
+    job: Optional[str] = typer.Option(None, "--job", help="Job id of the logs when their names do not say."),
+    progress: bool = typer.Option(False, "--progress", help="Show a progress bar (large inputs)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
     """Evaluate the rulebook over historical logs and record the incidents."""
     from engine.core.replay import replay as do_replay
     from engine.store import Store, StoreError
@@ -59,12 +79,28 @@ def replay(logs: List[str] = typer.Argument(..., help="Log files: job stdout/std
         row = store.incident(closed.id)
         rules_fired = store.rules_fired(closed.id)
         if json_out:
-            typer.echo(json.dumps({"id": closed.id, "job": row.job, "attempt": row.attempt, "fault_class": row.fault_class,
-                                   "decision": row.decision, "nodes": list(row.nodes), "rules": rules_fired,
-                                   "commands": [list(p.argv) for p in closed.plan]}))
+            typer.echo(
+                json.dumps(
+                    {
+                        "id": closed.id,
+                        "job": row.job,
+                        "attempt": row.attempt,
+                        "fault_class": row.fault_class,
+                        "decision": row.decision,
+                        "nodes": list(row.nodes),
+                        "rules": rules_fired,
+                        "commands": [list(p.argv) for p in closed.plan],
+                    }
+                )
+            )
     if not json_out:
-        _print_incident_table([store.incident(c.id) for c in result.incidents], title=f"{len(result.incidents)} incident(s) from {result.files} file(s)")
-        typer.echo(f"db: {store.path}; {result.bytes} bytes, {result.hits} matched lines, {result.long_lines} long lines cut")
+        _print_incident_table(
+            [store.incident(c.id) for c in result.incidents],
+            title=f"{len(result.incidents)} incident(s) from {result.files} file(s)",
+        )
+        typer.echo(
+            f"db: {store.path}; {result.bytes} bytes, {result.hits} matched lines, {result.long_lines} long lines cut"
+        )
     if result.unreadable:
         raise typer.Exit(2)
 
@@ -77,16 +113,29 @@ def _print_incident_table(rows, title: str) -> None:
     for col in ("id", "job", "attempt", "status", "fault_class", "decision", "nodes"):
         table.add_column(col)
     for r in rows:
-        table.add_row(str(r.id), r.job or "-", "-" if r.attempt is None else str(r.attempt), r.status,
-                      r.fault_class or "-", r.decision or "-", ",".join(r.nodes) or "-")
+        table.add_row(
+            str(r.id),
+            r.job or "-",
+            "-" if r.attempt is None else str(r.attempt),
+            r.status,
+            r.fault_class or "-",
+            r.decision or "-",
+            ",".join(r.nodes) or "-",
+        )
     Console(width=int(os.environ.get("COLUMNS", "120"))).print(table)
 
 
 @app.command()
-def incidents(db: Optional[str] = DbOpt, json_out: bool = JsonOpt,
-              status: Optional[str] = typer.Option(None, "--status", help="open or closed"),
-              errors: bool = typer.Option(False, "--errors", help="List the quarantined inputs instead: lines and "
-                                          "spool facts whose handling failed, with the error.")) -> None:
+def incidents(
+    db: Optional[str] = DbOpt,
+    json_out: bool = JsonOpt,
+    status: Optional[str] = typer.Option(None, "--status", help="open or closed"),
+    errors: bool = typer.Option(
+        False,
+        "--errors",
+        help="List the quarantined inputs instead: lines and spool facts whose handling failed, with the error.",
+    ),
+) -> None:
     """List incidents."""
     from engine.store import Store, StoreError
 
@@ -116,8 +165,11 @@ def incidents(db: Optional[str] = DbOpt, json_out: bool = JsonOpt,
 
 
 @app.command()
-def explain(incident: str = typer.Argument(..., help="Incident id (as listed by `recover incidents`)."),
-            db: Optional[str] = DbOpt, json_out: bool = JsonOpt) -> None:
+def explain(
+    incident: str = typer.Argument(..., help="Incident id (as listed by `recover incidents`)."),
+    db: Optional[str] = DbOpt,
+    json_out: bool = JsonOpt,
+) -> None:
     """Show the chain from evidence to decision for one incident."""
     from engine.ops.explain import ExplainError, build, render_text
     from engine.store import Store, StoreError
@@ -139,18 +191,32 @@ def explain(incident: str = typer.Argument(..., help="Incident id (as listed by 
 
 
 @app.command()
-def run(dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: record recommendations, execute nothing."),
-        rules: Optional[List[str]] = RulesOpt, no_defaults: bool = NoDefaultsOpt, db: Optional[str] = DbOpt,
-        follow: Optional[List[str]] = typer.Option(None, "--follow", help="Glob of log files to tail, also files that appear later (repeatable)."),
-        spool: Optional[str] = typer.Option(None, "--spool", help="Spool folder the node agents write to."),
-        scheduler: Optional[str] = typer.Option(None, "--scheduler", help="slurm | none (default: the settings', else none)"),
-        poll: Optional[float] = typer.Option(None, "--poll", help="Poll files every SECONDS instead of inotify (NFS, Lustre)."),
-        metrics_port: Optional[int] = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on this port."),
-        scheduler_interval: float = typer.Option(5.0, "--scheduler-interval", help="Seconds between scheduler polls."),
-        from_start: bool = typer.Option(False, "--from-start", help="With a new database, read the files that already "
-                                        "exist from their start (a backfill; monitor mode only). Without it a new "
-                                        "database starts reading them at their end: the past is not acted on."),
-        verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+def run(
+    dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: record recommendations, execute nothing."),
+    rules: Optional[List[str]] = RulesOpt,
+    no_defaults: bool = NoDefaultsOpt,
+    db: Optional[str] = DbOpt,
+    follow: Optional[List[str]] = typer.Option(
+        None, "--follow", help="Glob of log files to tail, also files that appear later (repeatable)."
+    ),
+    spool: Optional[str] = typer.Option(None, "--spool", help="Spool folder the node agents write to."),
+    scheduler: Optional[str] = typer.Option(
+        None, "--scheduler", help="slurm | none (default: the settings', else none)"
+    ),
+    poll: Optional[float] = typer.Option(
+        None, "--poll", help="Poll files every SECONDS instead of inotify (NFS, Lustre)."
+    ),
+    metrics_port: Optional[int] = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on this port."),
+    scheduler_interval: float = typer.Option(5.0, "--scheduler-interval", help="Seconds between scheduler polls."),
+    from_start: bool = typer.Option(
+        False,
+        "--from-start",
+        help="With a new database, read the files that already "
+        "exist from their start (a backfill; monitor mode only). Without it a new "
+        "database starts reading them at their end: the past is not acted on.",
+    ),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
     """Run the controller: follow logs, the agents' spool and the scheduler; record or act."""
     from engine.live.controller import Controller, ControllerConfig
     from engine.store import StoreError
@@ -178,9 +244,21 @@ def run(dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: rec
             _err("acting needs engine.live.actuator; run with --dry-run")
             raise typer.Exit(2)
     rule_paths, defaults, overlays = _rule_args(rules, no_defaults)
-    cfg = ControllerConfig(rules=rule_paths, defaults=defaults, overlays=overlays, db=_db(db), follow=follow or [], spool=spool,
-                           scheduler=scheduler, dry_run=dry_run, poll=poll, metrics_port=metrics_port,
-                           scheduler_interval=scheduler_interval, actuator_factory=actuator_factory, from_start=from_start)
+    cfg = ControllerConfig(
+        rules=rule_paths,
+        defaults=defaults,
+        overlays=overlays,
+        db=_db(db),
+        follow=follow or [],
+        spool=spool,
+        scheduler=scheduler,
+        dry_run=dry_run,
+        poll=poll,
+        metrics_port=metrics_port,
+        scheduler_interval=scheduler_interval,
+        actuator_factory=actuator_factory,
+        from_start=from_start,
+    )
     try:
         controller = Controller(cfg, compiled)
     except StoreError as exc:
@@ -193,19 +271,32 @@ def run(dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: rec
 
 
 @app.command()
-def agent(node: str = typer.Option(..., "--node", help="This node's name, as the scheduler knows it."),
-          spool: str = typer.Option(..., "--spool", help="Spool folder (shared with the controller)."),
-          kernel_log: Optional[str] = typer.Option(None, "--kernel-log", help="Kernel log file to read (else --kmsg)."),
-          kmsg: bool = typer.Option(False, "--kmsg", help="Read /dev/kmsg."),
-          nvml: bool = typer.Option(True, "--nvml/--no-nvml", help="Poll GPU counters through NVML."),
-          interval: float = typer.Option(10.0, "--interval", help="NVML poll interval, seconds."),
-          expected_gpus: str = typer.Option("gres", "--expected-gpus", help="GPUs this node should have: a number, or "
-                                            "'gres' (Slurm's GRES for the node; the count first seen when Slurm cannot say)."),
-          rules: Optional[List[str]] = RulesOpt, no_defaults: bool = NoDefaultsOpt,
-          state_dir: Optional[str] = typer.Option(None, "--state-dir", help="Where the agent keeps its offsets and GPU count (default: in the spool)."),
-          from_start: bool = typer.Option(False, "--from-start", help="Read the kernel log from its start, not its end."),
-          fsync: str = typer.Option("batch", "--fsync", help="When spool writes are synced: batch (each write), line, never, or seconds between syncs."),
-          verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+def agent(
+    node: str = typer.Option(..., "--node", help="This node's name, as the scheduler knows it."),
+    spool: str = typer.Option(..., "--spool", help="Spool folder (shared with the controller)."),
+    kernel_log: Optional[str] = typer.Option(None, "--kernel-log", help="Kernel log file to read (else --kmsg)."),
+    kmsg: bool = typer.Option(False, "--kmsg", help="Read /dev/kmsg."),
+    nvml: bool = typer.Option(True, "--nvml/--no-nvml", help="Poll GPU counters through NVML."),
+    interval: float = typer.Option(10.0, "--interval", help="NVML poll interval, seconds."),
+    expected_gpus: str = typer.Option(
+        "gres",
+        "--expected-gpus",
+        help="GPUs this node should have: a number, or "
+        "'gres' (Slurm's GRES for the node; the count first seen when Slurm cannot say).",
+    ),
+    rules: Optional[List[str]] = RulesOpt,
+    no_defaults: bool = NoDefaultsOpt,
+    state_dir: Optional[str] = typer.Option(
+        None, "--state-dir", help="Where the agent keeps its offsets and GPU count (default: in the spool)."
+    ),
+    from_start: bool = typer.Option(False, "--from-start", help="Read the kernel log from its start, not its end."),
+    fsync: str = typer.Option(
+        "batch",
+        "--fsync",
+        help="When spool writes are synced: batch (each write), line, never, or seconds between syncs.",
+    ),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
     """Run the node agent: kernel-log lines (the rulebook's kernel matchers) and NVML counters
     (the rulebook's thresholds) -> facts in the spool."""
     import signal
@@ -230,17 +321,33 @@ def agent(node: str = typer.Option(..., "--node", help="This node's name, as the
             _err(f"--fsync: {fsync!r} is not batch, line, never or a number of seconds")
             raise typer.Exit(2)
     compiled = _load_or_exit(rules, no_defaults)
-    raise typer.Exit(run_agent(node, spool, kernel_log=kernel_log, kmsg=kmsg, nvml=nvml, poll_interval=interval,
-                               rulebook=compiled, expected_gpus=int(expected_gpus) if expected_gpus.isdigit() else "gres",
-                               state_dir=state_dir, replay=from_start, fsync=sync))
+    raise typer.Exit(
+        run_agent(
+            node,
+            spool,
+            kernel_log=kernel_log,
+            kmsg=kmsg,
+            nvml=nvml,
+            poll_interval=interval,
+            rulebook=compiled,
+            expected_gpus=int(expected_gpus) if expected_gpus.isdigit() else "gres",
+            state_dir=state_dir,
+            replay=from_start,
+            fsync=sync,
+        )
+    )
 
 
 @app.command()
-def demo(db: str = typer.Option("recover-demo.db", "--db", help="Where the demo writes its incidents (recreated)."),
-         seed: int = typer.Option(7, "--seed", help="Which failures are drawn from the failure mix."),
-         jobs: int = typer.Option(6, "--jobs", help="Training jobs on the simulated cluster."),
-         keep: Optional[str] = typer.Option(None, "--keep", help="Keep the demo's logs, kernel logs and spool in this folder."),
-         json_out: bool = JsonOpt) -> None:
+def demo(
+    db: str = typer.Option("recover-demo.db", "--db", help="Where the demo writes its incidents (recreated)."),
+    seed: int = typer.Option(7, "--seed", help="Which failures are drawn from the failure mix."),
+    jobs: int = typer.Option(6, "--jobs", help="Training jobs on the simulated cluster."),
+    keep: Optional[str] = typer.Option(
+        None, "--keep", help="Keep the demo's logs, kernel logs and spool in this folder."
+    ),
+    json_out: bool = JsonOpt,
+) -> None:
     """Monitor mode on a SIMULATED cluster: real controller and agents, injected failures, then explain one."""
     from engine.ops.demo import run_demo
     from engine.ops.explain import build, render_text
@@ -249,8 +356,10 @@ def demo(db: str = typer.Option("recover-demo.db", "--db", help="Where the demo 
     _setup_logging(False)
     logging.getLogger().setLevel(logging.ERROR)
     if not json_out:
-        typer.echo("recover demo: a SIMULATED 8-node cluster with fake GPUs (no Slurm, no GPU, no network); the real controller "
-                   "and node agents watch it in monitor mode while failures drawn from the published failure mix are injected.")
+        typer.echo(
+            "recover demo: a SIMULATED 8-node cluster with fake GPUs (no Slurm, no GPU, no network); the real controller "
+            "and node agents watch it in monitor mode while failures drawn from the published failure mix are injected."
+        )
     result = run_demo(db, jobs=jobs, seed=seed, keep=keep)
     store = Store(db, readonly=True)
     if json_out:
@@ -262,7 +371,10 @@ def demo(db: str = typer.Option("recover-demo.db", "--db", help="Where the demo 
     for comp, job, node in result.injected:
         typer.echo(f"  {comp:28} job {job} on {node}")
     _print_incident_table(result.incidents, title=f"{len(result.incidents)} incident(s) in {result.seconds:.0f} s")
-    pick = next((r for r in result.incidents if r.decision == "isolate_and_restart"), result.incidents[0] if result.incidents else None)
+    pick = next(
+        (r for r in result.incidents if r.decision == "isolate_and_restart"),
+        result.incidents[0] if result.incidents else None,
+    )
     if pick is not None:
         typer.echo("")
         typer.echo(f"$ recover explain {pick.id} --db {db}")

@@ -47,14 +47,22 @@ def _default_reviewer() -> Optional[str]:
 
 
 def register(app: typer.Typer, rules_app: typer.Typer) -> None:
-    silence_app = typer.Typer(no_args_is_help=True, help="Silence nodes for maintenance: their incidents are only recorded.")
+    silence_app = typer.Typer(
+        no_args_is_help=True, help="Silence nodes for maintenance: their incidents are only recorded."
+    )
     app.add_typer(silence_app, name="silence")
 
     @silence_app.command("add")
-    def silence_add(node: str = typer.Option(..., "--node"), for_: str = typer.Option("2h", "--for", help="e.g. 30m, 2h"),
-                    reason: str = typer.Option(..., "--reason"), by: Optional[str] = typer.Option(None, "--by"),
-                    start: Optional[str] = typer.Option(None, "--start", help="When the window starts: a date (2026-11-29T16:00:00Z) or epoch seconds; default now."),
-                    db: Optional[str] = typer.Option(None, "--db")) -> None:
+    def silence_add(
+        node: str = typer.Option(..., "--node"),
+        for_: str = typer.Option("2h", "--for", help="e.g. 30m, 2h"),
+        reason: str = typer.Option(..., "--reason"),
+        by: Optional[str] = typer.Option(None, "--by"),
+        start: Optional[str] = typer.Option(
+            None, "--start", help="When the window starts: a date (2026-11-29T16:00:00Z) or epoch seconds; default now."
+        ),
+        db: Optional[str] = typer.Option(None, "--db"),
+    ) -> None:
         """Silence a node for a while (from --start, default now). Evidence is judged on its own
         time: a replayed line from before the window is not silenced."""
         from engine.cli.common import _db, _err, _since
@@ -72,11 +80,16 @@ def register(app: typer.Typer, rules_app: typer.Typer) -> None:
         begin = time.time() if start is None else _since(start)
         store = Store(_db(db))
         sid = store.add_silence(node, begin + seconds, reason, by, start=begin)
-        typer.echo(f"silence {sid}: {node} until {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(begin + seconds))} ({reason})")
+        typer.echo(
+            f"silence {sid}: {node} until {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(begin + seconds))} ({reason})"
+        )
 
     @silence_app.command("list")
-    def silence_list(db: Optional[str] = typer.Option(None, "--db"), json_out: bool = typer.Option(False, "--json"),
-                     all_: bool = typer.Option(False, "--all", help="Also expired silences.")) -> None:
+    def silence_list(
+        db: Optional[str] = typer.Option(None, "--db"),
+        json_out: bool = typer.Option(False, "--json"),
+        all_: bool = typer.Option(False, "--all", help="Also expired silences."),
+    ) -> None:
         """List active silences."""
         from engine.cli.common import _db
         from engine.store import Store
@@ -88,7 +101,9 @@ def register(app: typer.Typer, rules_app: typer.Typer) -> None:
                 typer.echo(json.dumps(r))
             else:
                 until = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["until"]))
-                typer.echo(f"{r['id']}\t{r['node']}\tuntil {until}\t{r['reason']}" + (f"\tby {r['by']}" if r.get("by") else ""))
+                typer.echo(
+                    f"{r['id']}\t{r['node']}\tuntil {until}\t{r['reason']}" + (f"\tby {r['by']}" if r.get("by") else "")
+                )
 
     @silence_app.command("remove")
     def silence_remove(silence_id: int = typer.Argument(...), db: Optional[str] = typer.Option(None, "--db")) -> None:
@@ -108,15 +123,24 @@ def register(app: typer.Typer, rules_app: typer.Typer) -> None:
 # -- review and report ---------------------------------------------------------------------------
 def _register_review(app: typer.Typer) -> None:
     @app.command("review")
-    def review(incident: Optional[str] = typer.Argument(None, help="Incident id (as `recover incidents` lists it)."),
-               agree: bool = typer.Option(False, "--agree", help="The decision was right."),
-               disagree: bool = typer.Option(False, "--disagree", help="The decision was wrong (say what you did with --did)."),
-               did: Optional[str] = typer.Option(None, "--did", help="What the operator actually did."),
-               by: Optional[str] = typer.Option(None, "--by", help="Who reviewed (default: the current user)."),
-               import_file: Optional[str] = typer.Option(None, "--import", help="Import reviews: JSON list, JSON lines, or CSV "
-                                                         "with columns incident,verdict,did,by[,at]."),
-               db: Optional[str] = typer.Option(None, "--db", help="SQLite incident store (default: $RECOVER_DB or ./recover.db)."),
-               json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    def review(
+        incident: Optional[str] = typer.Argument(None, help="Incident id (as `recover incidents` lists it)."),
+        agree: bool = typer.Option(False, "--agree", help="The decision was right."),
+        disagree: bool = typer.Option(
+            False, "--disagree", help="The decision was wrong (say what you did with --did)."
+        ),
+        did: Optional[str] = typer.Option(None, "--did", help="What the operator actually did."),
+        by: Optional[str] = typer.Option(None, "--by", help="Who reviewed (default: the current user)."),
+        import_file: Optional[str] = typer.Option(
+            None,
+            "--import",
+            help="Import reviews: JSON list, JSON lines, or CSV with columns incident,verdict,did,by[,at].",
+        ),
+        db: Optional[str] = typer.Option(
+            None, "--db", help="SQLite incident store (default: $RECOVER_DB or ./recover.db)."
+        ),
+        json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    ) -> None:
         """Record an operator's verdict on an incident's decision, or import verdicts from a ticket system."""
         from engine.cli.common import _err
         from engine.ops.review import ReviewError, import_reviews, parse_import, parse_incident_id, record_review
@@ -143,13 +167,19 @@ def _register_review(app: typer.Typer) -> None:
             rejected = sorted(problems + result.rejected, key=lambda p: p.line)
             for p in rejected:
                 _err(f"{import_file}:{p.line}: {p.message}")
-            summary = {"imported": len(result.imported), "duplicates": len(result.duplicates), "rejected": len(rejected),
-                       "problems": [{"line": p.line, "message": p.message} for p in rejected]}
+            summary = {
+                "imported": len(result.imported),
+                "duplicates": len(result.duplicates),
+                "rejected": len(rejected),
+                "problems": [{"line": p.line, "message": p.message} for p in rejected],
+            }
             if json_out:
                 typer.echo(json.dumps(summary))
             else:
-                typer.echo(f"{import_file}: imported {summary['imported']} review(s), {summary['duplicates']} already recorded, "
-                           f"{summary['rejected']} rejected")
+                typer.echo(
+                    f"{import_file}: imported {summary['imported']} review(s), {summary['duplicates']} already recorded, "
+                    f"{summary['rejected']} rejected"
+                )
             raise typer.Exit(2 if rejected else 0)
 
         if incident is None:
@@ -174,18 +204,31 @@ def _register_review(app: typer.Typer) -> None:
         if json_out:
             typer.echo(json.dumps(rec | {"fault_class": row.fault_class, "decision": row.decision}))
         else:
-            typer.echo(f"review {rid}: incident {inc} ({row.fault_class} → {row.decision}): {rec['verdict']}"
-                       + (f", did: {rec['did']}" if rec["did"] else "") + (f" (by {rec['by']})" if rec["by"] else ""))
+            typer.echo(
+                f"review {rid}: incident {inc} ({row.fault_class} → {row.decision}): {rec['verdict']}"
+                + (f", did: {rec['did']}" if rec["did"] else "")
+                + (f" (by {rec['by']})" if rec["by"] else "")
+            )
 
     @app.command("report")
-    def report(since: Optional[str] = typer.Option(None, "--since", help="Only incidents from then on: 2026-11-01, "
-                                                   "2026-11-01T08:00Z, or back from now: 12h, 7d, 2w."),
-               json_out: bool = typer.Option(False, "--json", help="The whole report as one JSON object."),
-               html: Optional[str] = typer.Option(None, "--html", help="Write the report as one self-contained HTML page."),
-               db: Optional[str] = typer.Option(None, "--db", help="SQLite incident store (default: $RECOVER_DB or ./recover.db)."),
-               min_reviewed: int = typer.Option(50, "--min-reviewed", help="Reviewed incidents a decision kind needs for autonomy."),
-               min_agreement: float = typer.Option(0.95, "--min-agreement",
-                                                   help="Agreement a decision kind needs for autonomy (0-1).")) -> None:
+    def report(
+        since: Optional[str] = typer.Option(
+            None,
+            "--since",
+            help="Only incidents from then on: 2026-11-01, 2026-11-01T08:00Z, or back from now: 12h, 7d, 2w.",
+        ),
+        json_out: bool = typer.Option(False, "--json", help="The whole report as one JSON object."),
+        html: Optional[str] = typer.Option(None, "--html", help="Write the report as one self-contained HTML page."),
+        db: Optional[str] = typer.Option(
+            None, "--db", help="SQLite incident store (default: $RECOVER_DB or ./recover.db)."
+        ),
+        min_reviewed: int = typer.Option(
+            50, "--min-reviewed", help="Reviewed incidents a decision kind needs for autonomy."
+        ),
+        min_agreement: float = typer.Option(
+            0.95, "--min-agreement", help="Agreement a decision kind needs for autonomy (0-1)."
+        ),
+    ) -> None:
         """Agreement of operators with Recover's decisions, detection latency, and which decisions may act."""
         from engine.cli.common import _err
         from engine.ops.report import Thresholds, build_report, parse_since, print_report
@@ -221,11 +264,15 @@ def _register_review(app: typer.Typer) -> None:
 
 # -- rules schema / show / explain-line --------------------------------------------------------------
 def _register_rules(rules_app: typer.Typer) -> None:
-    rules_opt = typer.Option(None, "--rules", "-r", help="Site rulebook file or folder, layered over the defaults (repeatable).")
+    rules_opt = typer.Option(
+        None, "--rules", "-r", help="Site rulebook file or folder, layered over the defaults (repeatable)."
+    )
     no_defaults_opt = typer.Option(False, "--no-defaults", help="Do not load the shipped default rulebook.")
 
     @rules_app.command("schema")
-    def rules_schema(output: Optional[str] = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout.")) -> None:
+    def rules_schema(
+        output: Optional[str] = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
+    ) -> None:
         """Print the JSON Schema (draft 2020-12) of a rulebook file, for editors (yaml-language-server)."""
         from engine.cli.common import _err
         from engine.ops.schema_json import rulebook_schema
@@ -242,11 +289,19 @@ def _register_rules(rules_app: typer.Typer) -> None:
         typer.echo(f"wrote {output}")
 
     @rules_app.command("show")
-    def rules_show(rules: Optional[List[str]] = rules_opt, no_defaults: bool = no_defaults_opt,
-                   section: Optional[List[str]] = typer.Option(None, "--section", "-s", help="Only these sections: "
-                                                                "fault_classes, lists, macros, matchers, rules, actions, policy, tests (repeatable)."),
-                   name: Optional[str] = typer.Option(None, "--name", "-k", help="Only items whose name contains this."),
-                   json_out: bool = typer.Option(False, "--json", help="The effective rulebook as one JSON object.")) -> None:
+    def rules_show(
+        rules: Optional[List[str]] = rules_opt,
+        no_defaults: bool = no_defaults_opt,
+        section: Optional[List[str]] = typer.Option(
+            None,
+            "--section",
+            "-s",
+            help="Only these sections: "
+            "fault_classes, lists, macros, matchers, rules, actions, policy, tests (repeatable).",
+        ),
+        name: Optional[str] = typer.Option(None, "--name", "-k", help="Only items whose name contains this."),
+        json_out: bool = typer.Option(False, "--json", help="The effective rulebook as one JSON object."),
+    ) -> None:
         """Print the effective rulebook after site layering, with the file:line each item came from and what overrode it."""
         from engine.cli.common import _err, _load_or_exit
         from engine.ops.rules_inspect import SECTIONS, effective_rulebook, summary_of
@@ -271,7 +326,9 @@ def _register_rules(rules_app: typer.Typer) -> None:
         from rich.table import Table
 
         console = Console(width=int(os.environ.get("COLUMNS", "160")))
-        console.print(f"effective rulebook from {len(doc['files'])} file(s): {', '.join(doc['files'])}", highlight=False)
+        console.print(
+            f"effective rulebook from {len(doc['files'])} file(s): {', '.join(doc['files'])}", highlight=False
+        )
         for s in wanted:
             items = doc[s]
             table = Table(title=f"{s} ({len(items)})", title_justify="left")
@@ -279,18 +336,26 @@ def _register_rules(rules_app: typer.Typer) -> None:
                 table.add_column(col, overflow="fold")
             for item in items:
                 label = item.get("id") or item.get("name") or item.get("key")
-                table.add_row(label, item.get("defined_at") or "-", ", ".join(item.get("overridden_by") or []) or "-",
-                              summary_of(s, item))
+                table.add_row(
+                    label,
+                    item.get("defined_at") or "-",
+                    ", ".join(item.get("overridden_by") or []) or "-",
+                    summary_of(s, item),
+                )
             console.print(table)
 
     @rules_app.command("explain-line")
-    def rules_explain_line(line: str = typer.Argument(..., help="One log line, quoted."),
-                           source: str = typer.Option("any", "--source", help="job | kernel | slurm | any: which matchers apply."),
-                           rules: Optional[List[str]] = rules_opt, no_defaults: bool = no_defaults_opt,
-                           job: Optional[str] = typer.Option(None, "--job",
-                                                             help="Job id the line belongs to (as a log file name would say)."),
-                           node: Optional[str] = typer.Option(None, "--node", help="The node the line comes from."),
-                           json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    def rules_explain_line(
+        line: str = typer.Argument(..., help="One log line, quoted."),
+        source: str = typer.Option("any", "--source", help="job | kernel | slurm | any: which matchers apply."),
+        rules: Optional[List[str]] = rules_opt,
+        no_defaults: bool = no_defaults_opt,
+        job: Optional[str] = typer.Option(
+            None, "--job", help="Job id the line belongs to (as a log file name would say)."
+        ),
+        node: Optional[str] = typer.Option(None, "--node", help="The node the line comes from."),
+        json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    ) -> None:
         """Show which matchers hit one log line (with groups) and which rules fire from it alone."""
         from engine.cli.common import _err, _load_or_exit
         from engine.facts import JOB_RE, NODE_RE
@@ -336,11 +401,20 @@ def _register_rules(rules_app: typer.Typer) -> None:
                 echo(f"  {f['rule']}  → {what}  {f['at']}")
                 echo(f"      {f['status']}")
         elif out["hits"]:
-            echo("no rule fires from this line alone (rules may need more evidence: other lines, Xids, scheduler state)")
-        if out["incidents"] and job is None and not any(h["fact"] and h["fact"]["attrs"].get("job") for h in out["hits"]):
+            echo(
+                "no rule fires from this line alone (rules may need more evidence: other lines, Xids, scheduler state)"
+            )
+        if (
+            out["incidents"]
+            and job is None
+            and not any(h["fact"] and h["fact"]["attrs"].get("job") for h in out["hits"])
+        ):
             echo("(no job is known for this line: give --job ID to see the incident of a job and its commands)")
         for inc in out["incidents"]:
-            echo(f"incident: {inc['fault_class']} → {inc['decision']}" + (f" on {', '.join(inc['nodes'])}" if inc["nodes"] else ""))
+            echo(
+                f"incident: {inc['fault_class']} → {inc['decision']}"
+                + (f" on {', '.join(inc['nodes'])}" if inc["nodes"] else "")
+            )
             for cmd in inc["commands"]:
                 echo("  would run: " + " ".join(cmd))
             for g in inc["guards"]:

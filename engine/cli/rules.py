@@ -5,44 +5,86 @@ import json
 from pathlib import Path
 from typing import List, Optional
 import typer
-from engine.cli.common import (app, rules_app, DEFAULT_DB, RulesOpt, NoDefaultsOpt, DbOpt, JsonOpt, load_rulebook, _settings, _db, _err, _rule_args, _load_or_exit, _setup_logging, _since)  # noqa: F401
+from engine.cli.common import (
+    rules_app,
+    RulesOpt,
+    NoDefaultsOpt,
+    DbOpt,
+    JsonOpt,
+    load_rulebook,
+    _settings,
+    _err,
+    _rule_args,
+    _load_or_exit,
+    _since,
+)  # noqa: F401
 
 
 # -- rules ---------------------------------------------------------------------------------
 @rules_app.command("check")
-def rules_check(paths: List[str] = typer.Argument(None, help="Site rulebook files or folders."), no_defaults: bool = NoDefaultsOpt,
-                json_out: bool = JsonOpt,
-                strict: bool = typer.Option(False, "--strict", help="Warnings fail the check too (exit 1): for CI.")) -> None:
+def rules_check(
+    paths: List[str] = typer.Argument(None, help="Site rulebook files or folders."),
+    no_defaults: bool = NoDefaultsOpt,
+    json_out: bool = JsonOpt,
+    strict: bool = typer.Option(False, "--strict", help="Warnings fail the check too (exit 1): for CI."),
+) -> None:
     """Validate the layered rulebook; print every problem as file:line:col: CODE message."""
     paths, defaults, overlays = _rule_args(paths, no_defaults)
     result = load_rulebook(paths, defaults=defaults, overlays=overlays)
     failed = not result.ok or (strict and len(result.diagnostics) > len(result.errors))
     if json_out:
         for d in result.diagnostics:
-            typer.echo(json.dumps({"file": d.mark.file, "line": d.mark.line, "col": d.mark.col, "code": d.code,
-                                   "severity": d.severity, "message": d.message, "hint": d.hint}))
+            typer.echo(
+                json.dumps(
+                    {
+                        "file": d.mark.file,
+                        "line": d.mark.line,
+                        "col": d.mark.col,
+                        "code": d.code,
+                        "severity": d.severity,
+                        "message": d.message,
+                        "hint": d.hint,
+                    }
+                )
+            )
     else:
         for d in result.diagnostics:
             typer.echo(str(d))
         warnings = len(result.diagnostics) - len(result.errors)
         if not failed:
             c = result.compiled
-            typer.echo(f"ok: {len(result.files)} file(s), {len(c.fault_classes)} fault classes, {len(c.matchers)} matchers, "
-                       f"{len(c.rules)} rules, {len(c.actions)} actions, {len(c.book.tests)} tests; {warnings} warning(s)")
+            typer.echo(
+                f"ok: {len(result.files)} file(s), {len(c.fault_classes)} fault classes, {len(c.matchers)} matchers, "
+                f"{len(c.rules)} rules, {len(c.actions)} actions, {len(c.book.tests)} tests; {warnings} warning(s)"
+            )
         else:
-            typer.echo(f"{len(result.errors)} error(s), {warnings} warning(s)" + (" (--strict: warnings fail)" if strict and warnings else ""))
+            typer.echo(
+                f"{len(result.errors)} error(s), {warnings} warning(s)"
+                + (" (--strict: warnings fail)" if strict and warnings else "")
+            )
     raise typer.Exit(1 if failed else 0)
 
 
 @rules_app.command("test")
-def rules_test(paths: List[str] = typer.Argument(None, help="Site rulebook files or folders."), no_defaults: bool = NoDefaultsOpt,
-               verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every test, not only failures."),
-               name: Optional[List[str]] = typer.Option(None, "--name", "-k",
-                                                        help="Run only the tests whose name contains this text or matches this "
-                                                             "regex (case-insensitive; repeatable: any of them)."),
-               site_only: bool = typer.Option(False, "--site-only", help="Run only the tests written in the given files, not the shipped ones."),
-               junit: Optional[str] = typer.Option(None, "--junit", help="Also write the results as JUnit XML to this file (for CI)."),
-               json_out: bool = JsonOpt) -> None:
+def rules_test(
+    paths: List[str] = typer.Argument(None, help="Site rulebook files or folders."),
+    no_defaults: bool = NoDefaultsOpt,
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every test, not only failures."),
+    name: Optional[List[str]] = typer.Option(
+        None,
+        "--name",
+        "-k",
+        help="Run only the tests whose name contains this text or matches this "
+        "regex (case-insensitive; repeatable: any of them).",
+    ),
+    site_only: bool = typer.Option(
+        False, "--site-only", help="Run only the tests written in the given files, not the shipped ones."
+    ),
+    junit: Optional[str] = typer.Option(
+        None, "--junit", help="Also write the results as JUnit XML to this file (for CI)."
+    ),
+    json_out: bool = JsonOpt,
+) -> None:
     """Run the embedded tests of the default and given rulebooks. Exit 1 when a test fails or none is selected."""
     from engine.rulebook import default_rule_files
     from engine.rulebook import _display as display_name
@@ -79,8 +121,17 @@ def rules_test(paths: List[str] = typer.Argument(None, help="Site rulebook files
             typer.echo(f"DISABLED {n}  (at {m})")
     summary = f"{len(outcomes) - failed} passed, {failed} failed" + (f", {len(disabled)} disabled" if disabled else "")
     if json_out:
-        typer.echo(json.dumps({"passed": len(outcomes) - failed, "failed": failed, "disabled": sorted(disabled),
-                               "selected": len(outcomes), "total": len(book.tests)}))
+        typer.echo(
+            json.dumps(
+                {
+                    "passed": len(outcomes) - failed,
+                    "failed": failed,
+                    "disabled": sorted(disabled),
+                    "selected": len(outcomes),
+                    "total": len(book.tests),
+                }
+            )
+        )
     else:
         typer.echo(summary)
     if junit:
@@ -93,10 +144,16 @@ def rules_test(paths: List[str] = typer.Argument(None, help="Site rulebook files
 
 
 @rules_app.command("eval")
-def rules_eval(corpus: List[str] = typer.Argument(..., help="Corpus files (JSON lines) or folders of them."),
-               paths: Optional[List[str]] = RulesOpt, no_defaults: bool = NoDefaultsOpt, json_out: bool = JsonOpt,
-               minimum: Optional[float] = typer.Option(None, "--min", help="Exit 1 when accuracy (0-1 or a percentage) is below this."),
-               verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every case, not only misses.")) -> None:
+def rules_eval(
+    corpus: List[str] = typer.Argument(..., help="Corpus files (JSON lines) or folders of them."),
+    paths: Optional[List[str]] = RulesOpt,
+    no_defaults: bool = NoDefaultsOpt,
+    json_out: bool = JsonOpt,
+    minimum: Optional[float] = typer.Option(
+        None, "--min", help="Exit 1 when accuracy (0-1 or a percentage) is below this."
+    ),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every case, not only misses."),
+) -> None:
     """Replay each case of a real-log corpus alone: per-class precision and recall, confusion, every miss."""
     from engine.ops.corpus_eval import HEALTHY, evaluate, load_cases
 
@@ -128,8 +185,10 @@ def rules_eval(corpus: List[str] = typer.Argument(..., help="Corpus files (JSON 
             for r in report.misses:
                 why = f" ({r.error})" if r.error else (f" via {', '.join(r.rules)}" if r.rules else "")
                 typer.echo(f"  {r.case.id}: {r.case.label} -> {r.got}{why}  [{r.case.where}]")
-        typer.echo(f"accuracy: {report.accuracy:.1%} ({report.right}/{report.total}); healthy cases with an incident: "
-                   f"{len(report.healthy_with_incident)} of {sum(r.case.label == HEALTHY for r in report.results)}")
+        typer.echo(
+            f"accuracy: {report.accuracy:.1%} ({report.right}/{report.total}); healthy cases with an incident: "
+            f"{len(report.healthy_with_incident)} of {sum(r.case.label == HEALTHY for r in report.results)}"
+        )
     if floor is not None and report.accuracy < floor:
         _err(f"accuracy {report.accuracy:.1%} is below --min {floor:.1%}")
         raise typer.Exit(1)
@@ -137,13 +196,26 @@ def rules_eval(corpus: List[str] = typer.Argument(..., help="Corpus files (JSON 
 
 
 @rules_app.command("diff")
-def rules_diff(candidate: Optional[List[str]] = typer.Option(None, "--rules", "-r", help="The candidate: site rulebook files or "
-                                                            "folders, layered over the defaults (repeatable)."),
-               base: Optional[List[str]] = typer.Option(None, "--base", help="The rulebook in force (default: recover.toml's rules)."),
-               no_defaults: bool = NoDefaultsOpt, db: Optional[str] = DbOpt,
-               since: Optional[str] = typer.Option(None, "--since", help="Only incidents opened since: a date (2026-11-29, "
-                                                   "2026-11-29T17:00), seconds since the epoch, or a duration ago (24h, 90m)."),
-               json_out: bool = JsonOpt) -> None:
+def rules_diff(
+    candidate: Optional[List[str]] = typer.Option(
+        None,
+        "--rules",
+        "-r",
+        help="The candidate: site rulebook files or folders, layered over the defaults (repeatable).",
+    ),
+    base: Optional[List[str]] = typer.Option(
+        None, "--base", help="The rulebook in force (default: recover.toml's rules)."
+    ),
+    no_defaults: bool = NoDefaultsOpt,
+    db: Optional[str] = DbOpt,
+    since: Optional[str] = typer.Option(
+        None,
+        "--since",
+        help="Only incidents opened since: a date (2026-11-29, "
+        "2026-11-29T17:00), seconds since the epoch, or a duration ago (24h, 90m).",
+    ),
+    json_out: bool = JsonOpt,
+) -> None:
     """Re-evaluate the stored evidence of past incidents with a candidate rulebook and list every incident
     whose fault class, nodes or decision would change. Exit 0 when nothing changes, 1 otherwise."""
     from engine.cli.ops import _open_store

@@ -69,22 +69,42 @@ def evidence_summary(first_line: str | None, count: int, nodes: Iterable[str]) -
     return {"first_line": safe_reason(first_line or ""), "count": max(0, int(count)), "nodes": clean}
 
 
-def alert_json(incident: int, job: str, fault_class: str, decision: str, nodes: list[str], fault_reason: str,
-               outcome: str) -> str:
+def alert_json(
+    incident: int, job: str, fault_class: str, decision: str, nodes: list[str], fault_reason: str, outcome: str
+) -> str:
     """The body of an Alertmanager v2 ``POST /api/v2/alerts``: one alert, its labels the things a
     site routes and silences on. Every value is already validated or cleaned by the caller."""
-    labels = {"alertname": "RecoverIncident", "incident": str(incident), "fault_class": fault_class,
-              "decision": decision, "nodes": ",".join(nodes) or "-", "job": job or "-", "service": "recover"}
+    labels = {
+        "alertname": "RecoverIncident",
+        "incident": str(incident),
+        "fault_class": fault_class,
+        "decision": decision,
+        "nodes": ",".join(nodes) or "-",
+        "job": job or "-",
+        "service": "recover",
+    }
     summary = f"incident {incident}: {fault_class} on {','.join(nodes) or '-'} (job {job or '-'}): {decision}"
-    return json.dumps([{"labels": labels, "annotations": {"summary": summary, "description": fault_reason,
-                                                           "outcome": outcome}}], sort_keys=True)
+    return json.dumps(
+        [{"labels": labels, "annotations": {"summary": summary, "description": fault_reason, "outcome": outcome}}],
+        sort_keys=True,
+    )
 
 
-def plan_actions(compiled: CompiledRulebook, decision: str, incident: int, job: str | None, attempt: int | None,
-                 nodes: Iterable[str], fault_class: str, scheduler: str = "slurm",
-                 names: Iterable[str] | None = None, reason: str | None = None,
-                 evidence: Mapping[str, Any] | None = None, outcome: str | None = None,
-                 excluded: Iterable[str] | None = None) -> tuple[list[PlannedAction], list[str]]:
+def plan_actions(
+    compiled: CompiledRulebook,
+    decision: str,
+    incident: int,
+    job: str | None,
+    attempt: int | None,
+    nodes: Iterable[str],
+    fault_class: str,
+    scheduler: str = "slurm",
+    names: Iterable[str] | None = None,
+    reason: str | None = None,
+    evidence: Mapping[str, Any] | None = None,
+    outcome: str | None = None,
+    excluded: Iterable[str] | None = None,
+) -> tuple[list[PlannedAction], list[str]]:
     """Render the plan of a decision. Returns (actions, problems); a problem skips that action.
 
     ``reason`` is the winning fault's reason and ``evidence`` an ``evidence_summary``; both come
@@ -99,12 +119,18 @@ def plan_actions(compiled: CompiledRulebook, decision: str, incident: int, job: 
         else:
             problems.append(f"node name {str(n)[:40]!r} is not a valid host name; not acted on")
     clean_nodes = sorted(set(clean_nodes))
-    clean_excluded = sorted({str(n) for n in (excluded if excluded is not None else clean_nodes) if NODE_RE.match(str(n))})
+    clean_excluded = sorted(
+        {str(n) for n in (excluded if excluded is not None else clean_nodes) if NODE_RE.match(str(n))}
+    )
     job_ok = job is not None and JOB_RE.match(str(job)) is not None
     names = list(names if names is not None else compiled.policy["plans"].get(decision, ()))
     fault_reason = safe_reason(reason or "") or "-"
-    said = safe_reason(outcome if outcome is not None else "planned: " + ", ".join(n for n in names if n != "notify"),
-                       MAX_OUTCOME) or "-"
+    said = (
+        safe_reason(
+            outcome if outcome is not None else "planned: " + ", ".join(n for n in names if n != "notify"), MAX_OUTCOME
+        )
+        or "-"
+    )
     variables = {
         "incident": str(incident),
         "job": str(job) if job_ok else "",
@@ -114,12 +140,15 @@ def plan_actions(compiled: CompiledRulebook, decision: str, incident: int, job: 
         "decision": decision,
         # the incident stays named first: a drain's Reason= is how its verification finds it
         "reason": safe_reason(f"recover incident {incident} {fault_class}" + (f": {reason}" if reason else "")),
-        "evidence": evidence_summary((evidence or {}).get("first_line"), (evidence or {}).get("count", 0),
-                                     (evidence or {}).get("nodes", ())),
+        "evidence": evidence_summary(
+            (evidence or {}).get("first_line"), (evidence or {}).get("count", 0), (evidence or {}).get("nodes", ())
+        ),
         "excluded": clean_excluded,
         "fault_reason": fault_reason,
         "outcome": said,
-        "alert": alert_json(incident, str(job) if job_ok else "", fault_class, decision, clean_nodes, fault_reason, said),
+        "alert": alert_json(
+            incident, str(job) if job_ok else "", fault_class, decision, clean_nodes, fault_reason, said
+        ),
     }
     plan: list[PlannedAction] = []
     for name in names:
@@ -141,13 +170,17 @@ def plan_actions(compiled: CompiledRulebook, decision: str, incident: int, job: 
                     continue
                 for node in clean_nodes:
                     argv = _render(action, variables | {"node": node})
-                    plan.append(PlannedAction(name, node, argv, idem_key(incident, name, node), action.verify, action.timeout))
+                    plan.append(
+                        PlannedAction(name, node, argv, idem_key(incident, name, node), action.verify, action.timeout)
+                    )
             else:
                 if not clean_nodes and any(_SETS_NODES.search(t.source) for t in action.argv):
                     continue  # e.g. exclude: nothing to exclude (a page that mentions the nodes still goes)
                 argv = _render(action, variables)
-                target = variables["job"] or "-"
-                plan.append(PlannedAction(name, target, argv, idem_key(incident, name, target), action.verify, action.timeout))
+                target = str(variables["job"] or "-")
+                plan.append(
+                    PlannedAction(name, target, argv, idem_key(incident, name, target), action.verify, action.timeout)
+                )
         except PlanError as exc:
             problems.append(str(exc))
         except Exception as exc:  # a template error is a rulebook bug: record it, never crash

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Mapping
 
 from engine.core.actions import PlannedAction, plan_actions
 from engine.facts import JOB_ACTIVE_STATES, Fact
@@ -95,9 +95,17 @@ class ClosedIncident:
 
 
 class Engine:
-    def __init__(self, compiled: CompiledRulebook, store: Store, *, scheduler: str = "slurm", mode: str = "recommend",
-                 network: ReteNetwork | None = None, cluster: ClusterContext | None = None,
-                 on_close: Callable[[ClosedIncident], None] | None = None):
+    def __init__(
+        self,
+        compiled: CompiledRulebook,
+        store: Store,
+        *,
+        scheduler: str = "slurm",
+        mode: str = "recommend",
+        network: ReteNetwork | None = None,
+        cluster: ClusterContext | None = None,
+        on_close: Callable[[ClosedIncident], None] | None = None,
+    ):
         self.compiled = compiled
         self.store = store
         self.scheduler = scheduler
@@ -108,10 +116,12 @@ class Engine:
         self.on_close = on_close
         self.settle = float(compiled.policy.get("settle", 120.0))
         cascade = compiled.policy.get("cascade", 900.0)
-        self.cascade = float(parse_duration(cascade) if isinstance(cascade, str) else cascade)
+        self.cascade = float((parse_duration(cascade) if isinstance(cascade, str) else cascade) or 0.0)
         self.recent: dict[str, _Open] = {}
         hang = compiled.policy.get("hang")
-        self.fact_ttl = float((hang or {}).get("fact_ttl", DEFAULT_FACT_TTL)) if isinstance(hang, Mapping) else DEFAULT_FACT_TTL
+        self.fact_ttl = (
+            float((hang or {}).get("fact_ttl", DEFAULT_FACT_TTL)) if isinstance(hang, Mapping) else DEFAULT_FACT_TTL
+        )
         self.now: float | None = None
         self.live: dict[str, _Live] = {}
         self.order: deque[tuple[float, str]] = deque()
@@ -126,11 +136,23 @@ class Engine:
         self.closed: list[ClosedIncident] = []
         self.node_states: dict[str, dict[str, Any]] = {}
         self.job_states: dict[str, str] = {}
-        self.stats = {"facts": 0, "flooded": 0, "firings": 0, "derived": 0, "rederived": 0, "unused": 0, "incidents": 0, "template_errors": 0, "rete_errors": 0}
+        self.stats = {
+            "facts": 0,
+            "flooded": 0,
+            "firings": 0,
+            "derived": 0,
+            "rederived": 0,
+            "unused": 0,
+            "incidents": 0,
+            "template_errors": 0,
+            "rete_errors": 0,
+        }
         self.at_once = isolate_settings(compiled)["at_once"]
         self._isolated: set[tuple[int, str]] = set()  # (incident, node) isolated before the close
         self._early_drains: list[tuple[str, float]] = []
-        self._absent_rules = {id(cr) for cr in compiled.rules if any(c.absent_for is not None for c in cr.rule.conditions)}
+        self._absent_rules = {
+            id(cr) for cr in compiled.rules if any(c.absent_for is not None for c in cr.rule.conditions)
+        }
 
     def resume(self) -> int:
         """After a restart: take over the incidents the store still has open, so they settle and
@@ -139,8 +161,15 @@ class Engine:
         for row in self.store.incidents(status="open"):
             facts = [f for f, _, _ in self.store.facts(row.id)]
             faults = [f for f in facts if f.kind == "fault"]
-            self.open[row.key] = _Open(row.id, row.key, row.opened_at, row.last_evidence_at, faults, {f.id for f in facts},
-                                       _best_fault(faults) if faults else None)
+            self.open[row.key] = _Open(
+                row.id,
+                row.key,
+                row.opened_at,
+                row.last_evidence_at,
+                faults,
+                {f.id for f in facts},
+                _best_fault(faults) if faults else None,
+            )
             n += 1
         return n
 
@@ -167,14 +196,19 @@ class Engine:
                 self._assert_chain(conclusion)
             return
         if fact.kind == "node" and fact.get("node") is not None:
-            self.node_states[str(fact.get("node"))] = {"state": fact.get("state"), "drained": bool(fact.get("drained")),
-                                                       "down": bool(fact.get("down"))}
+            self.node_states[str(fact.get("node"))] = {
+                "state": fact.get("state"),
+                "drained": bool(fact.get("drained")),
+                "down": bool(fact.get("down")),
+            }
         if fact.kind == "job" and fact.get("job") is not None:
             self.job_states[str(fact.get("job"))] = str(fact.get("state"))
             self.tracker.job_state(str(fact.get("job")), int(fact.get("attempt") or 0), str(fact.get("state")), fact.at)
             nodes = fact.get("nodes") or ()
             if fact.get("state") is None or fact.get("state") in JOB_ACTIVE_STATES:
-                self.cluster.assign(str(fact.get("job")), fact.get("attempt"), nodes if isinstance(nodes, tuple) else (), fact.at)
+                self.cluster.assign(
+                    str(fact.get("job")), fact.get("attempt"), nodes if isinstance(nodes, tuple) else (), fact.at
+                )
             else:
                 self.cluster.release(str(fact.get("job")))
         skey = self._state_key(fact)
@@ -357,7 +391,11 @@ class Engine:
                 inc = next((i for i in self.open.values() if i.id == live.incident), None)
                 if inc is not None:
                     break
-        key = inc.key if inc is not None else (incident_key(derived.attrs) or self._scope_of(firing[1]) or f"origin:{derived.origin}")
+        key = (
+            inc.key
+            if inc is not None
+            else (incident_key(derived.attrs) or self._scope_of(firing[1]) or f"origin:{derived.origin}")
+        )
         opens = derived.kind == "fault" or derived.get("severity") in _OPENING
         inc = inc or self.open.get(key)
         if inc is None:
@@ -373,9 +411,18 @@ class Engine:
             return
         if inc is None:
             first = derived.get("job")
-            inc = _Open(self.store.open_incident(key, str(first) if first is not None else None, derived.get("attempt"),
-                                                 derived.get("node") if first is None else None, derived.at),
-                        key, derived.at, derived.at)
+            inc = _Open(
+                self.store.open_incident(
+                    key,
+                    str(first) if first is not None else None,
+                    derived.get("attempt"),
+                    derived.get("node") if first is None else None,
+                    derived.at,
+                ),
+                key,
+                derived.at,
+                derived.at,
+            )
             self.open[key] = inc
             self.stats["incidents"] += 1
             # earlier evidence of the same scope (warnings) joins the incident
@@ -401,10 +448,14 @@ class Engine:
                 if live is not None and fid not in inc.facts:
                     self.store.add_fact(inc.id, live.fact)
                     if live.count > 1:
-                        self.store.bump_fact(fid, live.count - 1, live.flood.evidence() if live.flood is not None else None)
+                        self.store.bump_fact(
+                            fid, live.count - 1, live.flood.evidence() if live.flood is not None else None
+                        )
                     live.incident = inc.id
                     inc.facts.add(fid)
-            firing_id = self.store.add_firing(inc.id, cr.rule.id, str(cr.rule.mark), cr.rule.description, matched_ids, asserted, fact.at)
+            firing_id = self.store.add_firing(
+                inc.id, cr.rule.id, str(cr.rule.mark), cr.rule.description, matched_ids, asserted, fact.at
+            )
             first_firing = firing_id if first_firing is None else first_firing
         if fact.id not in inc.facts:
             self.store.add_fact(inc.id, fact, derived_by=first_firing)
@@ -427,17 +478,30 @@ class Engine:
 
     def _evidence(self, inc: _Open) -> dict[str, Any]:
         """The incident's evidence for action templates: its earliest line, how many, which nodes."""
-        lives = sorted((self.live[f] for f in inc.facts if f in self.live and self.live[f].fact.kind not in ("symptom", "fault")),
-                       key=lambda lv: lv.fact.at)
-        first = next((lv.fact.get("text") or lv.fact.get("evidence") for lv in lives
-                      if lv.fact.get("text") or lv.fact.get("evidence")), None)
+        lives = sorted(
+            (self.live[f] for f in inc.facts if f in self.live and self.live[f].fact.kind not in ("symptom", "fault")),
+            key=lambda lv: lv.fact.at,
+        )
+        first = next(
+            (
+                lv.fact.get("text") or lv.fact.get("evidence")
+                for lv in lives
+                if lv.fact.get("text") or lv.fact.get("evidence")
+            ),
+            None,
+        )
         nodes = {str(lv.fact.get("node")) for lv in lives if lv.fact.get("node")}
         return {"first_line": str(first) if first else None, "count": sum(lv.count for lv in lives), "nodes": nodes}
 
     def _close(self, inc: _Open, at: float) -> ClosedIncident:
         if inc.faults:
             best = inc.best or _best_fault(inc.faults)
-            fault_class, nodes, reason, fault_id = best.get("fault_class"), tuple(best.get("nodes") or ()), str(best.get("reason", "")), best.id
+            fault_class, nodes, reason, fault_id = (
+                best.get("fault_class"),
+                tuple(best.get("nodes") or ()),
+                str(best.get("reason", "")),
+                best.id,
+            )
         else:
             fault_class, nodes, reason, fault_id = "unknown", (), "no rule could tell what caused this failure", None
         job, _, rest = inc.key.partition(":")
@@ -453,18 +517,49 @@ class Engine:
                     self.store.save_progress(job_id, attempt or 0, p.get("step"), p.get("checkpoint"), p.get("last_at"))
             ctx = self._guard_context(inc, job_id, attempt, at)
             decision = decide(self.compiled, fault_class, nodes, reason, ctx, rule)
-            plan, problems = plan_actions(self.compiled, decision.decision, inc.id, job_id, attempt, decision.nodes,
-                                          fault_class, self.scheduler, names=decision.plan_only, reason=reason,
-                                          evidence=self._evidence(inc))
+            plan, problems = plan_actions(
+                self.compiled,
+                decision.decision,
+                inc.id,
+                job_id,
+                attempt,
+                decision.nodes,
+                fault_class,
+                self.scheduler,
+                names=decision.plan_only,
+                reason=reason,
+                evidence=self._evidence(inc),
+            )
             plan = [p for p in plan if (p.name, p.target) not in decision.skip_targets]
             guards = list(decision.guards) + [{"guard": "plan", "why": p} for p in problems]
-            mode = decision.autonomy if self.mode == "act" else ("observe" if decision.autonomy == "observe" else "recommend")
-            self.store.close_incident(inc.id, at, fault_class, decision.decision, decision.nodes, fault_id, reason, guards,
-                                      mode, fingerprint(fault_class, decision.nodes, rule))
+            mode = (
+                decision.autonomy
+                if self.mode == "act"
+                else ("observe" if decision.autonomy == "observe" else "recommend")
+            )
+            self.store.close_incident(
+                inc.id,
+                at,
+                fault_class,
+                decision.decision,
+                decision.nodes,
+                fault_id,
+                reason,
+                guards,
+                mode,
+                fingerprint(fault_class, decision.nodes, rule),
+            )
             if mode in ("recommend", "act"):
-                for p in plan:
-                    self.store.add_action(inc.id, p.idem_key, p.name, p.target, p.argv, mode,
-                                          "recommended" if mode == "recommend" else "planned")
+                for pa in plan:
+                    self.store.add_action(
+                        inc.id,
+                        pa.idem_key,
+                        pa.name,
+                        pa.target,
+                        pa.argv,
+                        mode,
+                        "recommended" if mode == "recommend" else "planned",
+                    )
         # its facts stay in the Rete for the cascade window, so late evidence still correlates
         self.recent[inc.key] = inc
         inc.closed_at = at
@@ -490,19 +585,31 @@ class Engine:
             job_id, _, att = rest.rpartition(":")
             attempt = int(att)
         ctx = self._guard_context(inc, job_id, attempt, fault.at)
-        decision = decide(self.compiled, str(fault.get("fault_class")), nodes, str(fault.get("reason", "")), ctx,
-                          fault.get("rule"))
+        decision = decide(
+            self.compiled, str(fault.get("fault_class")), nodes, str(fault.get("reason", "")), ctx, fault.get("rule")
+        )
         if decision.decision != "isolate_and_restart" or decision.autonomy != "act":
             return  # a guard changed it (blast radius, silence, budget, autonomy): left to the close
         names = [n for n in self.compiled.policy["plans"].get("isolate_and_restart", ()) if n != "notify"]
-        plan, _ = plan_actions(self.compiled, decision.decision, inc.id, job_id, attempt, decision.nodes,
-                               str(fault.get("fault_class")), self.scheduler, names=names,
-                               reason=str(fault.get("reason", "")), evidence=self._evidence(inc))
+        plan, _ = plan_actions(
+            self.compiled,
+            decision.decision,
+            inc.id,
+            job_id,
+            attempt,
+            decision.nodes,
+            str(fault.get("fault_class")),
+            self.scheduler,
+            names=names,
+            reason=str(fault.get("reason", "")),
+            evidence=self._evidence(inc),
+        )
         for p in plan:
             if (p.name, p.target) in decision.skip_targets:
                 continue
-            self.store.add_action(inc.id, p.idem_key, p.name, p.target, p.argv, "act", "planned",
-                                  note="at once: fatal node hardware")
+            self.store.add_action(
+                inc.id, p.idem_key, p.name, p.target, p.argv, "act", "planned", note="at once: fatal node hardware"
+            )
         for n in nodes:
             self._isolated.add((inc.id, n))
             self._early_drains.append((n, fault.at))
@@ -521,11 +628,21 @@ class Engine:
         silences = {s["node"]: s["reason"] for s in self.store.silences(active_at=now)}
         drains = [(t, w) for t, w, _ in self.store.recent_actions("drain", now - 86400)]
         drains += [d for d in self._early_drains if d[1] >= now - 86400 and d not in drains]
-        return GuardContext(job=job, attempt=attempt, incident=inc.id, now=now, history=history, progress=progress,
-                            job_state=self.job_states.get(job) if job is not None else None,
-                            recent_drains=drains, cluster_size=len(self.node_states), node_states=self.node_states,
-                            silenced=silences.get, requeued_attempts=frozenset(requeued),
-                            forced_mode="recommend" if self.mode == "recommend" else None)
+        return GuardContext(
+            job=job,
+            attempt=attempt,
+            incident=inc.id,
+            now=now,
+            history=history,
+            progress=progress,
+            job_state=self.job_states.get(job) if job is not None else None,
+            recent_drains=drains,
+            cluster_size=len(self.node_states),
+            node_states=self.node_states,
+            silenced=silences.get,
+            requeued_attempts=frozenset(requeued),
+            forced_mode="recommend" if self.mode == "recommend" else None,
+        )
 
     def _retract(self, fact_id: str) -> None:
         live = self.live.pop(fact_id, None)

@@ -11,22 +11,40 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 
 from scheduler_adapters.hostlist import HostlistError, expand_hostlist as _expand_hostlist
 
-from engine.facts import JOB_RE, MAX_VALUE, NODE_RE, Fact, clean_text
+from engine.facts import JOB_RE, NODE_RE, Fact, clean_text
 from engine.rulebook.model import Matcher
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NODE_RE", "JOB_RE", "clean_text", "parse_line_time", "FileContext", "ClusterContext", "HitConverter",
-           "expand_hostlist", "job_from_filename", "Flood", "StreamFacts", "shape_key", "FLOOD_WINDOW",
-           "normalize_pci", "decode_xid"]
+__all__ = [
+    "NODE_RE",
+    "JOB_RE",
+    "clean_text",
+    "parse_line_time",
+    "FileContext",
+    "ClusterContext",
+    "HitConverter",
+    "expand_hostlist",
+    "job_from_filename",
+    "Flood",
+    "StreamFacts",
+    "shape_key",
+    "FLOOD_WINDOW",
+    "normalize_pci",
+    "decode_xid",
+]
 
-_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
+_MONTHS = {
+    m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)
+}
 _ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?")
-_SYSLOG = re.compile(r"^(?:<\d+>)?(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})")
+_SYSLOG = re.compile(
+    r"^(?:<\d+>)?(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})"
+)
 # PyTorch's C++ (glog-style) lines: "E1129 17:21:30.123456 1234 ProcessGroupNCCL.cpp:..." or
 # "[rank3]:E1129 17:21:30.123000 ..." (severity letter, month, day; no year)
 _GLOG = re.compile(r"^(?:\[rank\d{1,6}\]:\s?)?[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
@@ -66,18 +84,19 @@ def parse_line_time(line: str, year: int | None = None) -> float | None:
     if m:
         y, mo, d, h, mi, s, frac, tz = m.groups()
         key = (y, mo, d, h, mi, s, tz)  # lines of one second share all but the fraction
-        t = _ISO_MEMO.get(key)
-        if t is None:
-            t = _iso_seconds(y, mo, d, h, mi, s, tz)
+        memo = _ISO_MEMO.get(key)
+        if memo is None:
+            memo = _iso_seconds(y, mo, d, h, mi, s, tz)
             if len(_ISO_MEMO) >= 4096:
                 _ISO_MEMO.clear()
-            _ISO_MEMO[key] = t
-        if t is False:
+            _ISO_MEMO[key] = memo
+        if not isinstance(memo, tuple):
             return None
-        t, off = t
+        whole, off = memo
+        t = float(whole)
         if frac:
             t += int(frac) / (10 ** len(frac))
-        return float(t - off) if off else float(t)
+        return t - off if off else t
     m = _SYSLOG.match(head)
     if m:
         mon, d, h, mi, s = m.groups()
@@ -93,10 +112,10 @@ def parse_line_time(line: str, year: int | None = None) -> float | None:
         try:
             if not (1 <= int(mo) <= 12 and 1 <= int(d) <= 31 and int(h) < 24 and int(mi) < 60 and int(s) < 61):
                 return None
-            t = float(calendar.timegm((y, int(mo), int(d), int(h), int(mi), int(s), 0, 0, 0)))
+            glog_t = float(calendar.timegm((y, int(mo), int(d), int(h), int(mi), int(s), 0, 0, 0)))
         except (ValueError, OverflowError):
             return None
-        return t + (int(frac) / (10 ** len(frac)) if frac else 0.0)
+        return glog_t + (int(frac) / (10 ** len(frac)) if frac else 0.0)
     return None
 
 
@@ -238,8 +257,12 @@ _INT_GROUPS = {"attempt", "code", "step", "checkpoint", "rank", "exit_code", "pi
 class HitConverter:
     """Turns (matcher, groups, line) into a Fact or a context update, with counters."""
 
-    def __init__(self, matchers: Iterable[Matcher], cluster: ClusterContext | None = None,
-                 clock: "Callable[[], float] | None" = None):
+    def __init__(
+        self,
+        matchers: Iterable[Matcher],
+        cluster: ClusterContext | None = None,
+        clock: "Callable[[], float] | None" = None,
+    ):
         self.matchers = list(matchers)
         self.cluster = cluster or ClusterContext()
         self.clock = clock  # live: facts are stamped on arrival; the line's own time is kept as logged_at
@@ -291,7 +314,9 @@ class HitConverter:
         ctx.active = ctx.ended = False
         ctx.started_at = at
 
-    def _when(self, line: str, ctx: FileContext, before: bytes | None, timeless: bool = False) -> tuple[float | None, float]:
+    def _when(
+        self, line: str, ctx: FileContext, before: bytes | None, timeless: bool = False
+    ) -> tuple[float | None, float]:
         """(the line's own time or None, the time of its fact). ``timeless``: the line is known to
         carry no timestamp."""
         if self._last_line is not None and self._last_line[0] == line:
@@ -316,8 +341,15 @@ class HitConverter:
             at = logged if logged is not None else (ctx.last_at if ctx.last_at is not None else 0.0)
         return logged, at
 
-    def convert(self, index: int, groups: Mapping[str, str], line: str, line_no: int, ctx: FileContext,
-                before: bytes | None = None) -> "Fact | Flood | None":
+    def convert(
+        self,
+        index: int,
+        groups: Mapping[str, str],
+        line: str,
+        line_no: int,
+        ctx: FileContext,
+        before: bytes | None = None,
+    ) -> "Fact | Flood | None":
         """``before``: some bytes that precede the line in the file (to date an untimestamped line
         by the last timestamp before it, as a person reading the log would). ``self.blank`` (set
         per hit by StreamFacts): the line with its digits blanked, when the matcher cannot tell
@@ -328,7 +360,7 @@ class HitConverter:
         if blank is not None and collapse is not None:
             out = collapse.fast(self, index, m, groups, line, line_no, ctx, before, blank)
             if out is not _SLOW:
-                return out
+                return cast("Fact | Flood | None", out)
         logged, at = self._when(line, ctx, before)
         dropped, refused = self.dropped_values, dict(self.refused) if self.refused else None
         attrs = self._typed(m, groups)
@@ -382,10 +414,21 @@ class HitConverter:
         kind = _KINDS[m.emit]
         if collapse is not None and kind != "progress":
             if blank is not None:
-                collapse.learn(index, m, blank, groups, fact_attrs, ctx, self, guarded, self.dropped_values - dropped,
-                               _grown(refused, self.refused), line)
+                collapse.learn(
+                    index,
+                    m,
+                    blank,
+                    groups,
+                    fact_attrs,
+                    ctx,
+                    self,
+                    guarded,
+                    self.dropped_values - dropped,
+                    _grown(refused, self.refused),
+                    line,
+                )
             flood = collapse.repeat(kind, fact_attrs, at, f"{ctx.path}:{line_no}", line, m)
-            if flood is not False:
+            if flood is not False and flood is not True:
                 return flood
         if m.emit != "progress":
             fact_attrs["text"] = clean_text(line, MAX_TEXT)
@@ -454,8 +497,23 @@ FLOOD_WINDOW = 60.0  # seconds (of the facts' clock) during which lines of one s
 FLOOD_SEEN_MAX = 64  # nodes and ranks remembered per flood
 _FLOOD_SHAPES_MAX = 4096
 #: attributes that differ from rank to rank of one job: set aside when comparing shapes
-VARYING = frozenset({"rank", "local_rank", "pid", "tid", "peer", "addr", "address", "port", "count", "seq",
-                     "process", "text", "logged_at"})
+VARYING = frozenset(
+    {
+        "rank",
+        "local_rank",
+        "pid",
+        "tid",
+        "peer",
+        "addr",
+        "address",
+        "port",
+        "count",
+        "seq",
+        "process",
+        "text",
+        "logged_at",
+    }
+)
 #: also set aside in a job's own log: every node of the job prints the same error
 VARYING_IN_JOB_LOGS = frozenset({"node", "gpu", "device", "pci"})
 
@@ -511,8 +569,13 @@ class Flood:
 
     def evidence(self) -> dict[str, Any]:
         """What the store keeps next to the first line: the last one, and who repeated it."""
-        return {"last_origin": self.last_origin, "last_at": self.last_at, "last_text": clean_text(self.last_line, MAX_TEXT),
-                "nodes": sorted(self.nodes), "ranks": sorted(self.ranks)}
+        return {
+            "last_origin": self.last_origin,
+            "last_at": self.last_at,
+            "last_text": clean_text(self.last_line, MAX_TEXT),
+            "nodes": sorted(self.nodes),
+            "ranks": sorted(self.ranks),
+        }
 
 
 _TEMPLATES_MAX = 4096  # shortcuts per stream
@@ -554,12 +617,32 @@ class _Collapser:
     @staticmethod
     def _sig(conv: "HitConverter", ctx: FileContext) -> tuple:
         nodes = ctx.nodes
-        return (ctx.job, ctx.attempt, ctx.active, ctx.ended, id(nodes), len(nodes),
-                next(iter(nodes)) if len(nodes) == 1 else None, conv.cluster.version, conv.scheduler)
+        return (
+            ctx.job,
+            ctx.attempt,
+            ctx.active,
+            ctx.ended,
+            id(nodes),
+            len(nodes),
+            next(iter(nodes)) if len(nodes) == 1 else None,
+            conv.cluster.version,
+            conv.scheduler,
+        )
 
-    def learn(self, index: int, m: Matcher, blank: bytes, groups: Mapping[str, str], fact_attrs: Mapping[str, Any],
-              ctx: FileContext, conv: "HitConverter", guarded: bool, dropped: int, refusals: tuple[str, ...],
-              line: str) -> None:
+    def learn(
+        self,
+        index: int,
+        m: Matcher,
+        blank: bytes,
+        groups: Mapping[str, str],
+        fact_attrs: Mapping[str, Any],
+        ctx: FileContext,
+        conv: "HitConverter",
+        guarded: bool,
+        dropped: int,
+        refusals: tuple[str, ...],
+        line: str,
+    ) -> None:
         """Leave a template after the full conversion of a line (see the class)."""
         if m.emit != "log":
             return  # Xids are decoded from their words; progress is not collapsed
@@ -590,8 +673,18 @@ class _Collapser:
             t.shapes.clear()
         t.shapes[tuple(groups.get(n) for n in t.keyed)] = (self._key("log", fact_attrs, m), dropped, refusals)
 
-    def fast(self, conv: "HitConverter", index: int, m: Matcher, groups: Mapping[str, str], line: str, line_no: int,
-             ctx: FileContext, before: bytes | None, blank: bytes) -> "Flood | None | object":
+    def fast(
+        self,
+        conv: "HitConverter",
+        index: int,
+        m: Matcher,
+        groups: Mapping[str, str],
+        line: str,
+        line_no: int,
+        ctx: FileContext,
+        before: bytes | None,
+        blank: bytes,
+    ) -> "Flood | None | object":
         """The outcome of ``repeat`` for a line with a template, or _SLOW."""
         t = self.templates.get((index, blank))
         if t is None:
@@ -715,8 +808,15 @@ class StreamFacts:
 
     BEFORE_BYTES = 8192
 
-    def __init__(self, scanner: Any, converter: HitConverter, ctx: FileContext, index_map: Sequence[int],
-                 collapse: bool = True, sample: bool = True):
+    def __init__(
+        self,
+        scanner: Any,
+        converter: HitConverter,
+        ctx: FileContext,
+        index_map: Sequence[int],
+        collapse: bool = True,
+        sample: bool = True,
+    ):
         self.scanner = scanner
         self.converter = converter
         self.ctx = ctx
@@ -725,8 +825,11 @@ class StreamFacts:
         self._looked = scanner.position[0]  # stream offset up to which earlier bytes were looked at
         self._data, self._base = b"", 0
         # progress matchers (scanner numbering) whose lines are sampled, see _ProgressSampler
-        self._progress = frozenset(i for i, j in enumerate(index_map)
-                                   if converter.matchers[j].emit == "progress") if sample else frozenset()
+        self._progress = (
+            frozenset(i for i, j in enumerate(index_map) if converter.matchers[j].emit == "progress")
+            if sample
+            else frozenset()
+        )
         self._sampler: dict[int, _ProgressSampler] = {}
         self._last_of: dict[int, int] = {}  # progress matcher -> offset of its last hit in this batch
 
@@ -755,15 +858,24 @@ class StreamFacts:
         if 0 < local <= len(data) and hit.offset > self._looked:
             lo = max(0, local - self.BEFORE_BYTES, self._looked - base)
             before = data[lo:local] if lo < local - 2 else None  # not just the newline of the last hit
-        if hit.matcher in self._progress and self._last_of.get(hit.matcher) != hit.offset \
-                and not hit.groups.get("checkpoint"):  # a checkpoint is never left out (retry guards read it)
+        if (
+            hit.matcher in self._progress
+            and self._last_of.get(hit.matcher) != hit.offset
+            and not hit.groups.get("checkpoint")
+        ):  # a checkpoint is never left out (retry guards read it)
             if self._skip_progress(hit, before):
                 self._looked = max(self._looked, hit.offset + len(hit.line))
                 return None
         conv.collapse, conv.blank = self._collapse, hit.blank
         try:
-            out = conv.convert(self.index_map[hit.matcher], hit.groups, hit.line.decode("utf-8", "replace"),
-                               hit.line_no, self.ctx, before)
+            out = conv.convert(
+                self.index_map[hit.matcher],
+                hit.groups,
+                hit.line.decode("utf-8", "replace"),
+                hit.line_no,
+                self.ctx,
+                before,
+            )
         finally:
             conv.collapse = conv.blank = None
         self._looked = max(self._looked, hit.offset + len(hit.line))

@@ -37,11 +37,10 @@ A Scanner is not thread-safe.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import re2
 
@@ -49,6 +48,7 @@ from engine.core import cache
 
 logger = logging.getLogger(__name__)
 
+_hs: Any
 try:  # hyperscan is only built for x86-64
     import hyperscan as _hs
 except (ImportError, OSError):  # pragma: no cover - depends on the platform
@@ -196,9 +196,7 @@ def _walk(p: str, target: str) -> tuple[str, set[str]]:
             out.append(body)
             i = j
         elif c == "(":
-            if p.startswith("(?P<", i) or (
-                p.startswith("(?<", i) and not p.startswith(("(?<=", "(?<!"), i)
-            ):
+            if p.startswith("(?P<", i) or (p.startswith("(?<", i) and not p.startswith(("(?<=", "(?<!"), i)):
                 j = p.find(">", i)
                 j = n - 1 if j < 0 else j
                 out.append("(?:" if buf else p[i : j + 1])
@@ -232,11 +230,37 @@ def _walk(p: str, target: str) -> tuple[str, set[str]]:
 
 _ALL_DIGITS = frozenset("0123456789")
 #: POSIX classes: True when they hold every digit, False when none
-_POSIX_DIGITS = {"alnum": True, "digit": True, "xdigit": True, "word": True, "print": True, "graph": True,
-                 "ascii": True, "alpha": False, "upper": False, "lower": False, "space": False, "blank": False,
-                 "punct": False, "cntrl": False}
-_CLASS_ESCAPES = {"d": True, "w": True, "S": True, "D": False, "W": False, "s": False, "t": False, "n": False,
-                  "r": False, "f": False, "v": False, "a": False, "e": False}
+_POSIX_DIGITS = {
+    "alnum": True,
+    "digit": True,
+    "xdigit": True,
+    "word": True,
+    "print": True,
+    "graph": True,
+    "ascii": True,
+    "alpha": False,
+    "upper": False,
+    "lower": False,
+    "space": False,
+    "blank": False,
+    "punct": False,
+    "cntrl": False,
+}
+_CLASS_ESCAPES = {
+    "d": True,
+    "w": True,
+    "S": True,
+    "D": False,
+    "W": False,
+    "s": False,
+    "t": False,
+    "n": False,
+    "r": False,
+    "f": False,
+    "v": False,
+    "a": False,
+    "e": False,
+}
 _QUANT = re.compile(r"\{\d+(?:,\d*)?\}")
 
 
@@ -312,7 +336,11 @@ def digit_blind(pattern: str) -> bool:
                 return False
             i = j
         elif c == "(" and p.startswith("(?", i):
-            j = p.find(">", i) + 1 if p.startswith(("(?P<", "(?<"), i) and not p.startswith(("(?<=", "(?<!"), i) else i + 2
+            j = (
+                p.find(">", i) + 1
+                if p.startswith(("(?P<", "(?<"), i) and not p.startswith(("(?<=", "(?<!"), i)
+                else i + 2
+            )
             if j <= 0:
                 return False
             i = j
@@ -394,8 +422,21 @@ def check_pattern(pattern: str) -> str | None:
 class _Compiled:
     """One spec, compiled for the line (truth) and for the buffer-wide search."""
 
-    __slots__ = ("idx", "spec", "utf8", "truth", "rx", "has_groups", "buf_src", "buf_rx", "hs_src",
-                 "cut_sensitive", "named", "_match", "blind")
+    __slots__ = (
+        "idx",
+        "spec",
+        "utf8",
+        "truth",
+        "rx",
+        "has_groups",
+        "buf_src",
+        "buf_rx",
+        "hs_src",
+        "cut_sensitive",
+        "named",
+        "_match",
+        "blind",
+    )
 
     def __init__(self, idx: int, spec: MatcherSpec):
         msg = check_pattern(spec.pattern)
@@ -409,12 +450,13 @@ class _Compiled:
         self.rx = re2.compile(self.truth, _options(self.utf8))
         self.has_groups = bool(self.rx.groupindex)
         self.blind = digit_blind(spec.pattern)
-        self.named = tuple((k.decode("utf-8", "replace") if isinstance(k, bytes) else k, i)
-                           for k, i in self.rx.groupindex.items())
+        self.named = tuple(
+            (k.decode("utf-8", "replace") if isinstance(k, bytes) else k, i) for k, i in self.rx.groupindex.items()
+        )
         # the wrapper's search() + groupdict() cost ~35 us a line in Python; its engine call, 2
         self._match = self.rx._regexp.Match
         self.buf_src, _ = _source(spec.pattern, "re2buf", spec.ignore_case)
-        self.buf_rx = None  # compiled on demand (sampled specs on the RE2 path)
+        self.buf_rx: Any = None  # compiled on demand (sampled specs on the RE2 path)
         hs_ok = not (
             self.utf8
             or "anybyte" in feats
@@ -422,7 +464,6 @@ class _Compiled:
             or ("numeric" in feats and (spec.ignore_case or "inline_i" in feats))
         )
         self.hs_src = _source(spec.pattern, "hs", False)[0] if hs_ok else None
-
 
     def search(self, text: bytes):
         """The spans of the first match in ``text`` (a line), or None."""
@@ -508,8 +549,8 @@ class Scanner:
         self._memo: dict[tuple[int, bytes], object] = {}
         self._blind = [c.blind for c in self._c]
 
-        self._hs_main = None  # one database: every non-sampled pattern hyperscan takes
-        self._hs_sampled: dict[int, object] = {}  # sampled spec -> its own database
+        self._hs_main: Any = None  # one database: every non-sampled pattern hyperscan takes
+        self._hs_sampled: dict[int, Any] = {}  # sampled spec -> its own database
         on_hs: set[int] = set()
         if backend in ("auto", "hyperscan") and _hs is not None:
             on_hs = self._build_hyperscan(strict=backend == "hyperscan")
@@ -538,12 +579,12 @@ class Scanner:
             else:
                 todo.append((c, _hs.HS_FLAG_CASELESS if c.spec.ignore_case else 0))
         main = [(c, f) for c, f in todo if not c.spec.sample]
-        sampled: dict[int, object] = {}
+        sampled: dict[int, Any] = {}
         for c, f in todo:
             if not c.spec.sample:
                 continue
             try:
-                sampled[c.idx] = _hs_compile([_stretch(c.hs_src)], [c.idx], [f])
+                sampled[c.idx] = _hs_compile([_stretch(c.hs_src or b"")], [c.idx], [f])
             except Exception as e:  # hyperscan refuses some RE2 syntax, e.g. (?U)
                 _log_fallback(c, e)
         # non-sampled: one database, each pattern stretched to the end of its line, so that a
@@ -552,21 +593,23 @@ class Scanner:
         db = None
         if main:
             try:
-                db = _hs_compile([_stretch(c.hs_src) for c, _ in main], [c.idx for c, _ in main],
-                                 [f for _, f in main])
+                db = _hs_compile(
+                    [_stretch(c.hs_src or b"") for c, _ in main], [c.idx for c, _ in main], [f for _, f in main]
+                )
             except Exception:  # find the patterns it refuses, keep the rest
                 keep = []
                 for c, f in main:
                     try:
-                        _hs_compile([_stretch(c.hs_src)], [c.idx], [f])
+                        _hs_compile([_stretch(c.hs_src or b"")], [c.idx], [f])
                         keep.append((c, f))
                     except Exception as e:
                         _log_fallback(c, e)
                 main = keep
                 if main:
                     try:
-                        db = _hs_compile([_stretch(c.hs_src) for c, _ in main], [c.idx for c, _ in main],
-                                         [f for _, f in main])
+                        db = _hs_compile(
+                            [_stretch(c.hs_src or b"") for c, _ in main], [c.idx for c, _ in main], [f for _, f in main]
+                        )
                     except Exception as e:
                         if strict:
                             raise
@@ -687,9 +730,7 @@ class Scanner:
                 sampled_owner[idx] = k
         hits: list[Hit] = []
         total = 0
-        for k, ((buf, lo, hi, base_off, base_line), (records, sampled, trunc)) in enumerate(
-            zip(parts, per_part)
-        ):
+        for k, ((buf, lo, hi, base_off, base_line), (records, sampled, trunc)) in enumerate(zip(parts, per_part)):
             for idx, (ls, text, m) in sampled.items():
                 if sampled_owner[idx] == k:
                     records.append((ls, idx, text, m))
@@ -702,8 +743,15 @@ class Scanner:
                 c = self._c[idx]
                 groups = c.groups(text, m) if m is not None and c.has_groups else {}
                 hits.append(
-                    Hit(idx, text, base_line + 1 + nlines, base_off + ls, groups, ls in trunc,
-                        text.translate(_ZERO) if c.blind else None)
+                    Hit(
+                        idx,
+                        text,
+                        base_line + 1 + nlines,
+                        base_off + ls,
+                        groups,
+                        ls in trunc,
+                        text.translate(_ZERO) if c.blind else None,
+                    )
                 )
             total += nlines + count(b"\n", prev, hi)
         return hits, total

@@ -30,7 +30,13 @@ DEFAULT_GUARDS: Mapping[str, Mapping[str, Any]] = {
     "retry": {"max_per_job": 5, "max_per_fingerprint": 3, "window": 86400.0, "no_progress_attempts": 2},
     "blast_radius": {"max_drains": 4, "max_fraction": 0.25, "window": 3600.0},
     # per decision, and per action where an action needs its own (cancel frees a job's GPUs at once)
-    "autonomy": {"restart": "act", "isolate_and_restart": "act", "stop": "act", "observe": "act", "cancel": "recommend"},
+    "autonomy": {
+        "restart": "act",
+        "isolate_and_restart": "act",
+        "stop": "act",
+        "observe": "act",
+        "cancel": "recommend",
+    },
     "inhibit": {"drained_nodes": True},
     # fatal node hardware: drained (and its job requeued) as soon as the fault is known, not when
     # the incident settles; a drain that does not take is retried for drain_retry_for
@@ -59,7 +65,9 @@ class GuardContext:
     attempt: int | None = None
     incident: int | None = None
     now: float = field(default_factory=time.time)  # engine time: wall time live, the logs' time in replay
-    history: Sequence[Mapping[str, Any]] = ()  # earlier closed incidents of this job: {attempt, decision, fault_class, fingerprint, closed_at}
+    history: Sequence[
+        Mapping[str, Any]
+    ] = ()  # earlier closed incidents of this job: {attempt, decision, fault_class, fingerprint, closed_at}
     progress: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)  # attempt -> {step, checkpoint}
     recent_drains: Sequence[tuple[str, float]] = ()  # (node, wall time) of drains planned or run
     cluster_size: int = 0
@@ -105,8 +113,14 @@ def _progress_value(p: Mapping[str, Any] | None) -> int | None:
     return None
 
 
-def decide(compiled: CompiledRulebook, fault_class: str, nodes: tuple[str, ...], reason: str,
-           ctx: GuardContext | None = None, rule: str | None = None) -> Decision:
+def decide(
+    compiled: CompiledRulebook,
+    fault_class: str,
+    nodes: tuple[str, ...],
+    reason: str,
+    ctx: GuardContext | None = None,
+    rule: str | None = None,
+) -> Decision:
     ctx = ctx or GuardContext()
     decision = compiled.policy["decisions"].get(fault_class, "restart")
     guards: list[dict[str, Any]] = []
@@ -121,15 +135,22 @@ def decide(compiled: CompiledRulebook, fault_class: str, nodes: tuple[str, ...],
     if decision == "isolate_and_restart" and not nodes and fault_class in NOTIFY_WITHOUT_NODE:
         # a slow job still runs: a requeue loses the minutes since its checkpoint and, with no
         # node to exclude, lands it on the same kind of nodes; worth a page, not a restart
-        change("no_nodes", "observe", "the job runs slow and no node is named: nothing to isolate, "
-                                      "and a restart would lose work without removing the cause; notify only")
+        change(
+            "no_nodes",
+            "observe",
+            "the job runs slow and no node is named: nothing to isolate, "
+            "and a restart would lose work without removing the cause; notify only",
+        )
         plan_only = ("notify",)
     elif decision == "isolate_and_restart" and not nodes:
         change("no_nodes", "restart", "the fault names no node to isolate")
 
     if decision in RESTARTING and ctx.job_state == "CANCELLED":
-        change("cancelled", "observe", f"the scheduler says job {ctx.job} was cancelled (by a user or an operator): "
-                                       "it is not restarted")
+        change(
+            "cancelled",
+            "observe",
+            f"the scheduler says job {ctx.job} was cancelled (by a user or an operator): it is not restarted",
+        )
 
     # silences: maintenance on every implicated node -> record only
     silenced = {n: ctx.silenced(n) for n in nodes}
@@ -139,20 +160,36 @@ def decide(compiled: CompiledRulebook, fault_class: str, nodes: tuple[str, ...],
     retry = _guard_cfg(compiled, "retry")
     if decision in RESTARTING and ctx.job is not None:
         window = float(retry.get("window", 86400.0))
-        recent = [h for h in ctx.history if h.get("decision") in RESTARTING and ctx.now - float(h.get("closed_at") or 0) <= window]
+        recent = [
+            h
+            for h in ctx.history
+            if h.get("decision") in RESTARTING and ctx.now - float(h.get("closed_at") or 0) <= window
+        ]
         fp = fingerprint(fault_class, nodes, rule)
         same = [h for h in recent if h.get("fingerprint") == fp]
         class_budget = dict(retry.get("per_class") or {}).get(fault_class)  # fault_classes: {NAME: {retry: N}}
         same_class = [h for h in recent if h.get("fault_class") == fault_class]
         if len(recent) >= int(retry.get("max_per_job", 5)):
-            change("retry_budget", "stop", f"job {ctx.job} was already restarted {len(recent)} times "
-                                           f"(budget {retry.get('max_per_job')} per {int(window)} s)")
+            change(
+                "retry_budget",
+                "stop",
+                f"job {ctx.job} was already restarted {len(recent)} times "
+                f"(budget {retry.get('max_per_job')} per {int(window)} s)",
+            )
         elif len(same) >= int(retry.get("max_per_fingerprint", 3)):
-            change("retry_budget", "stop", f"the same root cause ({fault_class}) already caused {len(same)} restarts "
-                                           f"(budget {retry.get('max_per_fingerprint')})")
+            change(
+                "retry_budget",
+                "stop",
+                f"the same root cause ({fault_class}) already caused {len(same)} restarts "
+                f"(budget {retry.get('max_per_fingerprint')})",
+            )
         elif class_budget is not None and len(same_class) >= int(class_budget):
-            change("retry_budget", "stop", f"{fault_class} already caused {len(same_class)} restarts of job {ctx.job} "
-                                           f"(its retry budget is {class_budget})")
+            change(
+                "retry_budget",
+                "stop",
+                f"{fault_class} already caused {len(same_class)} restarts of job {ctx.job} "
+                f"(its retry budget is {class_budget})",
+            )
         else:
             n = int(retry.get("no_progress_attempts", 2))
             if n > 0 and ctx.attempt is not None and ctx.attempt >= n:
@@ -162,16 +199,20 @@ def decide(compiled: CompiledRulebook, fault_class: str, nodes: tuple[str, ...],
                 seen = set(ctx.progress) | {int(h.get("attempt") or 0) for h in ctx.history} | {ctx.attempt}
                 attempts_known = all((ctx.attempt - k) in seen for k in range(n + 1))
                 if attempts_known and (now_p is None or (then_p is not None and now_p <= then_p)):
-                    change("no_progress", "stop", f"no progress across {n} attempts: checkpoint/step "
-                                                  f"{then_p} at attempt {ctx.attempt - n}, {now_p} at attempt {ctx.attempt}")
+                    change(
+                        "no_progress",
+                        "stop",
+                        f"no progress across {n} attempts: checkpoint/step "
+                        f"{then_p} at attempt {ctx.attempt - n}, {now_p} at attempt {ctx.attempt}",
+                    )
 
     if decision == "isolate_and_restart":
         inhibit = _guard_cfg(compiled, "inhibit")
         # only DRAIN keeps a node out: a DOWN node without it returns to service with its slurmd
         already = [n for n in nodes if ctx.node_states.get(n, {}).get("drained")]
         if inhibit.get("drained_nodes", True) and already:
-            for n in already:
-                skip.add(("drain", n))
+            for node in already:
+                skip.add(("drain", node))
             guards.append({"guard": "inhibit", "why": f"already drained, not drained again: {', '.join(already)}"})
         to_drain = [n for n in nodes if n not in already]
         blast = _guard_cfg(compiled, "blast_radius")
@@ -182,11 +223,20 @@ def decide(compiled: CompiledRulebook, fault_class: str, nodes: tuple[str, ...],
         if ctx.cluster_size and blast.get("max_fraction") is not None:
             limit = min(limit, max(1, int(float(blast["max_fraction"]) * ctx.cluster_size)))
         if new and len(drained) + len(new) > limit:
-            change("blast_radius", "observe", f"draining {', '.join(new)} would make {len(drained) + len(new)} drains "
-                                              f"in {int(window)} s, over the limit of {limit}: stopped acting, a human is paged")
+            change(
+                "blast_radius",
+                "observe",
+                f"draining {', '.join(new)} would make {len(drained) + len(new)} drains "
+                f"in {int(window)} s, over the limit of {limit}: stopped acting, a human is paged",
+            )
             plan_only = ("notify",)
 
-    if decision in RESTARTING and ctx.job is not None and ctx.attempt is not None and (ctx.job, ctx.attempt) in ctx.requeued_attempts:
+    if (
+        decision in RESTARTING
+        and ctx.job is not None
+        and ctx.attempt is not None
+        and (ctx.job, ctx.attempt) in ctx.requeued_attempts
+    ):
         skip.add(("requeue", ctx.job))
         guards.append({"guard": "throttle", "why": f"attempt {ctx.attempt} of job {ctx.job} was already requeued"})
 

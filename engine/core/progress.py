@@ -31,13 +31,33 @@ from engine.rulebook.schema import parse_duration
 
 __all__ = ["ProgressTracker", "HANG_DEFAULTS", "STRAGGLER_DEFAULTS"]
 
-HANG_DEFAULTS = {"bound": None, "factor": 4.0, "min_bound": 300.0, "min_samples": 3, "require_running": True,
-                 "any_output": False, "fact_ttl": 3600.0}
-STRAGGLER_DEFAULTS = {"factor": 1.5, "duration": 300.0, "min_peers": 2, "window": 8, "warmup": 3, "baseline": 3,
-                      "slow_points": 3}
+HANG_DEFAULTS = {
+    "bound": None,
+    "factor": 4.0,
+    "min_bound": 300.0,
+    "min_samples": 3,
+    "require_running": True,
+    "any_output": False,
+    "fact_ttl": 3600.0,
+}
+STRAGGLER_DEFAULTS = {
+    "factor": 1.5,
+    "duration": 300.0,
+    "min_peers": 2,
+    "window": 8,
+    "warmup": 3,
+    "baseline": 3,
+    "slow_points": 3,
+}
 #: what a progress fact may carry about speed -> how to turn it into seconds per step (or a cost)
-_SPEED = (("step_time", 1.0), ("step_time_ms", 1e-3), ("s_per_it", 1.0), ("it_per_s", -1.0), ("samples_per_s", -1.0),
-          ("iter_s", 1.0))
+_SPEED = (
+    ("step_time", 1.0),
+    ("step_time_ms", 1e-3),
+    ("s_per_it", 1.0),
+    ("it_per_s", -1.0),
+    ("samples_per_s", -1.0),
+    ("iter_s", 1.0),
+)
 
 
 def _cfg(raw: Any, defaults: Mapping[str, Any]) -> dict[str, Any]:
@@ -87,7 +107,13 @@ class ProgressTracker:
         a = self.attempts.get((job, attempt))
         if a is None:
             return None
-        return {"step": a.step, "checkpoint": a.checkpoint, "last_at": a.last_at, "first_at": a.first_at, "max_gap": a.max_gap}
+        return {
+            "step": a.step,
+            "checkpoint": a.checkpoint,
+            "last_at": a.last_at,
+            "first_at": a.first_at,
+            "max_gap": a.max_gap,
+        }
 
     def job_state(self, job: str, attempt: int, state: str, at: float) -> None:
         self.running[job] = (attempt, state == "RUNNING")
@@ -152,10 +178,18 @@ class ProgressTracker:
                     return []
                 s.reported = True
                 recent = statistics.median(c for _, c in s.slow)
-                attrs = {"job": job, "attempt": attempt, "scope": "job", "ratio": round(recent / base, 3),
-                         "step_time": round(recent, 6), "baseline_step_time": round(base, 6), "points": len(s.slow),
-                         "slow_for_s": round(fact.at - s.slow[0][0], 3), "matcher": key,
-                         "evidence": f"{key}: {len(s.slow)} points at x{recent / base:.2f} the job's own baseline"}
+                attrs = {
+                    "job": job,
+                    "attempt": attempt,
+                    "scope": "job",
+                    "ratio": round(recent / base, 3),
+                    "step_time": round(recent, 6),
+                    "baseline_step_time": round(base, 6),
+                    "points": len(s.slow),
+                    "slow_for_s": round(fact.at - s.slow[0][0], 3),
+                    "matcher": key,
+                    "evidence": f"{key}: {len(s.slow)} points at x{recent / base:.2f} the job's own baseline",
+                }
                 return [Fact.make("slow_node", attrs, fact.at, fact.origin)]
         s.slow.clear()  # back to normal (or still learning): a later slowdown is reported again
         s.reported = False
@@ -183,8 +217,14 @@ class ProgressTracker:
         if fact.at - since < float(cfg.get("duration") or 0) or who in a.reported_slow:
             return []
         a.reported_slow.add(who)
-        attrs = {"job": job, "attempt": attempt, "ratio": round(ratio, 3), "step_time": round(mine, 6),
-                 "peer_step_time": round(typical, 6), "slow_for_s": round(fact.at - since, 3)}
+        attrs = {
+            "job": job,
+            "attempt": attempt,
+            "ratio": round(ratio, 3),
+            "step_time": round(mine, 6),
+            "peer_step_time": round(typical, 6),
+            "slow_for_s": round(fact.at - since, 3),
+        }
         if fact.get("node"):
             attrs["node"] = fact.get("node")
         else:
@@ -211,9 +251,20 @@ class ProgressTracker:
             idle = now - a.last_at
             if idle > bound and a.stalled_at != a.last_at:
                 a.stalled_at = a.last_at
-                yield Fact.make("stall", {"job": job, "attempt": attempt, "idle_s": round(idle, 3), "bound_s": round(bound, 3),
-                                          "learned": learned, "last_step": a.step, "last_checkpoint": a.checkpoint},
-                                now, "hang-tracker")
+                yield Fact.make(
+                    "stall",
+                    {
+                        "job": job,
+                        "attempt": attempt,
+                        "idle_s": round(idle, 3),
+                        "bound_s": round(bound, 3),
+                        "learned": learned,
+                        "last_step": a.step,
+                        "last_checkpoint": a.checkpoint,
+                    },
+                    now,
+                    "hang-tracker",
+                )
 
     def forget(self, job: str, attempt: int) -> None:
         self.attempts.pop((job, attempt), None)

@@ -93,8 +93,14 @@ def matchers_for(compiled: CompiledRulebook, source: str) -> list[int]:
     return [i for i, m in enumerate(compiled.matchers) if source == "any" or source in m.sources or "any" in m.sources]
 
 
-def scan_chunks(chunks: Iterable[bytes], scanner: Scanner, converter: HitConverter, ctx: FileContext,
-                index_map: Sequence[int], on_bytes: Callable[[int], None] | None = None) -> Iterator[Fact | Flood]:
+def scan_chunks(
+    chunks: Iterable[bytes],
+    scanner: Scanner,
+    converter: HitConverter,
+    ctx: FileContext,
+    index_map: Sequence[int],
+    on_bytes: Callable[[int], None] | None = None,
+) -> Iterator[Fact | Flood]:
     """Yield the facts and floods of one stream (context lines update ``ctx``); ``index_map``
     maps the scanner's matcher numbers to the converter's."""
     stream = StreamFacts(scanner, converter, ctx, index_map)
@@ -115,8 +121,11 @@ def log_end(inp: "Input", last: Fact | None, tail_progress: bool) -> Fact | None
     ends; live, the scheduler's job state says that a job ended."""
     if last is None or inp.source not in ("job", "any") or last.get("job") is None:
         return None
-    attrs = {"job": last.get("job"), "attempt": int(last.get("attempt") or 0),
-             "tail": "progress" if tail_progress else "failure"}
+    attrs = {
+        "job": last.get("job"),
+        "attempt": int(last.get("attempt") or 0),
+        "tail": "progress" if tail_progress else "failure",
+    }
     return Fact.make("log_end", attrs, last.at, f"{inp.name}:end")
 
 
@@ -137,10 +146,20 @@ def replay(paths: Sequence[str], compiled: CompiledRulebook, store: Store, **kw)
     return replay_inputs([file_input(p) for p in paths], compiled, store, **kw)
 
 
-def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: Store, *, job: str | None = None,
-                  attempt: int | None = None, nodes: Sequence[str] = (), scheduler: str = "slurm",
-                  on_bytes: Callable[[int], None] | None = None, extra_facts: Sequence[Fact] = (),
-                  network=None, on_fact: Callable[[Fact], None] | None = None) -> ReplayResult:
+def replay_inputs(
+    inputs: Sequence[Input],
+    compiled: CompiledRulebook,
+    store: Store,
+    *,
+    job: str | None = None,
+    attempt: int | None = None,
+    nodes: Sequence[str] = (),
+    scheduler: str = "slurm",
+    on_bytes: Callable[[int], None] | None = None,
+    extra_facts: Sequence[Fact] = (),
+    network=None,
+    on_fact: Callable[[Fact], None] | None = None,
+) -> ReplayResult:
     """``on_fact`` sees every source fact, in the order the engine takes them."""
     result = ReplayResult()
     # no scheduler here: which job ran where is taken from the logs' own lines (explain says so)
@@ -160,8 +179,9 @@ def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: St
 
     converter.on_context = on_context
     for index, inp in enumerate(inputs):
-        ctx = FileContext(path=inp.name, source=inp.source, job=job or job_from_filename(os.path.basename(inp.name)),
-                          attempt=attempt)
+        ctx = FileContext(
+            path=inp.name, source=inp.source, job=job or job_from_filename(os.path.basename(inp.name)), attempt=attempt
+        )
         if nodes:
             ctx.nodes.update(nodes)
         if ctx.job:
@@ -190,7 +210,9 @@ def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: St
     for fact in extra_facts:
         collected.append((fact.at, -1, 0, fact))
     collected.sort(key=lambda t: (t[0], t[1], t[2]))
-    result.hits = sum(1 for c in collected if isinstance(c[3], Fact)) + sum(f.count for f in {c[3] for c in collected if isinstance(c[3], Flood)})
+    result.hits = sum(1 for c in collected if isinstance(c[3], Fact)) + sum(
+        f.count for f in {c[3] for c in collected if isinstance(c[3], Flood)}
+    )
     result.hits += converter.progress_skipped  # matched, counted, left out by progress sampling
     engine = Engine(compiled, store, scheduler=scheduler, cluster=cluster, network=network)
     for at, _, _, item in collected:
@@ -205,6 +227,8 @@ def replay_inputs(inputs: Sequence[Input], compiled: CompiledRulebook, store: St
             engine.ingest(item)
     result.incidents = engine.finish()
     result.facts = engine.stats["facts"]
-    result.stats = dict(engine.stats) | {"dropped_values": converter.dropped_values,
-                                               "progress_sampled_out": converter.progress_skipped}
+    result.stats = dict(engine.stats) | {
+        "dropped_values": converter.dropped_values,
+        "progress_sampled_out": converter.progress_skipped,
+    }
     return result

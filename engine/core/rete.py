@@ -26,7 +26,7 @@ import itertools
 import json
 import logging
 import threading
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from durable import engine as _dr
 

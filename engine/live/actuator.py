@@ -36,12 +36,24 @@ logger = logging.getLogger(__name__)
 __all__ = ["Actuator", "VERIFIERS", "live_job"]
 
 TERMINAL = ("verified", "escalated", "skipped", "recommended")
-DEFAULT_VERIFY = {"drain": "node_drained", "requeue": "job_requeued", "exclude": "job_excluded", "hold": "job_held",
-                  "keep_held": "job_held", "release": "job_released", "resume": "node_resumed", "cancel": "job_cancelled",
-                  "notify": "none", "alertmanager": "none"}
+DEFAULT_VERIFY = {
+    "drain": "node_drained",
+    "requeue": "job_requeued",
+    "exclude": "job_excluded",
+    "hold": "job_held",
+    "keep_held": "job_held",
+    "release": "job_released",
+    "resume": "node_resumed",
+    "cancel": "job_cancelled",
+    "notify": "none",
+    "alertmanager": "none",
+}
 #: what a Slurm command prints when slurmctld does not answer: not a verdict on the command
-_UNREACHABLE = re.compile(r"Unable to contact slurm controller|Socket timed out|Could not establish a configuration|"
-                          r"Zero Bytes were transmitted or received|Connection refused", re.IGNORECASE)
+_UNREACHABLE = re.compile(
+    r"Unable to contact slurm controller|Socket timed out|Could not establish a configuration|"
+    r"Zero Bytes were transmitted or received|Connection refused",
+    re.IGNORECASE,
+)
 _EXC_ARG = re.compile(r"^ExcNodeList=(.*)$")
 ACTIVE = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED")
 
@@ -127,16 +139,29 @@ def _v_job_cancelled(adapter, action: dict, inc) -> bool:
 
 
 VERIFIERS: dict[str, Callable[[Any, dict, Any], bool]] = {
-    "node_drained": _v_node_drained, "node_resumed": _v_node_resumed, "job_requeued": _v_job_requeued,
-    "job_excluded": _v_job_excluded, "job_held": _v_job_held, "job_released": _v_job_released,
+    "node_drained": _v_node_drained,
+    "node_resumed": _v_node_resumed,
+    "job_requeued": _v_job_requeued,
+    "job_excluded": _v_job_excluded,
+    "job_held": _v_job_held,
+    "job_released": _v_job_released,
     "job_cancelled": _v_job_cancelled,
 }
 
 
 class Actuator:
-    def __init__(self, store: Store, adapter, compiled: CompiledRulebook, metrics=None, *,
-                 max_attempts: int = 3, verify_timeout: float = 20.0, retry_delay: float = 2.0,
-                 drain_retry_for: float | None = None):
+    def __init__(
+        self,
+        store: Store,
+        adapter,
+        compiled: CompiledRulebook,
+        metrics=None,
+        *,
+        max_attempts: int = 3,
+        verify_timeout: float = 20.0,
+        retry_delay: float = 2.0,
+        drain_retry_for: float | None = None,
+    ):
         self.store = store
         self.adapter = adapter
         self.compiled = compiled
@@ -204,8 +229,14 @@ class Actuator:
         status = "succeeded" if result.rc == 0 else "failed"
         self.store.update_action(action["id"], status, rc=result.rc, output=output)
         self._count(action["action"], status)
-        logger.warning("act incident=%s action=%s target=%s rc=%s cmd=%s", action["incident"], action["action"],
-                       action["target"], result.rc, json.dumps(action["argv"]))
+        logger.warning(
+            "act incident=%s action=%s target=%s rc=%s cmd=%s",
+            action["incident"],
+            action["action"],
+            action["target"],
+            result.rc,
+            json.dumps(action["argv"]),
+        )
 
     def _note_incident(self, inc, guard: str, why: str) -> None:
         row = self.store.incident(inc.id)
@@ -234,11 +265,19 @@ class Actuator:
             else:
                 waiting.append(f"{what} {a['status']}")
         inc = self.store.incident(incident_id)
-        policy = [g.get("why", "") for g in (inc.guards if inc is not None else ())
-                  if g.get("guard") in ("blast_radius", "retry_budget", "no_progress", "cancelled", "silence", "autonomy")]
+        policy = [
+            g.get("why", "")
+            for g in (inc.guards if inc is not None else ())
+            if g.get("guard") in ("blast_radius", "retry_budget", "no_progress", "cancelled", "silence", "autonomy")
+        ]
         parts = []
-        for label, items in (("done", done), ("FAILED", failed), ("refused", refused + policy), ("not done", skipped),
-                             ("pending", waiting)):
+        for label, items in (
+            ("done", done),
+            ("FAILED", failed),
+            ("refused", refused + policy),
+            ("not done", skipped),
+            ("pending", waiting),
+        ):
             if items:
                 parts.append(f"{label}: " + ", ".join(items))
         # pages keep only characters safe everywhere (see actions.safe_reason): no ; or |
@@ -246,9 +285,18 @@ class Actuator:
 
     def _rerender(self, action: dict, inc, **extra) -> bool:
         """Render the action again with what is known now (live exclusions, the outcome so far)."""
-        plan, problems = plan_actions(self.compiled, inc.decision or "stop", inc.id, inc.job, inc.attempt, inc.nodes,
-                                      inc.fault_class or "unknown", names=(action["action"],),
-                                      reason=inc.reason or "", **extra)
+        plan, problems = plan_actions(
+            self.compiled,
+            inc.decision or "stop",
+            inc.id,
+            inc.job,
+            inc.attempt,
+            inc.nodes,
+            inc.fault_class or "unknown",
+            names=(action["action"],),
+            reason=inc.reason or "",
+            **extra,
+        )
         mine = [p for p in plan if p.target == action["target"]]
         if not mine:
             logger.warning("action %s could not be rendered again: %s", action["id"], "; ".join(problems))
@@ -264,9 +312,18 @@ class Actuator:
         if self.compiled.actions.get("notify") is None:
             return
         outcome = f"{why} / {self.outcome(inc.id)}"
-        plan, _ = plan_actions(self.compiled, inc.decision or "stop", inc.id, job or inc.job, inc.attempt, inc.nodes,
-                               inc.fault_class or "unknown", names=("notify",), reason=inc.reason or "",
-                               outcome=outcome)
+        plan, _ = plan_actions(
+            self.compiled,
+            inc.decision or "stop",
+            inc.id,
+            job or inc.job,
+            inc.attempt,
+            inc.nodes,
+            inc.fault_class or "unknown",
+            names=("notify",),
+            reason=inc.reason or "",
+            outcome=outcome,
+        )
         for p in plan:
             key = idem_key(inc.id, f"notify-{tag}", p.target)
             if self.store.add_action(inc.id, key, "notify", p.target, p.argv, "act", "planned", note=why) is not None:
@@ -298,8 +355,14 @@ class Actuator:
             return self._pre_exclude(action, inc)
         if kind == "node_drained":
             return self._pre_drain(action, inc)
-        if kind == "none" and action["action"] in ("notify", "alertmanager") or "{{ outcome }}" in self._sources(action):
-            self._rerender(action, inc, outcome=(f"{action['note']} / " if action.get("note") else "") + self.outcome(inc.id))
+        if (
+            kind == "none"
+            and action["action"] in ("notify", "alertmanager")
+            or "{{ outcome }}" in self._sources(action)
+        ):
+            self._rerender(
+                action, inc, outcome=(f"{action['note']} / " if action.get("note") else "") + self.outcome(inc.id)
+            )
         return None
 
     def _autonomy_of(self, name: str) -> str | None:
@@ -307,7 +370,9 @@ class Actuator:
         cfg = self.compiled.policy.get("autonomy") or {}
         level = cfg.get(name) if name not in (self.compiled.policy.get("plans") or {}) else None
         if level is None:
-            level = DEFAULT_GUARDS["autonomy"].get(name) if name not in (self.compiled.policy.get("plans") or {}) else None
+            level = (
+                DEFAULT_GUARDS["autonomy"].get(name) if name not in (self.compiled.policy.get("plans") or {}) else None
+            )
         return str(level) if level is not None else None
 
     def _pre_cancel(self, action: dict, inc) -> tuple[str, str] | None:
@@ -337,8 +402,19 @@ class Actuator:
             note = f"already restarted by Slurm or a person (attempt {base} -> {live.attempt}); not requeued again"
             if on_bad:
                 key = f"{idem_key(inc.id, 'requeue', job)}@{live.attempt}"
-                if self.store.add_action(inc.id, key, "requeue", job, action["argv"], "act", "planned",
-                                         note=f"attempt {live.attempt} landed on {','.join(on_bad)}") is not None:
+                if (
+                    self.store.add_action(
+                        inc.id,
+                        key,
+                        "requeue",
+                        job,
+                        action["argv"],
+                        "act",
+                        "planned",
+                        note=f"attempt {live.attempt} landed on {','.join(on_bad)}",
+                    )
+                    is not None
+                ):
                     note += f"; attempt {live.attempt} landed on {','.join(on_bad)}: it is requeued"
             return "skipped", note
         if live.state == "PENDING":
@@ -361,7 +437,11 @@ class Actuator:
         is not known, requeue none of them blindly, and name and tell every one."""
         job = action["target"]
         try:
-            others = [j for j in self.adapter.jobs() if j.job_id != job and j.state in ACTIVE and set(j.nodes) & set(inc.nodes)]
+            others = [
+                j
+                for j in self.adapter.jobs()
+                if j.job_id != job and j.state in ACTIVE and set(j.nodes) & set(inc.nodes)
+            ]
         except Exception as exc:
             raise Unknown(str(exc)) from exc
         if not others:
@@ -376,8 +456,10 @@ class Actuator:
                     maps[j.job_id] = d.gpus_on(node) if d is not None else None
             if not gpus or any(v is None for v in maps.values()):
                 names = ", ".join(sorted(maps))
-                why = (f"node {node} is shared by jobs {names} and which of them holds the faulty GPU is not known: "
-                       "none is requeued blindly; the drain lets them finish")
+                why = (
+                    f"node {node} is shared by jobs {names} and which of them holds the faulty GPU is not known: "
+                    "none is requeued blindly; the drain lets them finish"
+                )
                 self._note_incident(inc, "shared_node", why)
                 for other in sorted(maps):
                     self._page(inc, why, f"shared-{node}", job=other)
@@ -386,12 +468,21 @@ class Actuator:
         for other in sorted(holders - {job}):
             o = next(j for j in others if j.job_id == other)
             key = f"{idem_key(inc.id, 'requeue', other)}@{o.attempt}"
-            self.store.add_action(inc.id, key, "requeue", other, [a.replace(job, other) if a == job else a
-                                                                   for a in action["argv"]],
-                                  "act", "planned", note=f"holds the faulty GPU on {','.join(o.nodes)}")
+            self.store.add_action(
+                inc.id,
+                key,
+                "requeue",
+                other,
+                [a.replace(job, other) if a == job else a for a in action["argv"]],
+                "act",
+                "planned",
+                note=f"holds the faulty GPU on {','.join(o.nodes)}",
+            )
         if job not in holders:
             why = f"job {job} does not hold the faulty GPU: it keeps running (the drain lets it finish)"
-            self._note_incident(inc, "shared_node", why + (f"; requeued instead: {', '.join(sorted(holders))}" if holders else ""))
+            self._note_incident(
+                inc, "shared_node", why + (f"; requeued instead: {', '.join(sorted(holders))}" if holders else "")
+            )
             return "skipped", why
         return None
 
@@ -409,25 +500,39 @@ class Actuator:
         if not self._rerender(action, inc, excluded=sorted(union)):
             return "skipped", "could not be rendered with the job's exclusion list"
         if required and not (bad - required):
-            return "skipped", f"refused: not excluded from {','.join(sorted(required))}: the job requires it (held instead)"
+            return (
+                "skipped",
+                f"refused: not excluded from {','.join(sorted(required))}: the job requires it (held instead)",
+            )
         if (bad - required) <= set(live.excluded_nodes):
             return "verified", "already excluded"
         if live.state in ("COMPLETING", "CONFIGURING") or live.state == "REQUEUED":
             raise Wait(f"job {job} is {live.state.lower()}: its exclusion list is set once it is pending")
         if live.state != "PENDING":
             where = f" on {','.join(live.nodes)}" if live.nodes else ""
-            return "skipped", (f"job {job} is {live.state.lower()}{where}: its exclusion list changes only while "
-                               "it is pending")
+            return "skipped", (
+                f"job {job} is {live.state.lower()}{where}: its exclusion list changes only while it is pending"
+            )
         return None
 
     def _keep_held(self, inc, job: str, required: set[str]) -> None:
         nodes = ",".join(sorted(required))
-        why = (f"job {job} requires {nodes} (-w), which is isolated for {inc.fault_class}: it is not excluded from it; "
-               f"the job is held until a person releases it (scontrol release {job}) or changes its node list")
+        why = (
+            f"job {job} requires {nodes} (-w), which is isolated for {inc.fault_class}: it is not excluded from it; "
+            f"the job is held until a person releases it (scontrol release {job}) or changes its node list"
+        )
         self._note_incident(inc, "required_node", why)
         if self.compiled.actions.get("keep_held") is not None:
-            plan, _ = plan_actions(self.compiled, inc.decision or "stop", inc.id, inc.job, inc.attempt, inc.nodes,
-                                   inc.fault_class or "unknown", names=("keep_held",))
+            plan, _ = plan_actions(
+                self.compiled,
+                inc.decision or "stop",
+                inc.id,
+                inc.job,
+                inc.attempt,
+                inc.nodes,
+                inc.fault_class or "unknown",
+                names=("keep_held",),
+            )
             for p in plan:
                 self.store.add_action(inc.id, p.idem_key, p.name, p.target, p.argv, "act", "planned", note=why)
         self._page(inc, why, "required-node")
@@ -442,7 +547,10 @@ class Actuator:
         if node.drained and f"incident {inc.id}" in (node.reason or ""):
             return "verified", "found drained"
         if node.drained:
-            return "verified", f"already drained by someone else (reason: {(node.reason or '-')[:80]}); their reason kept"
+            return (
+                "verified",
+                f"already drained by someone else (reason: {(node.reason or '-')[:80]}); their reason kept",
+            )
         return None
 
     def _replan_and_run(self, action: dict, inc) -> bool:
@@ -454,15 +562,22 @@ class Actuator:
         status, note = decided
         self.store.update_action(action["id"], status, verified=(status == "verified") or None, note=note)
         self._count(action["action"], status)
-        logger.warning("act incident=%s action=%s target=%s: %s (%s)", action["incident"], action["action"],
-                       action["target"], status, note)
+        logger.warning(
+            "act incident=%s action=%s target=%s: %s (%s)",
+            action["incident"],
+            action["action"],
+            action["target"],
+            status,
+            note,
+        )
         return True
 
     def step(self) -> None:
         """Advance every unfinished incident's actions by at most one state each."""
         pending = self.store._exec(
             "SELECT DISTINCT incident FROM actions WHERE mode = 'act' AND status NOT IN ('verified','escalated','skipped','recommended') "
-            "ORDER BY incident").fetchall()
+            "ORDER BY incident"
+        ).fetchall()
         for (incident_id,) in pending:
             inc = self.store.incident(incident_id)
             blocked = False
@@ -497,7 +612,9 @@ class Actuator:
         if self._verify_name(action) == "node_drained":
             why = f"drain of {action['target']} waits: the scheduler does not answer"
             self._note_incident(inc, "drain_pending", f"drain of {action['target']} has not taken yet")
-            self._page(inc, why + f"; retrying for up to {self.drain_retry_for:.0f} s", f"drain-pending-{action['target']}")
+            self._page(
+                inc, why + f"; retrying for up to {self.drain_retry_for:.0f} s", f"drain-pending-{action['target']}"
+            )
             first = float(action.get("created_at") or action["updated_at"])
             if time.time() - first >= self.drain_retry_for:
                 self._escalate(action, inc, f"the scheduler did not answer for {time.time() - first:.0f} s")
@@ -541,7 +658,9 @@ class Actuator:
             if seen is None:
                 return False
             if seen:
-                self.store.update_action(action["id"], "verified", verified=True, note="effect present despite the error")
+                self.store.update_action(
+                    action["id"], "verified", verified=True, note="effect present despite the error"
+                )
                 return True
             # a drain, and anything that failed because slurmctld was away, is retried with backoff
             # for longer than a controller failover; other failures have max_attempts
@@ -550,13 +669,19 @@ class Actuator:
                 first = float(action.get("created_at") or action["updated_at"])
                 waited = time.time() - first
                 if self._verify_name(action) == "node_drained":
-                    why = (f"drain of {action['target']} has not taken yet "
-                           f"({(action.get('output') or '').strip()[-120:]}); retrying for up to {self.drain_retry_for:.0f} s")
+                    why = (
+                        f"drain of {action['target']} has not taken yet "
+                        f"({(action.get('output') or '').strip()[-120:]}); retrying for up to {self.drain_retry_for:.0f} s"
+                    )
                     self._note_incident(inc, "drain_pending", f"drain of {action['target']} has not taken yet")
                     self._page(inc, why, f"drain-pending-{action['target']}")
                 if waited >= self.drain_retry_for:
-                    self._escalate(action, inc, f"failed for {waited:.0f} s ({action['attempts']} tries): "
-                                                f"{(action.get('output') or '')[-200:]}")
+                    self._escalate(
+                        action,
+                        inc,
+                        f"failed for {waited:.0f} s ({action['attempts']} tries): "
+                        f"{(action.get('output') or '')[-200:]}",
+                    )
                     return True
                 delay = min(30.0, self.retry_delay * 2 ** max(0, action["attempts"] - 1))
                 if age >= delay:

@@ -31,7 +31,7 @@ from engine.sources.spool import SpoolWriter
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["run_agent", "default_state_dir", "gres_gpu_count", "EXIT_OK", "EXIT_NO_SOURCE", "main"]
+__all__ = ["run_agent", "default_state_dir", "gres_gpu_count", "EXIT_OK", "EXIT_NO_SOURCE"]
 
 EXIT_OK = 0
 EXIT_NO_SOURCE = 2
@@ -51,7 +51,9 @@ _GPU_RE = re.compile(r"(?:^|,)gpu(?::[A-Za-z0-9_.-]+)?:(\d{1,4})")
 def gres_gpu_count(node: str, run: Callable[..., Any] = subprocess.run) -> int | None:
     """How many GPUs Slurm's GRES gives this node (``scontrol show node -o NODE``: ``Gres=gpu:8``,
     ``gpu:h100:4(S:0),gpu:a100:4``), or ``None`` when Slurm cannot say. No shell; bounded."""
-    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", node) or (run is subprocess.run and not shutil.which("scontrol")):
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", node) or (
+        run is subprocess.run and not shutil.which("scontrol")
+    ):
         return None
     try:
         proc = run(["scontrol", "show", "node", "-o", node], capture_output=True, text=True, timeout=10)
@@ -129,13 +131,15 @@ def run_agent(
 
     kernel_sources: dict[str, KernelLogSource] = {}
     if kernel_log:
-        kernel_sources["kernel_log"] = KernelLogSource(node, kernel_log, replay=replay, position=state.get("kernel_log"),
-                                                       rulebook=rulebook)
+        kernel_sources["kernel_log"] = KernelLogSource(
+            node, kernel_log, replay=replay, position=state.get("kernel_log"), rulebook=rulebook
+        )
         if not os.path.exists(kernel_log):
             logger.warning("agent %s: kernel log %s does not exist yet; waiting for it", node, kernel_log)
     if kmsg:
-        src = KernelLogSource(node, kmsg=True, kmsg_path=kmsg_path, replay=replay, position=state.get("kmsg"),
-                              rulebook=rulebook)
+        src = KernelLogSource(
+            node, kmsg=True, kmsg_path=kmsg_path, replay=replay, position=state.get("kmsg"), rulebook=rulebook
+        )
         try:
             src.open()
             kernel_sources["kmsg"] = src
@@ -171,9 +175,21 @@ def run_agent(
                 # the node should have GPUs and NVML cannot reach any: the GPUs are missing
                 nvml_missing_reported = True
                 logger.error("agent %s: %s, and %d GPU(s) are expected: reporting them missing", node, exc, need)
-                early.append(Fact.make("gpu_state", {"node": node, "state": "gpus_missing", "count": 0, "expected": need,
-                                                     "severity": "fail", "error": str(exc)[:200]},
-                                       time.time(), f"nvml:{node}:count"))
+                early.append(
+                    Fact.make(
+                        "gpu_state",
+                        {
+                            "node": node,
+                            "state": "gpus_missing",
+                            "count": 0,
+                            "expected": need,
+                            "severity": "fail",
+                            "error": str(exc)[:200],
+                        },
+                        time.time(),
+                        f"nvml:{node}:count",
+                    )
+                )
             if not nvml_note_logged:
                 nvml_note_logged = True
                 more = " The kernel-log source keeps running." if kernel_sources else ""
@@ -184,7 +200,9 @@ def run_agent(
         except Exception as exc:  # an NVML binding that misbehaves is still only one source
             if not nvml_note_logged:
                 nvml_note_logged = True
-                logger.warning("agent %s: NVML failed to start (%s: %s); GPU counters are off", node, type(exc).__name__, exc)
+                logger.warning(
+                    "agent %s: NVML failed to start (%s: %s); GPU counters are off", node, type(exc).__name__, exc
+                )
             return None
         if nvml_note_logged:
             logger.info("agent %s: NVML is available now", node)
@@ -237,7 +255,9 @@ def run_agent(
     next_poll = 0.0
     logger.info(
         "agent %s: running (sources: %s) → %s",
-        node, ", ".join([*kernel_sources, *(["nvml"] if poller else [])]), writer.path,
+        node,
+        ", ".join([*kernel_sources, *(["nvml"] if poller else [])]),
+        writer.path,
     )
 
     def current_state() -> dict[str, Any]:
@@ -259,7 +279,9 @@ def run_agent(
             try:
                 writer.write(pending)
             except OSError as exc:
-                logger.error("agent %s: cannot write the spool (%s); keeping %d fact(s) for later", node, exc, len(pending))
+                logger.error(
+                    "agent %s: cannot write the spool (%s); keeping %d fact(s) for later", node, exc, len(pending)
+                )
                 if len(pending) > MAX_PENDING:
                     logger.error("agent %s: dropping %d old fact(s)", node, len(pending) - MAX_PENDING)
                     pending = pending[-MAX_PENDING:]

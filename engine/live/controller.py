@@ -136,8 +136,14 @@ class Controller:
         self._closed_pending: list[ClosedIncident] = []
         self.engine = self._new_engine(compiled)
         self.engine.resume()
-        self.follower = Follower(list(config.follow), poll=config.poll, offsets=self.store.offsets(), on_new=self._on_new_file,
-                                 heads=self.store.offset_heads(), start_at_end=self.skip_existing)
+        self.follower = Follower(
+            list(config.follow),
+            poll=config.poll,
+            offsets=self.store.offsets(),
+            on_new=self._on_new_file,
+            heads=self.store.offset_heads(),
+            start_at_end=self.skip_existing,
+        )
         self.spool = None
         if config.spool:
             self.spool = self._new_spool_reader()
@@ -209,8 +215,11 @@ class Controller:
                 if self._first_poll():
                     break
                 if time.monotonic() >= deadline:
-                    logger.error("scheduler did not answer within %.0f s of startup: reading input without its state "
-                                 "(facts of nodes have no job until it answers)", self.cfg.scheduler_startup_wait)
+                    logger.error(
+                        "scheduler did not answer within %.0f s of startup: reading input without its state "
+                        "(facts of nodes have no job until it answers)",
+                        self.cfg.scheduler_startup_wait,
+                    )
                     break
                 self.stop_event.wait(1.0)
         self.follower.start()
@@ -227,8 +236,14 @@ class Controller:
         return ok
 
     def _new_engine(self, compiled: CompiledRulebook) -> Engine:
-        engine = Engine(compiled, self.store, scheduler=self._template_scheduler(),
-                        mode=self.mode, cluster=self.cluster, on_close=self._on_close)
+        engine = Engine(
+            compiled,
+            self.store,
+            scheduler=self._template_scheduler(),
+            mode=self.mode,
+            cluster=self.cluster,
+            on_close=self._on_close,
+        )
         # only once the engine exists (a rulebook the Rete refuses leaves everything as it was)
         self.converter = HitConverter(list(compiled.matchers), self.cluster, clock=_clock)
         self.converter.scheduler = self.adapter is not None  # only the scheduler says which job runs where
@@ -242,7 +257,9 @@ class Controller:
 
         saved = self._load_meta("spool_offsets") or {}
         # without a scheduler there is no other word on which job ran on a node
-        return SpoolReader(self.cfg.spool, {k: tuple(v) for k, v in saved.items()}, trust_job_claims=self.adapter is None)
+        return SpoolReader(
+            self.cfg.spool, {k: tuple(v) for k, v in saved.items()}, trust_job_claims=self.adapter is None
+        )
 
     def _on_new_file(self, t: Tailed) -> None:
         job = t.meta.get("job") or job_from_filename(os.path.basename(t.path))
@@ -333,8 +350,10 @@ class Controller:
         return json.loads(row[0]) if row else None
 
     def _save_meta(self, key: str, value: Any) -> None:
-        self.store._exec("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                         (key, json.dumps(value)))
+        self.store._exec(
+            "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, json.dumps(value)),
+        )
 
     def _log_every_ok(self, key: str) -> bool:
         now = time.monotonic()
@@ -361,11 +380,25 @@ class Controller:
             self.metrics.incidents.labels(fault_class=d.fault_class, decision=d.decision).inc()
             if self.mode == "recommend":
                 if not closed.plan:
-                    logger.warning("incident %s job=%s attempt=%s fault=%s decision=%s nodes=%s: no command",
-                                   closed.id, closed.job, closed.attempt, d.fault_class, d.decision, ",".join(d.nodes) or "-")
+                    logger.warning(
+                        "incident %s job=%s attempt=%s fault=%s decision=%s nodes=%s: no command",
+                        closed.id,
+                        closed.job,
+                        closed.attempt,
+                        d.fault_class,
+                        d.decision,
+                        ",".join(d.nodes) or "-",
+                    )
                 for p in closed.plan:
-                    logger.warning("recommend incident=%s job=%s fault=%s decision=%s action=%s cmd=%s",
-                                   closed.id, closed.job, d.fault_class, d.decision, p.name, json.dumps(list(p.argv)))
+                    logger.warning(
+                        "recommend incident=%s job=%s fault=%s decision=%s action=%s cmd=%s",
+                        closed.id,
+                        closed.job,
+                        d.fault_class,
+                        d.decision,
+                        p.name,
+                        json.dumps(list(p.argv)),
+                    )
             elif self.actuator is not None:
                 self.actuator.submit(closed)
 
@@ -399,7 +432,9 @@ class Controller:
         for t in list(self.follower.files.values()):
             self.follower.rewind(t)  # new scanners, from the consumed position (a partial line is read again)
         self.metrics.reloads.labels(result="ok").inc()
-        logger.warning("rulebook reloaded: %d rules, %d matchers", len(result.compiled.rules), len(result.compiled.matchers))
+        logger.warning(
+            "rulebook reloaded: %d rules, %d matchers", len(result.compiled.rules), len(result.compiled.matchers)
+        )
         return True
 
     # -- transactions ------------------------------------------------------------------------
@@ -412,7 +447,9 @@ class Controller:
             self._tx_hits = 0
 
     def _tx_full(self) -> bool:
-        return self._tx is not None and (self._tx_hits >= BATCH_HITS or time.monotonic() - self._tx_started >= BATCH_SECONDS)
+        return self._tx is not None and (
+            self._tx_hits >= BATCH_HITS or time.monotonic() - self._tx_started >= BATCH_SECONDS
+        )
 
     def _tx_commit(self) -> None:
         """Commit facts, incidents and the read offsets of the files they came from, together."""
@@ -421,8 +458,9 @@ class Controller:
         tx = self._tx
         # every followed file whose position moved since its last commit (read, rotated, handed a
         # rotated file's position, truncated): saved with the facts those bytes produced
-        self._tx_files = {p: t for p, t in self.follower.files.items()
-                          if t.meta.get("committed") != (t.inode, t.offset, t.line_no)}
+        self._tx_files = {
+            p: t for p, t in self.follower.files.items() if t.meta.get("committed") != (t.inode, t.offset, t.line_no)
+        }
         try:
             for t in self._tx_files.values():
                 self.store.save_offset(t.path, t.inode, t.offset, t.line_no, self._head_of(t))
@@ -499,8 +537,14 @@ class Controller:
         if cut > 0:
             t.meta["long_lines"] = scanner.long_lines_cut
             self.metrics.source_errors.labels(kind="file", reason="long_line").inc(cut)
-            self._log_every("long:" + t.path, logging.WARNING, "%s: %d line(s) longer than %d bytes cut (their head is still scanned)",
-                            t.path, cut, scanner.max_line)
+            self._log_every(
+                "long:" + t.path,
+                logging.WARNING,
+                "%s: %d line(s) longer than %d bytes cut (their head is still scanned)",
+                t.path,
+                cut,
+                scanner.max_line,
+            )
         i, n = 0, len(hits)
         while True:
             self._tx_begin()
@@ -569,8 +613,11 @@ class Controller:
             self.metrics.source_health.labels(source="spool").set(0)
             self._log_every("spool", logging.WARNING, "spool %s: read failed: %s", self.cfg.spool, exc)
             return
-        for key, reason in (("refused_node", "spool_other_node"), ("refused_kind", "spool_scheduler_kind"),
-                            ("not_regular", "not_regular_file")):
+        for key, reason in (
+            ("refused_node", "spool_other_node"),
+            ("refused_kind", "spool_scheduler_kind"),
+            ("not_regular", "not_regular_file"),
+        ):
             seen = self.spool.stats.get(key, 0)
             d = seen - self._refused_seen.get(key, 0)
             if d > 0:
@@ -596,8 +643,14 @@ class Controller:
             self._spool_garbage = garbage
             self._tx_garbage += new_garbage
             self.metrics.spool_garbage.set(garbage)
-            self._log_every("spool-garbage", logging.WARNING, "spool %s: %d line(s) skipped that are not facts "
-                            "(garbage, truncated or too long JSON); %d so far", self.cfg.spool, new_garbage, garbage)
+            self._log_every(
+                "spool-garbage",
+                logging.WARNING,
+                "spool %s: %d line(s) skipped that are not facts (garbage, truncated or too long JSON); %d so far",
+                self.cfg.spool,
+                new_garbage,
+                garbage,
+            )
 
     def _poll_scheduler(self, now: float) -> None:
         if self.adapter is None:
@@ -636,9 +689,21 @@ class Controller:
                 if first_poll:  # how nodes were when we started is state to know, not an event to act on
                     self.engine.node_states[n.name] = {"state": n.state, "drained": n.drained, "down": n.down}
                     continue
-                self.engine.ingest(Fact.make("node", {"node": n.name, "state": n.state, "flags": list(n.flags),
-                                                      "reason": n.reason or "", "drained": n.drained, "down": n.down},
-                                             now, f"{self.cfg.scheduler}:nodes"))
+                self.engine.ingest(
+                    Fact.make(
+                        "node",
+                        {
+                            "node": n.name,
+                            "state": n.state,
+                            "flags": list(n.flags),
+                            "reason": n.reason or "",
+                            "drained": n.drained,
+                            "down": n.down,
+                        },
+                        now,
+                        f"{self.cfg.scheduler}:nodes",
+                    )
+                )
         for j in jobs:
             state = (j.state, j.attempt, tuple(j.nodes), j.reason or "")
             if j.state == "RUNNING":
@@ -656,8 +721,13 @@ class Controller:
                 states_changed = True
                 if first_time and not self._states_known and j.state not in JOB_ACTIVE_STATES | {"PENDING"}:
                     continue  # it ended before this controller ever watched: history, not an event
-                attrs = {"job": j.job_id, "attempt": j.attempt, "state": j.state, "reason": j.reason or "",
-                         "nodes": list(j.nodes)}
+                attrs = {
+                    "job": j.job_id,
+                    "attempt": j.attempt,
+                    "state": j.state,
+                    "reason": j.reason or "",
+                    "nodes": list(j.nodes),
+                }
                 if j.exit_code is not None:
                     attrs["exit_code"] = j.exit_code
                 self.engine.ingest(Fact.make("job", attrs, now, f"{self.cfg.scheduler}:jobs"))
@@ -670,8 +740,9 @@ class Controller:
         --errors``), counted, logged (rate-limited); the batch it came in goes on without it."""
         error = f"{type(exc).__name__}: {exc}"
         self.metrics.quarantined.labels(kind=kind).inc()
-        self._log_every("quarantine", logging.ERROR, "%s: input set aside (quarantined), the rest goes on: %s",
-                        origin, error)
+        self._log_every(
+            "quarantine", logging.ERROR, "%s: input set aside (quarantined), the rest goes on: %s", origin, error
+        )
         logger.debug("quarantined %s", origin, exc_info=exc)
         self.store.quarantine(origin, text, error)
 
@@ -683,11 +754,21 @@ class Controller:
         self._resync_reason = None
         if self._store_down_since is None:
             self._store_down_since = time.time()
-            logger.error("incident store %s refused a write (%s): input paused; nothing is lost, reading resumes "
-                         "from the last committed positions once it accepts writes again", self.store.path, _describe(exc))
+            logger.error(
+                "incident store %s refused a write (%s): input paused; nothing is lost, reading resumes "
+                "from the last committed positions once it accepts writes again",
+                self.store.path,
+                _describe(exc),
+            )
         else:
-            self._log_every("store-down", logging.ERROR, "incident store %s still refuses writes (%s), down for %.0f s",
-                            self.store.path, _describe(exc), time.time() - self._store_down_since)
+            self._log_every(
+                "store-down",
+                logging.ERROR,
+                "incident store %s still refuses writes (%s), down for %.0f s",
+                self.store.path,
+                _describe(exc),
+                time.time() - self._store_down_since,
+            )
         self._store_retry_at = time.monotonic() + STORE_RETRY_S
 
     def _store_recover(self) -> bool:
@@ -720,8 +801,10 @@ class Controller:
             self._tx_spool_last = dict(self.spool.offsets)
         self._job_states, self._states_known = self._saved_job_states()
         self._node_states.clear()
-        logger.warning("%s: reading again from the last committed positions",
-                       self._resync_reason or f"incident store {self.store.path} accepts writes again after {down:.1f} s")
+        logger.warning(
+            "%s: reading again from the last committed positions",
+            self._resync_reason or f"incident store {self.store.path} accepts writes again after {down:.1f} s",
+        )
         self._resync_reason = None
         return True
 
@@ -731,8 +814,11 @@ class Controller:
         lost = self.db_lost()
         if lost is not None:
             self._tx_abort(None)
-            logger.critical("%s: stopping; nothing more is read or done (a new database would replay the past "
-                            "as the present). Restore it, or start again on a new one (it reads from the files' end)", lost)
+            logger.critical(
+                "%s: stopping; nothing more is read or done (a new database would replay the past "
+                "as the present). Restore it, or start again on a new one (it reads from the files' end)",
+                lost,
+            )
             self.lost_reason = lost
             self.stop_event.set()
             return
@@ -792,8 +878,13 @@ class Controller:
                 self._log_every("spool-missing", logging.WARNING, "spool %s: not a readable folder", self.cfg.spool)
         if self.adapter is not None:
             self.metrics.sources.labels(kind="scheduler").set(1)
-        for key, reason in (("unreadable", "unreadable"), ("vanished", "vanished"), ("read_errors", "read_error"),
-                            ("rotations", "rotated"), ("truncations", "truncated")):
+        for key, reason in (
+            ("unreadable", "unreadable"),
+            ("vanished", "vanished"),
+            ("read_errors", "read_error"),
+            ("rotations", "rotated"),
+            ("truncations", "truncated"),
+        ):
             v = self.follower.stats.get(key, 0)
             d = v - self._follower_stats.get(key, 0)
             if d > 0:
@@ -816,11 +907,18 @@ class Controller:
         if self.adapter is not None:
             from scheduler_adapters.worker import PollWorker
 
-            self._poller = PollWorker(self.adapter, self.cfg.scheduler_interval,
-                                      timeout=max(10.0, 2 * self.cfg.scheduler_interval))
+            self._poller = PollWorker(
+                self.adapter, self.cfg.scheduler_interval, timeout=max(10.0, 2 * self.cfg.scheduler_interval)
+            )
             self._poller.start()
-        logger.warning("recover run: mode=%s follow=%s spool=%s scheduler=%s db=%s", self.mode,
-                       ",".join(self.cfg.follow) or "-", self.cfg.spool or "-", self.cfg.scheduler, self.cfg.db)
+        logger.warning(
+            "recover run: mode=%s follow=%s spool=%s scheduler=%s db=%s",
+            self.mode,
+            ",".join(self.cfg.follow) or "-",
+            self.cfg.spool or "-",
+            self.cfg.scheduler,
+            self.cfg.db,
+        )
         rescan_every = max(1.0, float(self.cfg.poll or 0.0))
         last_rescan = last_gauges = time.monotonic()
         self._update_gauges()
@@ -855,7 +953,9 @@ class Controller:
                 if self.stop_event.is_set():
                     break
                 if self._store_down_since is not None:
-                    self.stop_event.wait(min(self.cfg.tick, max(0.0, self._store_retry_at - time.monotonic())) or self.cfg.tick)
+                    self.stop_event.wait(
+                        min(self.cfg.tick, max(0.0, self._store_retry_at - time.monotonic())) or self.cfg.tick
+                    )
                 else:
                     self.follower.wake.wait(self.cfg.tick)
         finally:

@@ -19,33 +19,66 @@ LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0,
 class Metrics:
     def __init__(self, port: int | None = None):
         r = self.registry = CollectorRegistry()
-        self.incidents = Counter("recover_incidents_total", "Incidents closed, by fault class and decision",
-                                 ["fault_class", "decision"], registry=r)
-        self.latency = Histogram("recover_detection_latency_seconds",
-                                 "From the last write of a followed file (its mtime, or the read when earlier) to the "
-                                 "commit of the incident its new lines opened",
-                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.incidents = Counter(
+            "recover_incidents_total",
+            "Incidents closed, by fault class and decision",
+            ["fault_class", "decision"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "recover_detection_latency_seconds",
+            "From the last write of a followed file (its mtime, or the read when earlier) to the "
+            "commit of the incident its new lines opened",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.lines = Counter("recover_lines_total", "Log lines read", registry=r)
         self.facts = Counter("recover_facts_total", "Facts taken by the engine", registry=r)
-        self.lines_rate = Gauge("recover_lines_per_second", "Log lines read per second (over the last few seconds)", registry=r)
-        self.facts_rate = Gauge("recover_facts_per_second", "Facts taken per second (over the last few seconds)", registry=r)
+        self.lines_rate = Gauge(
+            "recover_lines_per_second", "Log lines read per second (over the last few seconds)", registry=r
+        )
+        self.facts_rate = Gauge(
+            "recover_facts_per_second", "Facts taken per second (over the last few seconds)", registry=r
+        )
         self.sources = Gauge("recover_sources", "Sources followed", ["kind"], registry=r)
-        self.sources_healthy = Gauge("recover_sources_healthy", "Sources that could be read at their last try", ["kind"], registry=r)
-        self.sources_unhealthy = Gauge("recover_sources_unhealthy", "Sources that could not be read at their last try "
-                                       "(unreadable, vanished, failing)", ["kind"], registry=r)
-        self.source_health = Gauge("recover_source_healthy", "1 when the source answered at its last read", ["source"], registry=r)
-        self.source_errors = Counter("recover_source_errors_total", "Problems met reading sources (unreadable, vanished, "
-                                     "read_error, rotated, truncated, long_line, garbage)", ["kind", "reason"], registry=r)
+        self.sources_healthy = Gauge(
+            "recover_sources_healthy", "Sources that could be read at their last try", ["kind"], registry=r
+        )
+        self.sources_unhealthy = Gauge(
+            "recover_sources_unhealthy",
+            "Sources that could not be read at their last try (unreadable, vanished, failing)",
+            ["kind"],
+            registry=r,
+        )
+        self.source_health = Gauge(
+            "recover_source_healthy", "1 when the source answered at its last read", ["source"], registry=r
+        )
+        self.source_errors = Counter(
+            "recover_source_errors_total",
+            "Problems met reading sources (unreadable, vanished, read_error, rotated, truncated, long_line, garbage)",
+            ["kind", "reason"],
+            registry=r,
+        )
         self.reloads = Counter("recover_rulebook_reloads_total", "Rulebook reloads", ["result"], registry=r)
         self.store_errors = Counter("recover_store_errors_total", "Failed writes to the incident store", registry=r)
         self.store_healthy = Gauge("recover_store_healthy", "1 while the incident store accepts writes", registry=r)
         self.spool_garbage = Gauge("recover_spool_garbage_lines", "Spool lines that were not facts", registry=r)
-        self.quarantined = Counter("recover_quarantined_total", "Inputs (lines, spool facts) whose handling failed: kept "
-                                   "aside in the store's quarantine, the rest goes on", ["kind"], registry=r)
-        self.refused = Counter("recover_refused_total", "Claims refused at a trust boundary (a job log naming another "
-                               "job or node, a spool fact for another node or of a scheduler kind, a file that is not regular)",
-                               ["reason"], registry=r)
-        self.errors = Counter("recover_internal_errors_total", "Unexpected errors survived by the controller loop", registry=r)
+        self.quarantined = Counter(
+            "recover_quarantined_total",
+            "Inputs (lines, spool facts) whose handling failed: kept aside in the store's quarantine, the rest goes on",
+            ["kind"],
+            registry=r,
+        )
+        self.refused = Counter(
+            "recover_refused_total",
+            "Claims refused at a trust boundary (a job log naming another "
+            "job or node, a spool fact for another node or of a scheduler kind, a file that is not regular)",
+            ["reason"],
+            registry=r,
+        )
+        self.errors = Counter(
+            "recover_internal_errors_total", "Unexpected errors survived by the controller loop", registry=r
+        )
         self.actions = Counter("recover_actions_total", "Actions by name and outcome", ["action", "status"], registry=r)
         self.store_healthy.set(1)
         for reason in ("unreadable", "vanished", "read_error", "rotated", "truncated", "long_line"):

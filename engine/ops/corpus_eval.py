@@ -133,8 +133,17 @@ class EvalReport:
             "healthy_with_incident": [r.case.id for r in self.healthy_with_incident],
             "per_class": self.per_class(),
             "confusion": {k: dict(v) for k, v in self.confusion().items()},
-            "misses": [{"id": r.case.id, "label": r.case.label, "got": r.got, "rules": list(r.rules),
-                        "error": r.error, "where": r.case.where} for r in self.misses],
+            "misses": [
+                {
+                    "id": r.case.id,
+                    "label": r.case.label,
+                    "got": r.got,
+                    "rules": list(r.rules),
+                    "error": r.error,
+                    "where": r.case.where,
+                }
+                for r in self.misses
+            ],
         }
 
 
@@ -192,8 +201,18 @@ def load_cases(paths: Iterable[str], known_labels: Iterable[str] | None = None) 
                     problems.append(f"{where}: id {raw['id']!r} already used at {ids[raw['id']]}")
                     continue
                 ids[raw["id"]] = where
-                cases.append(Case(raw["id"], raw["source"], raw["stream"], raw["text"], raw["label"],
-                                  tuple(accept), str(raw.get("note", "")), where))
+                cases.append(
+                    Case(
+                        raw["id"],
+                        raw["source"],
+                        raw["stream"],
+                        raw["text"],
+                        raw["label"],
+                        tuple(accept),
+                        str(raw.get("note", "")),
+                        where,
+                    )
+                )
     return cases, problems
 
 
@@ -215,8 +234,9 @@ def evaluate_case(compiled: CompiledRulebook, case: Case, network: ReteNetwork) 
     name = "kern.log" if case.stream == "kernel" else f"slurm-{CASE_JOB}.out"
     store = Store(":memory:")
     try:
-        result = replay_inputs([Input(name, lambda: [data], STREAM_SOURCES[case.stream])], compiled, store,
-                               network=network)
+        result = replay_inputs(
+            [Input(name, lambda: [data], STREAM_SOURCES[case.stream])], compiled, store, network=network
+        )
         got, rules = _strongest(store, result.incidents, compiled.policy.get("priorities", {}))
         return CaseResult(case, got, len(result.incidents), rules)
     except Exception as exc:  # one case that breaks the pipeline is a miss with its reason, not the end of the run

@@ -13,7 +13,6 @@ polls the simulated scheduler, exactly as ``recover run --dry-run`` does; only t
 from __future__ import annotations
 
 import logging
-import os
 import random
 import shutil
 import tempfile
@@ -29,10 +28,24 @@ __all__ = ["run_demo", "FAILURE_MIX", "DemoResult"]
 
 #: component -> count, from failure-mix.csv (419 interruptions of a 54-day, 16k-GPU run)
 FAILURE_MIX = {
-    "faulty_gpu": 148, "gpu_hbm3_memory": 72, "software_bug": 54, "network_switch_cable": 35,
-    "host_maintenance_unplanned": 32, "gpu_sram_memory": 19, "gpu_system_processor": 17, "nic": 7,
-    "nccl_watchdog_timeout": 7, "silent_data_corruption": 6, "gpu_thermal": 6, "ssd": 3, "power_supply": 3,
-    "server_chassis": 2, "io_expansion_board": 2, "dependency": 2, "cpu": 2, "system_memory": 2,
+    "faulty_gpu": 148,
+    "gpu_hbm3_memory": 72,
+    "software_bug": 54,
+    "network_switch_cable": 35,
+    "host_maintenance_unplanned": 32,
+    "gpu_sram_memory": 19,
+    "gpu_system_processor": 17,
+    "nic": 7,
+    "nccl_watchdog_timeout": 7,
+    "silent_data_corruption": 6,
+    "gpu_thermal": 6,
+    "ssd": 3,
+    "power_supply": 3,
+    "server_chassis": 2,
+    "io_expansion_board": 2,
+    "dependency": 2,
+    "cpu": 2,
+    "system_memory": 2,
 }
 SITE_OVERLAY = """# recover demo: the defaults, with incidents settling in seconds instead of minutes
 policy:
@@ -75,9 +88,12 @@ class _World:
 
 
 def _nccl_timeout(w: _World, job: str, node: str, rank: int = 0) -> None:
-    w.job_log(job, f"[rank{rank}]:[E{time.strftime('%m%d %H:%M:%S', time.gmtime())}.000000000 ProcessGroupNCCL.cpp:616] "
-                   f"[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4412, OpType=ALLREDUCE, "
-                   f"NumelIn=1048576, NumelOut=1048576, Timeout(ms)=600000) ran for 600083 milliseconds before timing out.")
+    w.job_log(
+        job,
+        f"[rank{rank}]:[E{time.strftime('%m%d %H:%M:%S', time.gmtime())}.000000000 ProcessGroupNCCL.cpp:616] "
+        f"[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4412, OpType=ALLREDUCE, "
+        f"NumelIn=1048576, NumelOut=1048576, Timeout(ms)=600000) ran for 600083 milliseconds before timing out.",
+    )
 
 
 # each scenario prints what that failure looks like on a real cluster
@@ -90,33 +106,48 @@ def _faulty_gpu(w, job, node):
 
 def _hbm(w, job, node):
     w.nvml[node].gpus[0].bump("ecc_uncorrected_volatile", 2)
-    w.kernel(node, "NVRM: Xid (PCI:0000:3b:00): 48, pid=70011, name=pt_main_thread, An uncorrectable double bit error "
-                   "(DBE) has been detected on GPU in the framebuffer at physAddr 0x7fdf0de80 partition 5, subpartition 1")
+    w.kernel(
+        node,
+        "NVRM: Xid (PCI:0000:3b:00): 48, pid=70011, name=pt_main_thread, An uncorrectable double bit error "
+        "(DBE) has been detected on GPU in the framebuffer at physAddr 0x7fdf0de80 partition 5, subpartition 1",
+    )
     w.job_log(job, f"{_stamp()} [rank3]: RuntimeError: CUDA error: uncorrectable ECC error encountered")
 
 
 def _sram(w, job, node):
-    w.kernel(node, "NVRM: Xid (PCI:0000:3b:00): 48, pid=70011, name=pt_main_thread, An uncorrectable double bit error "
-                   "(DBE) has been detected on GPU in SRAM")
+    w.kernel(
+        node,
+        "NVRM: Xid (PCI:0000:3b:00): 48, pid=70011, name=pt_main_thread, An uncorrectable double bit error "
+        "(DBE) has been detected on GPU in SRAM",
+    )
 
 
 def _gsp(w, job, node):
-    w.kernel(node, "NVRM: Xid (PCI:0000:3b:00): 119, pid=2024380, name=pt_main_thread, Timeout after 6s of waiting for "
-                   "RPC response from GPU4 GSP! Expected function 103 (GSP_RM_ALLOC) (0x2081 0x4).")
+    w.kernel(
+        node,
+        "NVRM: Xid (PCI:0000:3b:00): 119, pid=2024380, name=pt_main_thread, Timeout after 6s of waiting for "
+        "RPC response from GPU4 GSP! Expected function 103 (GSP_RM_ALLOC) (0x2081 0x4).",
+    )
 
 
 def _software_bug(w, job, node):
-    w.job_log(job, f"{_stamp()} [rank0]: Traceback (most recent call last):",
-              '[rank0]:   File "/workspace/train.py", line 212, in <module>',
-              "[rank0]:     main(cfg)",
-              "[rank0]: KeyError: 'lr_schedule'")
+    w.job_log(
+        job,
+        f"{_stamp()} [rank0]: Traceback (most recent call last):",
+        '[rank0]:   File "/workspace/train.py", line 212, in <module>',
+        "[rank0]:     main(cfg)",
+        "[rank0]: KeyError: 'lr_schedule'",
+    )
     w.sim.fail(job)
 
 
 def _network(w, job, node):
     for rank in range(3):
-        w.job_log(job, f"{node}:4242:4299 [{rank}] transport/net_ib.cc:1687 NCCL WARN NET/IB : Got completion from peer "
-                       f"10.1.2.3<45678> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.1.2.4")
+        w.job_log(
+            job,
+            f"{node}:4242:4299 [{rank}] transport/net_ib.cc:1687 NCCL WARN NET/IB : Got completion from peer "
+            f"10.1.2.3<45678> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.1.2.4",
+        )
 
 
 def _node_down(w, job, node):
@@ -138,15 +169,30 @@ def _thermal(w, job, node):
 
 
 def _ssd(w, job, node):
-    w.job_log(job, f"{_stamp()} [rank0]: OSError: [Errno 5] Input/output error: '/checkpoints/run7/iter_0004000/model.pt'")
+    w.job_log(
+        job, f"{_stamp()} [rank0]: OSError: [Errno 5] Input/output error: '/checkpoints/run7/iter_0004000/model.pt'"
+    )
 
 
 SCENARIOS: dict[str, Callable] = {
-    "faulty_gpu": _faulty_gpu, "gpu_hbm3_memory": _hbm, "software_bug": _software_bug, "network_switch_cable": _network,
-    "host_maintenance_unplanned": _node_down, "gpu_sram_memory": _sram, "gpu_system_processor": _gsp, "nic": _network,
-    "nccl_watchdog_timeout": _nccl_watchdog, "silent_data_corruption": _nan, "gpu_thermal": _thermal, "ssd": _ssd,
-    "power_supply": _node_down, "server_chassis": _node_down, "io_expansion_board": _faulty_gpu, "dependency": _software_bug,
-    "cpu": _node_down, "system_memory": _node_down,
+    "faulty_gpu": _faulty_gpu,
+    "gpu_hbm3_memory": _hbm,
+    "software_bug": _software_bug,
+    "network_switch_cable": _network,
+    "host_maintenance_unplanned": _node_down,
+    "gpu_sram_memory": _sram,
+    "gpu_system_processor": _gsp,
+    "nic": _network,
+    "nccl_watchdog_timeout": _nccl_watchdog,
+    "silent_data_corruption": _nan,
+    "gpu_thermal": _thermal,
+    "ssd": _ssd,
+    "power_supply": _node_down,
+    "server_chassis": _node_down,
+    "io_expansion_board": _faulty_gpu,
+    "dependency": _software_bug,
+    "cpu": _node_down,
+    "system_memory": _node_down,
 }
 
 
@@ -167,22 +213,47 @@ def run_demo(db: str, jobs: int = 6, seed: int = 7, timeout: float = 50.0, keep:
     for suffix in ("", "-wal", "-shm"):
         Path(db + suffix).unlink(missing_ok=True)
     sim = SimulatedCluster(NODES)
-    nvml = {n: FakeNvml([FakeGpu(uuid=f"GPU-{i:08x}-0000-0000-0000-000000000000", bus_id="00000000:3B:00.0")])
-            for i, n in enumerate(NODES)}
+    nvml = {
+        n: FakeNvml([FakeGpu(uuid=f"GPU-{i:08x}-0000-0000-0000-000000000000", bus_id="00000000:3B:00.0")])
+        for i, n in enumerate(NODES)
+    }
     for n in NODES:
         (root / f"kern-{n}.log").write_text("")
     world = _World(root, sim, nvml)
     stop = threading.Event()
-    agents = [threading.Thread(target=run_agent, name=f"agent-{n}", daemon=True,
-                               kwargs=dict(node=n, spool_dir=str(root / "spool"), kernel_log=str(root / f"kern-{n}.log"),
-                                           nvml=True, nvml_backend=nvml[n], poll_interval=1.0, stop_event=stop,
-                                           nvml_events=False, tick=0.1))
-              for n in NODES]
+    agents = [
+        threading.Thread(
+            target=run_agent,
+            name=f"agent-{n}",
+            daemon=True,
+            kwargs=dict(
+                node=n,
+                spool_dir=str(root / "spool"),
+                kernel_log=str(root / f"kern-{n}.log"),
+                nvml=True,
+                nvml_backend=nvml[n],
+                poll_interval=1.0,
+                stop_event=stop,
+                nvml_events=False,
+                tick=0.1,
+            ),
+        )
+        for n in NODES
+    ]
     for a in agents:
         a.start()
     compiled = require_rulebook([site])
-    cfg = ControllerConfig(rules=[str(site)], db=db, follow=[str(root / "logs" / "*.out")], spool=str(root / "spool"),
-                           scheduler="simulated", dry_run=True, adapter=sim, scheduler_interval=0.5, tick=0.1)
+    cfg = ControllerConfig(
+        rules=[str(site)],
+        db=db,
+        follow=[str(root / "logs" / "*.out")],
+        spool=str(root / "spool"),
+        scheduler="simulated",
+        dry_run=True,
+        adapter=sim,
+        scheduler_interval=0.5,
+        tick=0.1,
+    )
     controller = Controller(cfg, compiled)
     ctl = threading.Thread(target=controller.run, name="controller", daemon=True)
     ctl.start()
@@ -201,7 +272,9 @@ def run_demo(db: str, jobs: int = 6, seed: int = 7, timeout: float = 50.0, keep:
     weights = [FAILURE_MIX[c] for c in comps]
     victims = list(running.items())
     rng.shuffle(victims)
-    plan = [(rng.choices(comps, weights)[0], j, n) for j, n in victims[: max(1, len(victims) - 1)]]  # one job stays healthy
+    plan = [
+        (rng.choices(comps, weights)[0], j, n) for j, n in victims[: max(1, len(victims) - 1)]
+    ]  # one job stays healthy
 
     def workload() -> None:
         step = 0

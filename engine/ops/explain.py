@@ -50,9 +50,13 @@ def build(store: Store, incident_id: int) -> dict[str, Any]:
             node["rule"] = {"id": fr["rule"], "at": fr["rule_mark"], "description": fr["description"]}
             node["because"] = {alias: chain(fid, depth + 1, seen | {fact_id}) for alias, fid in fr["matched"].items()}
             # the same conclusion derived again from other evidence: each derivation, in order
-            node["again"] = [{"rule": {"id": f["rule"], "at": f["rule_mark"], "description": f["description"]},
-                              "because": {alias: chain(fid, depth + 1, seen | {fact_id}) for alias, fid in f["matched"].items()}}
-                             for f in frs[1:]]
+            node["again"] = [
+                {
+                    "rule": {"id": f["rule"], "at": f["rule_mark"], "description": f["description"]},
+                    "because": {alias: chain(fid, depth + 1, seen | {fact_id}) for alias, fid in f["matched"].items()},
+                }
+                for f in frs[1:]
+            ]
         return node
 
     root = chain(inc.fault_fact) if inc.fault_fact else None
@@ -101,10 +105,14 @@ def render_text(report: dict[str, Any]) -> str:
     if inc.get("reason"):
         lines.append(f"  why:      {inc['reason']}")
     for g in inc.get("guards") or []:
-        lines.append(f"  guard:    {g.get('guard')}: {g.get('why')}" + (f" ({g['from']} -> {g['to']})" if g.get("from") else ""))
+        lines.append(
+            f"  guard:    {g.get('guard')}: {g.get('why')}" + (f" ({g['from']} -> {g['to']})" if g.get("from") else "")
+        )
     if report.get("context_source") == "logs":
-        lines.append("  context:  which job ran on which nodes was taken from the logs' own lines (SLURM_JOB_ID, "
-                     "SLURM_JOB_NODELIST...): no scheduler was asked (replay); live, only the scheduler says that")
+        lines.append(
+            "  context:  which job ran on which nodes was taken from the logs' own lines (SLURM_JOB_ID, "
+            "SLURM_JOB_NODELIST...): no scheduler was asked (replay); live, only the scheduler says that"
+        )
     lines.append("")
     lines.append("Chain of evidence (the winning fault, the rules that derived it, the facts they matched):")
 
@@ -119,7 +127,10 @@ def render_text(report: dict[str, Any]) -> str:
         flood = fact.get("flood")
         if flood:
             who = ", ".join(flood.get("nodes", [])[:8]) + (" ..." if len(flood.get("nodes", [])) > 8 else "")
-            lines.append(f"{prefix}    last of {fact['count']} @ {flood.get('last_origin')}" + (f" (nodes: {who})" if who else ""))
+            lines.append(
+                f"{prefix}    last of {fact['count']} @ {flood.get('last_origin')}"
+                + (f" (nodes: {who})" if who else "")
+            )
             if flood.get("last_text"):
                 lines.append(f"{prefix}    | {flood['last_text']}")
         if "rule" in node:

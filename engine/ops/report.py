@@ -30,16 +30,36 @@ from engine.store import IncidentRow, Store
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Thresholds", "build_report", "print_report", "parse_since", "incident_time", "LATENCY_DEFINITION",
-           "LATENCY_BUCKETS", "LIVE_SKEW_S", "latency_summary", "autonomy_snippet", "fmt_rate", "fmt_seconds"]
+__all__ = [
+    "Thresholds",
+    "build_report",
+    "print_report",
+    "parse_since",
+    "incident_time",
+    "LATENCY_DEFINITION",
+    "LATENCY_BUCKETS",
+    "LIVE_SKEW_S",
+    "latency_summary",
+    "autonomy_snippet",
+    "fmt_rate",
+    "fmt_seconds",
+]
 
 #: an incident is live when its engine clock was the wall clock: it opened within this of detected_wall
 LIVE_SKEW_S = 60.0
 #: engine times before this are not calendar times (logs without timestamps replay at t=0)
 _PLAUSIBLE = 946684800.0  # 2000-01-01
 LATENCY_BUCKETS: tuple[tuple[float, float, str], ...] = (
-    (0, 1, "<1s"), (1, 2, "1-2s"), (2, 5, "2-5s"), (5, 10, "5-10s"), (10, 30, "10-30s"), (30, 60, "30-60s"),
-    (60, 120, "1-2m"), (120, 300, "2-5m"), (300, 600, "5-10m"), (600, math.inf, ">10m"),
+    (0, 1, "<1s"),
+    (1, 2, "1-2s"),
+    (2, 5, "2-5s"),
+    (5, 10, "5-10s"),
+    (10, 30, "10-30s"),
+    (30, 60, "30-60s"),
+    (60, 120, "1-2m"),
+    (120, 300, "2-5m"),
+    (300, 600, "5-10m"),
+    (600, math.inf, ">10m"),
 )
 LATENCY_DEFINITION = (
     "Detection latency = detected_wall (wall time the incident opened) minus the time of its first evidence "
@@ -69,8 +89,10 @@ def parse_since(text: str | None, now: float | None = None) -> float | None:
     try:
         return parse_time(text)
     except ReviewError:
-        raise ReviewError(f"--since {text!r}: give a date (2026-11-01), a date and time (2026-11-01T08:00Z), "
-                          "or a span back from now (12h, 7d, 2w)") from None
+        raise ReviewError(
+            f"--since {text!r}: give a date (2026-11-01), a date and time (2026-11-01T08:00Z), "
+            "or a span back from now (12h, 7d, 2w)"
+        ) from None
 
 
 def incident_time(row: IncidentRow) -> float:
@@ -102,8 +124,15 @@ def latency_summary(values: Iterable[float]) -> dict[str, Any]:
     xs = sorted(values)
     if not xs:
         return {"count": 0}
-    return {"count": len(xs), "min": xs[0], "p50": _percentile(xs, 50), "p90": _percentile(xs, 90),
-            "p99": _percentile(xs, 99), "max": xs[-1], "mean": sum(xs) / len(xs)}
+    return {
+        "count": len(xs),
+        "min": xs[0],
+        "p50": _percentile(xs, 50),
+        "p90": _percentile(xs, 90),
+        "p99": _percentile(xs, 99),
+        "max": xs[-1],
+        "mean": sum(xs) / len(xs),
+    }
 
 
 def _histogram(values: Iterable[float]) -> list[dict[str, Any]]:
@@ -113,8 +142,10 @@ def _histogram(values: Iterable[float]) -> list[dict[str, Any]]:
             if lo <= v < hi:
                 counts[i] += 1
                 break
-    return [{"label": label, "lo": lo, "hi": None if math.isinf(hi) else hi, "count": c}
-            for (lo, hi, label), c in zip(LATENCY_BUCKETS, counts)]
+    return [
+        {"label": label, "lo": lo, "hi": None if math.isinf(hi) else hi, "count": c}
+        for (lo, hi, label), c in zip(LATENCY_BUCKETS, counts)
+    ]
 
 
 def _iso(t: float) -> str:
@@ -142,9 +173,16 @@ class _Group:
 
     def to_dict(self) -> dict[str, Any]:
         reviewed = self.agreed + self.disagreed
-        return {"key": self.key, "incidents": self.incidents, "reviewed": reviewed, "agreed": self.agreed,
-                "disagreed": self.disagreed, "agreement": (self.agreed / reviewed) if reviewed else None,
-                "latency": latency_summary(self.latencies), "disagreements": self.disagreements}
+        return {
+            "key": self.key,
+            "incidents": self.incidents,
+            "reviewed": reviewed,
+            "agreed": self.agreed,
+            "disagreed": self.disagreed,
+            "agreement": (self.agreed / reviewed) if reviewed else None,
+            "latency": latency_summary(self.latencies),
+            "disagreements": self.disagreements,
+        }
 
 
 def _grouped(items: list[dict[str, Any]], keys_of) -> list[dict[str, Any]]:
@@ -160,11 +198,13 @@ def _timeline(items: list[dict[str, Any]]) -> dict[str, Any]:
         return {"bucket": "day", "buckets": [], "classes": [], "counts": {}}
     times = [it["time"] for it in items]
     weekly = max(times) - min(times) > 90 * 86400
+
     def bucket(t: float) -> str:
         d = datetime.fromtimestamp(t, timezone.utc).date()
         if weekly:
             d = d - timedelta(days=d.weekday())
         return d.isoformat()
+
     first = datetime.fromisoformat(bucket(min(times))).date()
     last = datetime.fromisoformat(bucket(max(times))).date()
     step = timedelta(days=7 if weekly else 1)
@@ -192,8 +232,16 @@ def _autonomy(by_decision: list[dict[str, Any]], th: Thresholds) -> list[dict[st
         if g["agreement"] is None or g["agreement"] < th.min_agreement:
             rate = "no reviews" if g["agreement"] is None else f"agreement {g['agreement']:.1%}"
             why.append(f"{rate}, needs {th.min_agreement:.0%}")
-        out.append({"decision": decision, "eligible": not why, "incidents": g["incidents"], "reviewed": g["reviewed"],
-                    "agreement": g["agreement"], "why_not": "; ".join(why)})
+        out.append(
+            {
+                "decision": decision,
+                "eligible": not why,
+                "incidents": g["incidents"],
+                "reviewed": g["reviewed"],
+                "agreement": g["agreement"],
+                "why_not": "; ".join(why),
+            }
+        )
     return out
 
 
@@ -206,8 +254,9 @@ def autonomy_snippet(autonomy: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def build_report(store: Store, since: float | None = None, thresholds: Thresholds = Thresholds(),
-                 now: float | None = None) -> dict[str, Any]:
+def build_report(
+    store: Store, since: float | None = None, thresholds: Thresholds = Thresholds(), now: float | None = None
+) -> dict[str, Any]:
     now = now if now is not None else time.time()
     reviews = latest_reviews(store)
     rows = store.incidents()
@@ -224,15 +273,31 @@ def build_report(store: Store, since: float | None = None, thresholds: Threshold
         live += _is_live(row)
         fc = row.fault_class or "unknown"
         decision = row.decision or "unknown"
-        items.append({
-            "id": row.id, "time": incident_time(row), "fault_class": fc, "decision": decision, "rules": rules,
-            "verdict": verdict, "latency_s": latency,
-            "disagreement": None if verdict != "disagree" else {
-                "incident": row.id, "job": row.job, "attempt": row.attempt, "fault_class": fc, "decision": decision,
-                "nodes": list(row.nodes), "rules": rules, "did": review.get("did"), "by": review.get("by"),
-                "at": _iso(float(review["at"])),
-            },
-        })
+        items.append(
+            {
+                "id": row.id,
+                "time": incident_time(row),
+                "fault_class": fc,
+                "decision": decision,
+                "rules": rules,
+                "verdict": verdict,
+                "latency_s": latency,
+                "disagreement": None
+                if verdict != "disagree"
+                else {
+                    "incident": row.id,
+                    "job": row.job,
+                    "attempt": row.attempt,
+                    "fault_class": fc,
+                    "decision": decision,
+                    "nodes": list(row.nodes),
+                    "rules": rules,
+                    "did": review.get("did"),
+                    "by": review.get("by"),
+                    "at": _iso(float(review["at"])),
+                },
+            }
+        )
     latencies = [it["latency_s"] for it in items if it["latency_s"] is not None]
     reviewed = sum(1 for it in items if it["verdict"] is not None)
     agreed = sum(1 for it in items if it["verdict"] == "agree")
@@ -243,9 +308,15 @@ def build_report(store: Store, since: float | None = None, thresholds: Threshold
         "db": store.path,
         "since": _iso(since) if since is not None else None,
         "thresholds": {"min_reviewed": thresholds.min_reviewed, "min_agreement": thresholds.min_agreement},
-        "totals": {"incidents": len(items), "open_not_counted": open_n, "live": live, "reviewed": reviewed,
-                   "agreed": agreed, "disagreed": reviewed - agreed,
-                   "agreement": agreed / reviewed if reviewed else None},
+        "totals": {
+            "incidents": len(items),
+            "open_not_counted": open_n,
+            "live": live,
+            "reviewed": reviewed,
+            "agreed": agreed,
+            "disagreed": reviewed - agreed,
+            "agreement": agreed / reviewed if reviewed else None,
+        },
         "by_fault_class": _grouped(items, lambda it: [it["fault_class"]]),
         "by_rule": _grouped(items, lambda it: it["rules"] or ["(no rule)"]),
         "by_decision": by_decision,
@@ -286,8 +357,10 @@ def print_report(rep: Mapping[str, Any], width: int = 120) -> None:
     t = rep["totals"]
     since = f" since {rep['since']}" if rep["since"] else ""
     console.print(f"[bold]Recover review report[/bold] — {rep['db']}{since}")
-    console.print(f"{t['incidents']} closed incident(s), {t['reviewed']} reviewed, agreement {fmt_rate(t['agreement'])}"
-                  + (f"; {t['open_not_counted']} open incident(s) not counted" if t["open_not_counted"] else ""))
+    console.print(
+        f"{t['incidents']} closed incident(s), {t['reviewed']} reviewed, agreement {fmt_rate(t['agreement'])}"
+        + (f"; {t['open_not_counted']} open incident(s) not counted" if t["open_not_counted"] else "")
+    )
 
     def table(title: str, groups: list[Mapping[str, Any]], first: str, extra: str | None = None) -> None:
         tab = Table(title=title, title_justify="left")
@@ -296,8 +369,15 @@ def print_report(rep: Mapping[str, Any], width: int = 120) -> None:
         if extra:
             tab.add_column(extra)
         for g in groups:
-            cells = [g["key"], str(g["incidents"]), str(g["reviewed"]), str(g["agreed"]), str(g["disagreed"]),
-                     fmt_rate(g["agreement"]), _lat(g["latency"])]
+            cells = [
+                g["key"],
+                str(g["incidents"]),
+                str(g["reviewed"]),
+                str(g["agreed"]),
+                str(g["disagreed"]),
+                fmt_rate(g["agreement"]),
+                _lat(g["latency"]),
+            ]
             if extra:
                 cells.append(g.get("_extra", ""))
             tab.add_row(*cells)
@@ -306,8 +386,9 @@ def print_report(rep: Mapping[str, Any], width: int = 120) -> None:
     table("By fault class", rep["by_fault_class"], "fault_class")
     table("By rule (the rules that fired in each incident)", rep["by_rule"], "rule")
     auto = {a["decision"]: a for a in rep["autonomy"]}
-    decisions = [dict(g, _extra="eligible" if auto.get(g["key"], {}).get("eligible") else "not yet")
-                 for g in rep["by_decision"]]
+    decisions = [
+        dict(g, _extra="eligible" if auto.get(g["key"], {}).get("eligible") else "not yet") for g in rep["by_decision"]
+    ]
     table("By decision kind", decisions, "decision", "autonomy")
 
     if rep["disagreements"]:
@@ -315,15 +396,26 @@ def print_report(rep: Mapping[str, Any], width: int = 120) -> None:
         for col in ("incident", "fault_class", "decision", "rules", "operator did", "by"):
             tab.add_column(col)
         for d in rep["disagreements"]:
-            tab.add_row(str(d["incident"]), d["fault_class"], d["decision"], ", ".join(d["rules"]) or "-",
-                        d["did"] or "-", d["by"] or "-")
+            tab.add_row(
+                str(d["incident"]),
+                d["fault_class"],
+                d["decision"],
+                ", ".join(d["rules"]) or "-",
+                d["did"] or "-",
+                d["by"] or "-",
+            )
         console.print(tab)
 
     lat = rep["latency"]
-    console.print("[bold]Detection latency[/bold]: " + (
-        f"{lat['count']} live incident(s): min {fmt_seconds(lat['min'])}, p50 {fmt_seconds(lat['p50'])}, "
-        f"p90 {fmt_seconds(lat['p90'])}, p99 {fmt_seconds(lat['p99'])}, max {fmt_seconds(lat['max'])}"
-        if lat["count"] else "no live incidents (replayed incidents have no meaningful latency)"))
+    console.print(
+        "[bold]Detection latency[/bold]: "
+        + (
+            f"{lat['count']} live incident(s): min {fmt_seconds(lat['min'])}, p50 {fmt_seconds(lat['p50'])}, "
+            f"p90 {fmt_seconds(lat['p90'])}, p99 {fmt_seconds(lat['p99'])}, max {fmt_seconds(lat['max'])}"
+            if lat["count"]
+            else "no live incidents (replayed incidents have no meaningful latency)"
+        )
+    )
     if lat["count"]:
         top = max(b["count"] for b in lat["histogram"]) or 1
         for b in lat["histogram"]:
@@ -331,9 +423,13 @@ def print_report(rep: Mapping[str, Any], width: int = 120) -> None:
     console.print(f"[dim]{lat['definition']}[/dim]")
 
     th = rep["thresholds"]
-    console.print(f"[bold]Autonomy[/bold] (needs ≥ {th['min_reviewed']} reviewed and ≥ {th['min_agreement']:.0%} agreement):")
+    console.print(
+        f"[bold]Autonomy[/bold] (needs ≥ {th['min_reviewed']} reviewed and ≥ {th['min_agreement']:.0%} agreement):"
+    )
     for a in rep["autonomy"]:
         mark = "[green]eligible[/green]" if a["eligible"] else f"not yet — {a['why_not']}"
-        console.print(f"  {a['decision']:<20} {a['reviewed']:>5} reviewed, agreement {fmt_rate(a['agreement']):>6}: {mark}")
+        console.print(
+            f"  {a['decision']:<20} {a['reviewed']:>5} reviewed, agreement {fmt_rate(a['agreement']):>6}: {mark}"
+        )
     console.print("To grant what the evidence supports, layer this over the rulebook and run without --dry-run:")
     console.print(rep["autonomy_policy"], highlight=False, markup=False)

@@ -23,8 +23,24 @@ logger = logging.getLogger(__name__)
 __all__ = ["render_html", "class_color", "PALETTE", "AGREE_COLORS", "LATENCY_COLOR"]
 
 #: one color per fault class, in the order of the shipped declarations (hardware reds/oranges first)
-PALETTE = ("#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#9467bd", "#7f7f7f", "#bcbd22", "#17becf",
-           "#1f77b4", "#2ca02c", "#98df8a", "#ffbb78", "#aec7e8", "#c5b0d5", "#c49c94", "#f7b6d2")
+PALETTE = (
+    "#d62728",
+    "#ff7f0e",
+    "#8c564b",
+    "#e377c2",
+    "#9467bd",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+    "#1f77b4",
+    "#2ca02c",
+    "#98df8a",
+    "#ffbb78",
+    "#aec7e8",
+    "#c5b0d5",
+    "#c49c94",
+    "#f7b6d2",
+)
 _OTHER = "#444444"
 #: agreement bars (at/above the threshold, within 15 points below, further below) and latency bars:
 #: colors outside PALETTE, so no chart can be mistaken for another
@@ -67,15 +83,19 @@ def _nice_max(value: float) -> int:
 
 
 def _svg_open(chart_id: str, width: int, height: int, title: str) -> str:
-    return (f'<svg id="{chart_id}" class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" role="img" aria-label="{_e(title)}" style="{_FONT}">'
-            f'<title>{_e(title)}</title><rect class="background" x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>')
+    return (
+        f'<svg id="{chart_id}" class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{_e(title)}" style="{_FONT}">'
+        f'<title>{_e(title)}</title><rect class="background" x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>'
+    )
 
 
 def _no_data(chart_id: str, title: str, why: str, width: int = 960, height: int = 80) -> str:
-    return (_svg_open(chart_id, width, height, title)
-            + f'<text class="no-data" x="{width / 2}" y="{height / 2}" text-anchor="middle" font-size="14" fill="#666">'
-              f"{_e(why)}</text></svg>")
+    return (
+        _svg_open(chart_id, width, height, title)
+        + f'<text class="no-data" x="{width / 2}" y="{height / 2}" text-anchor="middle" font-size="14" fill="#666">'
+        f"{_e(why)}</text></svg>"
+    )
 
 
 def _y_axis(x0: float, y0: float, plot_h: float, top: int, plot_w: float) -> list[str]:
@@ -84,8 +104,7 @@ def _y_axis(x0: float, y0: float, plot_h: float, top: int, plot_w: float) -> lis
         y = y0 - plot_h * frac
         label = top * frac
         out.append(f'<line x1="{x0}" y1="{y:.1f}" x2="{x0 + plot_w}" y2="{y:.1f}" stroke="#e5e5e5"/>')
-        out.append(f'<text x="{x0 - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11" fill="#555">'
-                   f'{label:g}</text>')
+        out.append(f'<text x="{x0 - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11" fill="#555">{label:g}</text>')
     return out
 
 
@@ -112,16 +131,22 @@ def timeline_svg(timeline: Mapping[str, Any]) -> str:
                 continue
             h = plot_h * n / top
             y -= h
-            parts.append(f'<rect class="bar" data-class="{_e(fc)}" data-count="{n}" x="{x:.1f}" y="{y:.1f}" '
-                         f'width="{bar_w:.1f}" height="{h:.1f}" fill="{class_color(fc)}"><title>{_e(b)} {_e(fc)}: {n}</title></rect>')
+            parts.append(
+                f'<rect class="bar" data-class="{_e(fc)}" data-count="{n}" x="{x:.1f}" y="{y:.1f}" '
+                f'width="{bar_w:.1f}" height="{h:.1f}" fill="{class_color(fc)}"><title>{_e(b)} {_e(fc)}: {n}</title></rect>'
+            )
     ticks = sorted({0, len(buckets) // 2, len(buckets) - 1})
     for i in ticks:
         x = left + i * slot + slot / 2
-        parts.append(f'<text x="{x:.1f}" y="{y0 + 16}" text-anchor="middle" font-size="11" fill="#555">{_e(buckets[i])}</text>')
+        parts.append(
+            f'<text x="{x:.1f}" y="{y0 + 16}" text-anchor="middle" font-size="11" fill="#555">{_e(buckets[i])}</text>'
+        )
     lx, ly = left, y0 + 36
     for fc in classes:
-        parts.append(f'<rect class="legend" x="{lx}" y="{ly - 10}" width="12" height="12" fill="{class_color(fc)}"/>'
-                     f'<text x="{lx + 16}" y="{ly}" font-size="12" fill="#222">{_e(fc)}</text>')
+        parts.append(
+            f'<rect class="legend" x="{lx}" y="{ly - 10}" width="12" height="12" fill="{class_color(fc)}"/>'
+            f'<text x="{lx + 16}" y="{ly}" font-size="12" fill="#222">{_e(fc)}</text>'
+        )
         lx += 24 + 7 * len(fc)
         if lx > width - 160:
             lx, ly = left, ly + 18
@@ -145,23 +170,33 @@ def agreement_svg(by_rule: Sequence[Mapping[str, Any]], min_agreement: float, li
     for i, g in enumerate(rows):
         y = top_m + i * row_h
         key = g["key"] if len(g["key"]) <= 48 else g["key"][:47] + "…"
-        parts.append(f'<text x="{label_w - 8}" y="{y + 15}" text-anchor="end" font-size="12" fill="#222">{_e(key)}</text>')
+        parts.append(
+            f'<text x="{label_w - 8}" y="{y + 15}" text-anchor="end" font-size="12" fill="#222">{_e(key)}</text>'
+        )
         parts.append(f'<rect x="{label_w}" y="{y + 3}" width="{bar_area}" height="{row_h - 6}" fill="#f0f0f0"/>')
         if g["agreement"] is None:
             note = f"no reviews ({g['incidents']} incidents)"
         else:
             w = bar_area * g["agreement"]
             good, near, bad = AGREE_COLORS
-            color = good if g["agreement"] >= min_agreement else (near if g["agreement"] >= min_agreement - 0.15 else bad)
-            parts.append(f'<rect class="bar" data-rule="{_e(g["key"])}" x="{label_w}" y="{y + 3}" width="{w:.1f}" '
-                         f'height="{row_h - 6}" fill="{color}"><title>{_e(g["key"])}: {fmt_rate(g["agreement"])} of '
-                         f'{g["reviewed"]} reviewed</title></rect>')
+            color = (
+                good if g["agreement"] >= min_agreement else (near if g["agreement"] >= min_agreement - 0.15 else bad)
+            )
+            parts.append(
+                f'<rect class="bar" data-rule="{_e(g["key"])}" x="{label_w}" y="{y + 3}" width="{w:.1f}" '
+                f'height="{row_h - 6}" fill="{color}"><title>{_e(g["key"])}: {fmt_rate(g["agreement"])} of '
+                f"{g['reviewed']} reviewed</title></rect>"
+            )
             note = f"{fmt_rate(g['agreement'])} of {g['reviewed']}"
         parts.append(f'<text x="{label_w + bar_area + 8}" y="{y + 15}" font-size="12" fill="#333">{_e(note)}</text>')
-    parts.append(f'<line class="threshold" x1="{x_thr:.1f}" y1="{top_m - 4}" x2="{x_thr:.1f}" y2="{height - 18}" '
-                 f'stroke="#333" stroke-dasharray="4 3"/>')
-    parts.append(f'<text x="{x_thr:.1f}" y="{height - 4}" text-anchor="middle" font-size="11" fill="#333">'
-                 f'autonomy threshold {min_agreement:.0%}</text></svg>')
+    parts.append(
+        f'<line class="threshold" x1="{x_thr:.1f}" y1="{top_m - 4}" x2="{x_thr:.1f}" y2="{height - 18}" '
+        f'stroke="#333" stroke-dasharray="4 3"/>'
+    )
+    parts.append(
+        f'<text x="{x_thr:.1f}" y="{height - 4}" text-anchor="middle" font-size="11" fill="#333">'
+        f"autonomy threshold {min_agreement:.0%}</text></svg>"
+    )
     return "".join(parts)
 
 
@@ -180,11 +215,15 @@ def latency_svg(latency: Mapping[str, Any]) -> str:
         x = left + i * slot + slot * 0.1
         if b["count"]:
             h = plot_h * b["count"] / top
-            parts.append(f'<rect class="bar" data-bucket="{_e(b["label"])}" data-count="{b["count"]}" x="{x:.1f}" '
-                         f'y="{y0 - h:.1f}" width="{slot * 0.8:.1f}" height="{h:.1f}" fill="{LATENCY_COLOR}">'
-                         f'<title>{_e(b["label"])}: {b["count"]}</title></rect>')
-        parts.append(f'<text x="{x + slot * 0.4:.1f}" y="{y0 + 16}" text-anchor="middle" font-size="11" fill="#555">'
-                     f'{_e(b["label"])}</text>')
+            parts.append(
+                f'<rect class="bar" data-bucket="{_e(b["label"])}" data-count="{b["count"]}" x="{x:.1f}" '
+                f'y="{y0 - h:.1f}" width="{slot * 0.8:.1f}" height="{h:.1f}" fill="{LATENCY_COLOR}">'
+                f"<title>{_e(b['label'])}: {b['count']}</title></rect>"
+            )
+        parts.append(
+            f'<text x="{x + slot * 0.4:.1f}" y="{y0 + 16}" text-anchor="middle" font-size="11" fill="#555">'
+            f"{_e(b['label'])}</text>"
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -199,8 +238,17 @@ def _group_rows(groups: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
     out = []
     for g in groups:
         lat = g["latency"]
-        out.append([g["key"], g["incidents"], g["reviewed"], g["agreed"], g["disagreed"], fmt_rate(g["agreement"]),
-                    f"{fmt_seconds(lat['p50'])} / {fmt_seconds(lat['p90'])}" if lat.get("count") else "-"])
+        out.append(
+            [
+                g["key"],
+                g["incidents"],
+                g["reviewed"],
+                g["agreed"],
+                g["disagreed"],
+                fmt_rate(g["agreement"]),
+                f"{fmt_seconds(lat['p50'])} / {fmt_seconds(lat['p90'])}" if lat.get("count") else "-",
+            ]
+        )
     return out
 
 
@@ -220,30 +268,60 @@ def render_html(rep: Mapping[str, Any]) -> str:
     th = rep["thresholds"]
     lat = rep["latency"]
     since = f" since {rep['since']}" if rep["since"] else ""
-    autonomy_rows = [[a["decision"], a["incidents"], a["reviewed"], fmt_rate(a["agreement"]),
-                      "eligible" if a["eligible"] else "not yet", a["why_not"] or "-"] for a in rep["autonomy"]]
-    disagreements = [[d["incident"], d["fault_class"], d["decision"], ", ".join(d["nodes"]) or "-", ", ".join(d["rules"]) or "-",
-                      d["did"] or "-", d["by"] or "-", d["at"]] for d in rep["disagreements"]]
-    lat_line = (f"{lat['count']} live incident(s): min {fmt_seconds(lat['min'])}, p50 {fmt_seconds(lat['p50'])}, "
-                f"p90 {fmt_seconds(lat['p90'])}, p99 {fmt_seconds(lat['p99'])}, max {fmt_seconds(lat['max'])}"
-                if lat.get("count") else "No live incidents in this period.")
+    autonomy_rows = [
+        [
+            a["decision"],
+            a["incidents"],
+            a["reviewed"],
+            fmt_rate(a["agreement"]),
+            "eligible" if a["eligible"] else "not yet",
+            a["why_not"] or "-",
+        ]
+        for a in rep["autonomy"]
+    ]
+    disagreements = [
+        [
+            d["incident"],
+            d["fault_class"],
+            d["decision"],
+            ", ".join(d["nodes"]) or "-",
+            ", ".join(d["rules"]) or "-",
+            d["did"] or "-",
+            d["by"] or "-",
+            d["at"],
+        ]
+        for d in rep["disagreements"]
+    ]
+    lat_line = (
+        f"{lat['count']} live incident(s): min {fmt_seconds(lat['min'])}, p50 {fmt_seconds(lat['p50'])}, "
+        f"p90 {fmt_seconds(lat['p90'])}, p99 {fmt_seconds(lat['p99'])}, max {fmt_seconds(lat['max'])}"
+        if lat.get("count")
+        else "No live incidents in this period."
+    )
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>Recover review report{_e(since)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>Recover review report</h1><p class=\"muted\">{_e(rep['db'])}{_e(since)} — generated {_e(rep['generated_at'])}</p>",
+        f'<h1>Recover review report</h1><p class="muted">{_e(rep["db"])}{_e(since)} — generated {_e(rep["generated_at"])}</p>',
         '<p class="summary">'
         f"<span><b>{t['incidents']}</b> closed incidents</span><span><b>{t['reviewed']}</b> reviewed</span>"
         f"<span><b>{_e(fmt_rate(t['agreement']))}</b> agreement</span><span><b>{t['live']}</b> live</span>"
-        + (f"<span class=\"muted\">{t['open_not_counted']} open incident(s) not counted</span>" if t["open_not_counted"] else "")
+        + (
+            f'<span class="muted">{t["open_not_counted"]} open incident(s) not counted</span>'
+            if t["open_not_counted"]
+            else ""
+        )
         + "</p>",
-        "<h2>Incidents over time</h2>", timeline_svg(rep["timeline"]),
+        "<h2>Incidents over time</h2>",
+        timeline_svg(rep["timeline"]),
         "<h2>Agreement per rule</h2>",
         '<p class="muted">The rules that fired in each incident; the bar is the share of reviewed incidents whose '
         "decision the operator agreed with. The dashed line is the autonomy threshold.</p>",
         agreement_svg(rep["by_rule"], float(th["min_agreement"])),
-        "<h2>Detection latency</h2>", latency_svg(lat), f"<p>{_e(lat_line)}</p>",
+        "<h2>Detection latency</h2>",
+        latency_svg(lat),
+        f"<p>{_e(lat_line)}</p>",
         f'<p class="muted">{_e(lat["definition"])}</p>',
         "<h2>Autonomy</h2>",
         f"<p>A decision kind is eligible with at least {th['min_reviewed']} reviewed incidents and at least "
@@ -252,16 +330,27 @@ def render_html(rep: Mapping[str, Any]) -> str:
         "<p>To grant what the evidence supports, layer this over the rulebook and run without <code>--dry-run</code>:</p>",
         f"<pre>{_e(rep.get('autonomy_policy') or autonomy_snippet(rep['autonomy']))}</pre>",
         "<h2>By fault class</h2>",
-        _table(["fault_class", "incidents", "reviewed", "agree", "disagree", "agreement", "latency p50 / p90"],
-               _group_rows(rep["by_fault_class"])),
+        _table(
+            ["fault_class", "incidents", "reviewed", "agree", "disagree", "agreement", "latency p50 / p90"],
+            _group_rows(rep["by_fault_class"]),
+        ),
         "<h2>By rule</h2>",
-        _table(["rule", "incidents", "reviewed", "agree", "disagree", "agreement", "latency p50 / p90"], _group_rows(rep["by_rule"])),
+        _table(
+            ["rule", "incidents", "reviewed", "agree", "disagree", "agreement", "latency p50 / p90"],
+            _group_rows(rep["by_rule"]),
+        ),
         "<h2>By decision kind</h2>",
-        _table(["decision", "incidents", "reviewed", "agree", "disagree", "agreement", "latency p50 / p90"],
-               _group_rows(rep["by_decision"])),
+        _table(
+            ["decision", "incidents", "reviewed", "agree", "disagree", "agreement", "latency p50 / p90"],
+            _group_rows(rep["by_decision"]),
+        ),
         "<h2>Disagreements</h2>",
-        _table(["incident", "fault_class", "decision", "nodes", "rules", "operator did", "by", "reviewed at"], disagreements)
-        if disagreements else "<p>None.</p>",
+        _table(
+            ["incident", "fault_class", "decision", "nodes", "rules", "operator did", "by", "reviewed at"],
+            disagreements,
+        )
+        if disagreements
+        else "<p>None.</p>",
         "</body></html>",
     ]
     return "\n".join(parts)

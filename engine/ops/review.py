@@ -34,8 +34,21 @@ from engine.store import Store
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ReviewError", "ReviewRow", "ImportProblem", "ImportResult", "parse_verdict", "parse_incident_id",
-           "parse_time", "parse_import", "check_row", "import_reviews", "record_review", "latest_reviews", "COLUMNS"]
+__all__ = [
+    "ReviewError",
+    "ReviewRow",
+    "ImportProblem",
+    "ImportResult",
+    "parse_verdict",
+    "parse_incident_id",
+    "parse_time",
+    "parse_import",
+    "check_row",
+    "import_reviews",
+    "record_review",
+    "latest_reviews",
+    "COLUMNS",
+]
 
 COLUMNS = ("incident", "verdict", "did", "by", "at")
 REQUIRED = ("incident", "verdict")
@@ -204,7 +217,9 @@ def _csv_rows(text: str) -> Iterator[tuple[int, dict[str, Any] | None, str | Non
                     why.append(f"missing column(s) {', '.join(missing)}")
                 if unknown:
                     why.append(f"unknown column(s) {', '.join(map(repr, unknown))}")
-                raise ReviewError(f"line {line}: the header has {'; '.join(why)} (columns: incident,verdict,did,by[,at])")
+                raise ReviewError(
+                    f"line {line}: the header has {'; '.join(why)} (columns: incident,verdict,did,by[,at])"
+                )
             continue
         if len(row) != len(header):
             yield line, None, f"{len(row)} field(s), the header has {len(header)}"
@@ -267,8 +282,9 @@ def _usable(store: Store, incident: int) -> str | None:
     return None
 
 
-def record_review(store: Store, incident: int, verdict: str, did: str | None, by: str | None,
-                  at: float | None = None) -> int:
+def record_review(
+    store: Store, incident: int, verdict: str, did: str | None, by: str | None, at: float | None = None
+) -> int:
     """Record one review; ReviewError when the incident cannot be reviewed."""
     verdict = parse_verdict(verdict)
     problem = _usable(store, incident)

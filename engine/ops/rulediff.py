@@ -65,8 +65,15 @@ class Change:
         a, b = (self.old[0] if self.old else None), (self.new[0] if self.new else None)
         if a is None or b is None:
             return ["incident"]
-        return [f for f, x, y in (("fault_class", a.fault_class, b.fault_class), ("decision", a.decision, b.decision),
-                                  ("nodes", a.nodes, b.nodes)) if x != y] or ["incidents"]
+        return [
+            f
+            for f, x, y in (
+                ("fault_class", a.fault_class, b.fault_class),
+                ("decision", a.decision, b.decision),
+                ("nodes", a.nodes, b.nodes),
+            )
+            if x != y
+        ] or ["incidents"]
 
     def line(self) -> str:
         who = f"job {self.job} attempt {self.attempt}" if self.job else "node-scoped"
@@ -76,9 +83,14 @@ class Change:
         return f"incident {self.incident} ({who}): {old}  =>  {new}{rules}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"incident": self.incident, "job": self.job, "attempt": self.attempt, "changed": self.fields(),
-                "old": [v.__dict__ | {"nodes": list(v.nodes)} for v in self.old],
-                "new": [v.__dict__ | {"nodes": list(v.nodes)} for v in self.new]}
+        return {
+            "incident": self.incident,
+            "job": self.job,
+            "attempt": self.attempt,
+            "changed": self.fields(),
+            "old": [v.__dict__ | {"nodes": list(v.nodes)} for v in self.old],
+            "new": [v.__dict__ | {"nodes": list(v.nodes)} for v in self.new],
+        }
 
 
 def _rematch(book: CompiledRulebook, fact: Fact, converter: HitConverter) -> list[Fact]:
@@ -123,7 +135,9 @@ def reevaluate(book: CompiledRulebook, inc: IncidentRow, facts: Sequence[Fact]) 
     return tuple(sorted(verdicts, key=lambda v: -int(rank.get(v.fault_class, 0))))
 
 
-def diff_store(store: Store, base: CompiledRulebook, candidate: CompiledRulebook, since: float | None = None) -> list[Change]:
+def diff_store(
+    store: Store, base: CompiledRulebook, candidate: CompiledRulebook, since: float | None = None
+) -> list[Change]:
     changes = []
     for inc in store.incidents(status="closed", since=since):
         facts = [f for f, _count, _by in store.facts(inc.id) if f.kind not in _DERIVED]

@@ -85,27 +85,72 @@ def effective_rulebook(compiled: CompiledRulebook) -> dict[str, Any]:
     """Every item of the layered rulebook as plain data, each with where it was defined and overridden."""
     book = compiled.book
     out: dict[str, Any] = {"files": list(book.files)}
-    out["fault_classes"] = [{"name": n, "description": fc.description, "decision": compiled.policy["decisions"].get(n, fc.decision),
-                             "priority": compiled.policy["priorities"].get(n, fc.priority), "retry": fc.retry,
-                             **_origin(book, "fault_classes", n)} for n, fc in book.fault_classes.items()]
+    out["fault_classes"] = [
+        {
+            "name": n,
+            "description": fc.description,
+            "decision": compiled.policy["decisions"].get(n, fc.decision),
+            "priority": compiled.policy["priorities"].get(n, fc.priority),
+            "retry": fc.retry,
+            **_origin(book, "fault_classes", n),
+        }
+        for n, fc in book.fault_classes.items()
+    ]
     out["lists"] = [{"name": n, "items": _plain(v), **_origin(book, "lists", n)} for n, v in book.lists.items()]
-    out["macros"] = [{"name": n, "where": where_to_data(v), **_origin(book, "macros", n)} for n, v in book.macros.items()]
-    out["matchers"] = [{
-        "id": m.id, "source": list(m.sources), "pattern": m.pattern, "emit": m.emit, "ignore_case": m.ignore_case,
-        "sample": m.sample, "enabled": m.enabled, "attrs": _plain(m.attrs), "types": _plain(m.types),
-        "description": m.description, **_origin(book, "matchers", m.id),
-    } for m in book.matchers]
-    out["rules"] = [{
-        "id": r.id, "description": r.description, "enabled": r.enabled,
-        "when": [{"as": c.alias, "kind": c.kind, "where": where_to_data(c.where),
-                  **({"absent_for": c.absent_for} if c.absent_for is not None else {})} for c in r.conditions],
-        "join": list(r.join), "within": r.within, "for": r.for_s, "then": {r.then_kind: _plain(r.then_attrs)},
-        **_origin(book, "rules", r.id),
-    } for r in book.rules]
-    out["actions"] = [{
-        "name": a.name, "argv": list(a.argv), "per": a.per, "scheduler": a.scheduler, "verify": a.verify,
-        "timeout": a.timeout, "description": a.description, **_origin(book, "actions", a.name),
-    } for a in book.actions.values()]
+    out["macros"] = [
+        {"name": n, "where": where_to_data(v), **_origin(book, "macros", n)} for n, v in book.macros.items()
+    ]
+    out["matchers"] = [
+        {
+            "id": m.id,
+            "source": list(m.sources),
+            "pattern": m.pattern,
+            "emit": m.emit,
+            "ignore_case": m.ignore_case,
+            "sample": m.sample,
+            "enabled": m.enabled,
+            "attrs": _plain(m.attrs),
+            "types": _plain(m.types),
+            "description": m.description,
+            **_origin(book, "matchers", m.id),
+        }
+        for m in book.matchers
+    ]
+    out["rules"] = [
+        {
+            "id": r.id,
+            "description": r.description,
+            "enabled": r.enabled,
+            "when": [
+                {
+                    "as": c.alias,
+                    "kind": c.kind,
+                    "where": where_to_data(c.where),
+                    **({"absent_for": c.absent_for} if c.absent_for is not None else {}),
+                }
+                for c in r.conditions
+            ],
+            "join": list(r.join),
+            "within": r.within,
+            "for": r.for_s,
+            "then": {r.then_kind: _plain(r.then_attrs)},
+            **_origin(book, "rules", r.id),
+        }
+        for r in book.rules
+    ]
+    out["actions"] = [
+        {
+            "name": a.name,
+            "argv": list(a.argv),
+            "per": a.per,
+            "scheduler": a.scheduler,
+            "verify": a.verify,
+            "timeout": a.timeout,
+            "description": a.description,
+            **_origin(book, "actions", a.name),
+        }
+        for a in book.actions.values()
+    ]
     policy = []
     builtin = {**DEFAULT_POLICY, **DEFAULT_GUARDS, "hang": HANG_DEFAULTS, "straggler": STRAGGLER_DEFAULTS}
     for key in list(compiled.policy) + [k for k in builtin if k not in compiled.policy]:
@@ -113,17 +158,26 @@ def effective_rulebook(compiled: CompiledRulebook) -> dict[str, Any]:
         if key in builtin and key not in DEFAULT_POLICY:  # guard settings: the guard merges its defaults the same way
             value = {**builtin[key], **dict(value or {})}
         marks = book.origins.get(("policy", key), ())
-        policy.append({"key": key, "value": _plain(value),
-                       "defined_at": str(marks[0]) if marks else ("built-in default" if key in builtin else None),
-                       "overridden_by": [str(m) for m in marks[1:]]})
+        policy.append(
+            {
+                "key": key,
+                "value": _plain(value),
+                "defined_at": str(marks[0]) if marks else ("built-in default" if key in builtin else None),
+                "overridden_by": [str(m) for m in marks[1:]],
+            }
+        )
     out["policy"] = policy
     tests = []
     for t in book.tests:  # a superseded test: defined where it first was, replaced by the last
         marks = book.origins.get(("tests", t.name), (t.mark,))
-        tests.append({"name": t.name, "enabled": True, "defined_at": str(marks[0]), "overridden_by": [str(m) for m in marks[1:]]})
+        tests.append(
+            {"name": t.name, "enabled": True, "defined_at": str(marks[0]), "overridden_by": [str(m) for m in marks[1:]]}
+        )
     for name, mark in book.disabled_tests.items():
         marks = book.origins.get(("tests", name), (mark,))
-        tests.append({"name": name, "enabled": False, "defined_at": str(marks[0]), "overridden_by": [str(m) for m in marks[1:]]})
+        tests.append(
+            {"name": name, "enabled": False, "defined_at": str(marks[0]), "overridden_by": [str(m) for m in marks[1:]]}
+        )
     out["tests"] = tests
     return out
 
@@ -141,7 +195,7 @@ def summary_of(section: str, item: Mapping[str, Any]) -> str:
         return f"{flag}{item['emit']} from {'/'.join(item['source'])}: {item['pattern']}"
     if section == "rules":
         flag = "" if item["enabled"] else "DISABLED "
-        (kind, attrs), = item["then"].items()
+        ((kind, attrs),) = item["then"].items()
         what = attrs.get("name") if kind == "symptom" else attrs.get("fault_class")
         conds = " + ".join(f"{c['kind']}{_short(c['where'])}" for c in item["when"])
         return f"{flag}{conds} → {kind} {what}"
@@ -207,8 +261,14 @@ def _produces(cr) -> dict[str, Any]:
     return {"kind": "symptom", "name": attrs.get("name"), "severity": attrs.get("severity", "error")}
 
 
-def explain_line(compiled: CompiledRulebook, line: str, source: str = "any", job: str | None = None,
-                 node: str | None = None, file_name: str = "explain-line") -> dict[str, Any]:
+def explain_line(
+    compiled: CompiledRulebook,
+    line: str,
+    source: str = "any",
+    job: str | None = None,
+    node: str | None = None,
+    file_name: str = "explain-line",
+) -> dict[str, Any]:
     """What one log line does in this rulebook. Pure: nothing is written anywhere."""
     data = line.rstrip("\n").encode("utf-8", errors="replace") + b"\n"
     matchers = list(compiled.matchers)
@@ -220,15 +280,30 @@ def explain_line(compiled: CompiledRulebook, line: str, source: str = "any", job
     hits = []
     for hit in scanner.feed(data) + scanner.flush():
         m = matchers[index_map[hit.matcher]]
-        fact = converter.convert(index_map[hit.matcher], hit.groups, hit.line.decode("utf-8", errors="replace"), hit.line_no, ctx)
-        hits.append({"matcher": m.id, "at": str(m.mark), "emit": m.emit, "description": m.description,
-                     "groups": {k: v for k, v in hit.groups.items() if v not in (None, "")},
-                     "fact": None if fact is None else {"kind": fact.kind, "attrs": _plain(fact.attrs)}})
+        fact = converter.convert(
+            index_map[hit.matcher], hit.groups, hit.line.decode("utf-8", errors="replace"), hit.line_no, ctx
+        )
+        hits.append(
+            {
+                "matcher": m.id,
+                "at": str(m.mark),
+                "emit": m.emit,
+                "description": m.description,
+                "groups": {k: v for k, v in hit.groups.items() if v not in (None, "")},
+                "fact": None if fact is None else {"kind": fact.kind, "attrs": _plain(fact.attrs)},
+            }
+        )
 
     store = Store(":memory:")
     recorder = _RecordingNetwork(ReteNetwork(compiled))
-    result = replay_inputs([Input(file_name, lambda: [data], source)], compiled, store, job=job,
-                           nodes=[node] if node else (), network=recorder)
+    result = replay_inputs(
+        [Input(file_name, lambda: [data], source)],
+        compiled,
+        store,
+        job=job,
+        nodes=[node] if node else (),
+        network=recorder,
+    )
     in_store: dict[tuple[str, str], int] = {}
     for closed in result.incidents:
         for f in store.firings(closed.id):
@@ -254,14 +329,38 @@ def explain_line(compiled: CompiledRulebook, line: str, source: str = "any", job
         if key in seen:
             continue
         seen.add(key)
-        firings.append({"rule": rule.id, "at": str(rule.mark), "description": rule.description, "produces": produces,
-                        "status": status, "matched": sorted(matched)})
+        firings.append(
+            {
+                "rule": rule.id,
+                "at": str(rule.mark),
+                "description": rule.description,
+                "produces": produces,
+                "status": status,
+                "matched": sorted(matched),
+            }
+        )
     incidents = []
     for closed in result.incidents:
         row = store.incident(closed.id)
-        incidents.append({"id": closed.id, "fault_class": row.fault_class, "decision": row.decision, "nodes": list(row.nodes),
-                          "reason": row.reason, "guards": list(row.guards), "commands": [list(p.argv) for p in closed.plan],
-                          "problems": list(closed.problems)})
+        incidents.append(
+            {
+                "id": closed.id,
+                "fault_class": row.fault_class,
+                "decision": row.decision,
+                "nodes": list(row.nodes),
+                "reason": row.reason,
+                "guards": list(row.guards),
+                "commands": [list(p.argv) for p in closed.plan],
+                "problems": list(closed.problems),
+            }
+        )
     store.close()
-    return {"line": line.rstrip("\n"), "source": source, "job": job, "node": node, "hits": hits, "firings": firings,
-            "incidents": incidents}
+    return {
+        "line": line.rstrip("\n"),
+        "source": source,
+        "job": job,
+        "node": node,
+        "hits": hits,
+        "firings": firings,
+        "incidents": incidents,
+    }

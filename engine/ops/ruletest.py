@@ -103,7 +103,9 @@ def run_one(compiled: CompiledRulebook, test: RuleTest, network: ReteNetwork) ->
         r = compiled.book.rule(rule_id)
         where = f" ({r.mark})" if r is not None else ""
         message = message.removeprefix(f"rule {rule_id}: ").removeprefix(f"rule {rule_id} ")
-        outcome.problems.append(f"runtime error in rule {rule_id}{where}: {message}" if rule_id else f"runtime error: {message}")
+        outcome.problems.append(
+            f"runtime error in rule {rule_id}{where}: {message}" if rule_id else f"runtime error: {message}"
+        )
         outcome.passed = False
     outcome.seconds = time.perf_counter() - started
     return outcome
@@ -116,11 +118,22 @@ def _run_one(compiled: CompiledRulebook, test: RuleTest, network: ReteNetwork) -
     facts = []
     try:
         for raw in test.facts:
-            facts.append(Fact.make(raw.get("kind", "log"), dict(raw.get("attrs", {})), float(raw.get("at", 0)),
-                                   f"test:{test.name}"))
+            facts.append(
+                Fact.make(
+                    raw.get("kind", "log"), dict(raw.get("attrs", {})), float(raw.get("at", 0)), f"test:{test.name}"
+                )
+            )
         nodes = ctx.get("nodes") or ()
-        result = replay_inputs(inputs, compiled, store, job=ctx.get("job"), attempt=ctx.get("attempt"),
-                               nodes=list(nodes), extra_facts=facts, network=network)
+        result = replay_inputs(
+            inputs,
+            compiled,
+            store,
+            job=ctx.get("job"),
+            attempt=ctx.get("attempt"),
+            nodes=list(nodes),
+            extra_facts=facts,
+            network=network,
+        )
     except Exception as exc:  # a test that crashes the pipeline is a failed test, with the reason
         return TestOutcome(test, False, [f"pipeline error: {type(exc).__name__}: {exc}"])
     got = [_incident_summary(store, c) for c in result.incidents]
@@ -141,12 +154,16 @@ def _run_one(compiled: CompiledRulebook, test: RuleTest, network: ReteNetwork) -
             problems.extend(f"expectation {n}: {p}" for p in best_problems)
         remaining.remove(best)
     for extra in remaining:
-        problems.append(f"unexpected incident: {extra['fault_class']} / {extra['decision']} nodes={extra['nodes']} "
-                        f"rules={extra['rules']}")
+        problems.append(
+            f"unexpected incident: {extra['fault_class']} / {extra['decision']} nodes={extra['nodes']} "
+            f"rules={extra['rules']}"
+        )
     return TestOutcome(test, not problems, problems, got)
 
 
-def select_tests(compiled: CompiledRulebook, patterns: Sequence[str] = (), only_files: Iterable[str] | None = None) -> list[RuleTest]:
+def select_tests(
+    compiled: CompiledRulebook, patterns: Sequence[str] = (), only_files: Iterable[str] | None = None
+) -> list[RuleTest]:
     """The tests whose name contains any of ``patterns`` or matches it as a regex (all when
     none), among those written in ``only_files`` when given."""
     files = set(only_files) if only_files is not None else None
@@ -162,12 +179,16 @@ def select_tests(compiled: CompiledRulebook, patterns: Sequence[str] = (), only_
             return False
         if not patterns:
             return True
-        return any(p.lower() in t.name.lower() or (rx is not None and rx.search(t.name)) for p, rx in zip(patterns, regexes))
+        return any(
+            p.lower() in t.name.lower() or (rx is not None and rx.search(t.name)) for p, rx in zip(patterns, regexes)
+        )
 
     return [t for t in compiled.book.tests if chosen(t)]
 
 
-def run_tests(compiled: CompiledRulebook, names: Sequence[str] | None = None, tests: Sequence[RuleTest] | None = None) -> list[TestOutcome]:
+def run_tests(
+    compiled: CompiledRulebook, names: Sequence[str] | None = None, tests: Sequence[RuleTest] | None = None
+) -> list[TestOutcome]:
     network = ReteNetwork(compiled)
     if tests is None:
         tests = [t for t in compiled.book.tests if names is None or t.name in names]
@@ -175,32 +196,48 @@ def run_tests(compiled: CompiledRulebook, names: Sequence[str] | None = None, te
 
 
 def outcome_json(o: TestOutcome) -> dict[str, Any]:
-    return {"name": o.test.name, "file": o.test.mark.file, "line": o.test.mark.line, "passed": o.passed,
-            "problems": list(o.problems), "seconds": round(o.seconds, 4)}
+    return {
+        "name": o.test.name,
+        "file": o.test.mark.file,
+        "line": o.test.mark.line,
+        "passed": o.passed,
+        "problems": list(o.problems),
+        "seconds": round(o.seconds, 4),
+    }
 
 
-def junit_xml(outcomes: Sequence[TestOutcome], disabled: Mapping[str, Any] | None = None, suite: str = "recover rules test") -> str:
+def junit_xml(
+    outcomes: Sequence[TestOutcome], disabled: Mapping[str, Any] | None = None, suite: str = "recover rules test"
+) -> str:
     """JUnit XML, as CI systems read it: one testcase per rule test, classname = its file."""
     failures = sum(1 for o in outcomes if not o.passed)
     skipped = len(disabled or {})
     total = sum(o.seconds for o in outcomes)
-    out = ['<?xml version="1.0" encoding="UTF-8"?>',
-           f'<testsuites tests="{len(outcomes) + skipped}" failures="{failures}" time="{total:.3f}">',
-           f'  <testsuite name={quoteattr(suite)} tests="{len(outcomes) + skipped}" failures="{failures}" errors="0" '
-           f'skipped="{skipped}" time="{total:.3f}">']
+    out = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f'<testsuites tests="{len(outcomes) + skipped}" failures="{failures}" time="{total:.3f}">',
+        f'  <testsuite name={quoteattr(suite)} tests="{len(outcomes) + skipped}" failures="{failures}" errors="0" '
+        f'skipped="{skipped}" time="{total:.3f}">',
+    ]
     for o in outcomes:
-        attrs = (f'classname={quoteattr(o.test.mark.file)} name={quoteattr(o.test.name)} file={quoteattr(o.test.mark.file)} '
-                 f'line="{o.test.mark.line}" time="{o.seconds:.3f}"')
+        attrs = (
+            f"classname={quoteattr(o.test.mark.file)} name={quoteattr(o.test.name)} file={quoteattr(o.test.mark.file)} "
+            f'line="{o.test.mark.line}" time="{o.seconds:.3f}"'
+        )
         if o.passed:
             out.append(f"    <testcase {attrs}/>")
         else:
             text = "\n".join(o.problems)
             out.append(f"    <testcase {attrs}>")
-            out.append(f"      <failure message={quoteattr(o.problems[0] if o.problems else 'failed')}>{_xml_text(text)}</failure>")
+            out.append(
+                f"      <failure message={quoteattr(o.problems[0] if o.problems else 'failed')}>{_xml_text(text)}</failure>"
+            )
             out.append("    </testcase>")
     for name, mark in (disabled or {}).items():
-        out.append(f"    <testcase classname={quoteattr(str(getattr(mark, 'file', '')))} name={quoteattr(name)}>"
-                   f"<skipped message={quoteattr(f'disabled at {mark}')}/></testcase>")
+        out.append(
+            f"    <testcase classname={quoteattr(str(getattr(mark, 'file', '')))} name={quoteattr(name)}>"
+            f"<skipped message={quoteattr(f'disabled at {mark}')}/></testcase>"
+        )
     out.append("  </testsuite>")
     out.append("</testsuites>")
     return "\n".join(out) + "\n"

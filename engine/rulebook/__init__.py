@@ -27,8 +27,16 @@ from engine.rulebook.model import Diagnostic, FileModel
 from engine.rulebook.schema import check_file
 from engine.rulebook.yamlmarks import Mark, load_marked
 
-__all__ = ["load_rulebook", "require_rulebook", "LoadResult", "RulebookError", "default_rule_files", "fault_class_files",
-           "Diagnostic", "CompiledRulebook"]
+__all__ = [
+    "load_rulebook",
+    "require_rulebook",
+    "LoadResult",
+    "RulebookError",
+    "default_rule_files",
+    "fault_class_files",
+    "Diagnostic",
+    "CompiledRulebook",
+]
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
 
@@ -86,8 +94,9 @@ def _display(path: Path) -> str:
     return str(path)  # as the user named it
 
 
-def load_rulebook(paths: Iterable[str | os.PathLike] = (), defaults: bool = True,
-                  overlays: Sequence[tuple[str, str]] = ()) -> LoadResult:
+def load_rulebook(
+    paths: Iterable[str | os.PathLike] = (), defaults: bool = True, overlays: Sequence[tuple[str, str]] = ()
+) -> LoadResult:
     """``overlays``: (name, YAML text) layers after the files (e.g. autonomy from recover.toml)."""
     diags: list[Diagnostic] = []
     files = (default_rule_files() if defaults else fault_class_files()) + _expand(paths, diags)
@@ -121,12 +130,16 @@ def load_rulebook(paths: Iterable[str | os.PathLike] = (), defaults: bool = True
     compiled, compile_diags = compile_rulebook(book)
     diags.extend(compile_diags)
     has_errors = any(d.severity == "error" for d in diags)
-    return LoadResult(None if has_errors else compiled, tuple(diags),
-                      tuple(_display(f) for f in files) + tuple(name for name, _ in overlays))
+    return LoadResult(
+        None if has_errors else compiled,
+        tuple(diags),
+        tuple(_display(f) for f in files) + tuple(name for name, _ in overlays),
+    )
 
 
-def require_rulebook(paths: Iterable[str | os.PathLike] = (), defaults: bool = True,
-                     overlays: Sequence[tuple[str, str]] = ()) -> CompiledRulebook:
+def require_rulebook(
+    paths: Iterable[str | os.PathLike] = (), defaults: bool = True, overlays: Sequence[tuple[str, str]] = ()
+) -> CompiledRulebook:
     result = load_rulebook(paths, defaults, overlays)
     if not result.ok:
         raise RulebookError(result.diagnostics)

@@ -21,15 +21,35 @@ from engine.rulebook.yamlmarks import Mark
 
 __all__ = ["CompiledRulebook", "Template", "compile_rulebook", "ACTION_VARS", "DEFAULT_POLICY", "jinja_env"]
 
-ACTION_VARS = frozenset({"incident", "job", "attempt", "node", "nodes", "fault_class", "decision", "reason", "evidence",
-                         "excluded", "fault_reason", "outcome", "alert"})
+ACTION_VARS = frozenset(
+    {
+        "incident",
+        "job",
+        "attempt",
+        "node",
+        "nodes",
+        "fault_class",
+        "decision",
+        "reason",
+        "evidence",
+        "excluded",
+        "fault_reason",
+        "outcome",
+        "alert",
+    }
+)
 #: policy defaults; ``decisions`` and ``priorities`` start from the declared fault classes
 DEFAULT_POLICY: Mapping[str, Any] = {
     "settle": 120.0,
     "decisions": {"unknown": "restart"},
     "priorities": {"unknown": 0},
     # requeue before exclude: Slurm changes ExcNodeList only on a pending job
-    "plans": {"restart": ("requeue",), "isolate_and_restart": ("drain", "requeue", "exclude"), "stop": ("notify",), "observe": ()},
+    "plans": {
+        "restart": ("requeue",),
+        "isolate_and_restart": ("drain", "requeue", "exclude"),
+        "stop": ("notify",),
+        "observe": (),
+    },
 }
 
 #: the sources that may make node-level claims (a Xid naming a node): the kernel's log (read by
@@ -102,8 +122,9 @@ class CompiledRulebook:
         return None
 
 
-def _compile_template(source: str, allowed: frozenset[str] | set[str], mark: Mark, what: str,
-                      diags: list[Diagnostic]) -> Template | None:
+def _compile_template(
+    source: str, allowed: frozenset[str] | set[str], mark: Mark, what: str, diags: list[Diagnostic]
+) -> Template | None:
     if "{{" not in source and "{%" not in source and "{#" not in source:
         return Template(source, None)
     try:
@@ -111,12 +132,22 @@ def _compile_template(source: str, allowed: frozenset[str] | set[str], mark: Mar
         names = meta.find_undeclared_variables(ast)
         unknown = sorted(names - set(allowed))
         if unknown:
-            diags.append(Diagnostic(mark, "E-TEMPLATE", f"{what}: template uses undefined variable(s) {', '.join(unknown)}",
-                                    f"available: {', '.join(sorted(allowed)) or 'none'}"))
+            diags.append(
+                Diagnostic(
+                    mark,
+                    "E-TEMPLATE",
+                    f"{what}: template uses undefined variable(s) {', '.join(unknown)}",
+                    f"available: {', '.join(sorted(allowed)) or 'none'}",
+                )
+            )
             return None
         return Template(source, _ENV.from_string(source))
     except jinja2.TemplateSyntaxError as exc:
-        diags.append(Diagnostic(mark, "E-TEMPLATE", f"{what}: template does not compile: {exc.message}", "check {{ }} and filters"))
+        diags.append(
+            Diagnostic(
+                mark, "E-TEMPLATE", f"{what}: template does not compile: {exc.message}", "check {{ }} and filters"
+            )
+        )
         return None
 
 
@@ -136,6 +167,7 @@ def compile_rulebook(book: Rulebook) -> tuple[CompiledRulebook, list[Diagnostic]
     def reporter(default_mark: Mark):
         def report(mark: Mark, code: str, message: str, hint: str) -> None:
             diags.append(Diagnostic(mark if mark.line else default_mark, code, message, hint))
+
         return report
 
     for m in book.matchers:
@@ -147,18 +179,37 @@ def compile_rulebook(book: Rulebook) -> tuple[CompiledRulebook, list[Diagnostic]
             continue
         if m.emit == "xid" and not set(m.sources) <= NODE_CLAIM_SOURCES:
             # a Xid names a node to drain: a job's log (written by the job's user) may not say that
-            diags.append(Diagnostic(m.mark, "E-SOURCE", f"matcher {m.id}: emit xid is a node-level claim; "
-                                    f"it accepts {', '.join(sorted(NODE_CLAIM_SOURCES))} sources only, not "
-                                    f"{', '.join(s for s in m.sources if s not in NODE_CLAIM_SOURCES)}",
-                                    "source: [kernel] (or [kernel, slurm])"))
+            diags.append(
+                Diagnostic(
+                    m.mark,
+                    "E-SOURCE",
+                    f"matcher {m.id}: emit xid is a node-level claim; "
+                    f"it accepts {', '.join(sorted(NODE_CLAIM_SOURCES))} sources only, not "
+                    f"{', '.join(s for s in m.sources if s not in NODE_CLAIM_SOURCES)}",
+                    "source: [kernel] (or [kernel, slurm])",
+                )
+            )
         if m.emit == "xid" and "(?P<code>" not in m.pattern:
             diags.append(Diagnostic(m.mark, "E-REGEX", f"matcher {m.id}: emit xid needs a (?P<code>...) group"))
         for group in m.types:
             if f"(?P<{group}>" not in m.pattern:
-                diags.append(Diagnostic(m.mark, "E-REF", f"matcher {m.id}: types names group {group!r}, which the pattern lacks", "", "warning"))
+                diags.append(
+                    Diagnostic(
+                        m.mark,
+                        "E-REF",
+                        f"matcher {m.id}: types names group {group!r}, which the pattern lacks",
+                        "",
+                        "warning",
+                    )
+                )
 
-    declared = {**{fc: FaultClass(fc, "no rule explains the failure", "restart", 0, Mark("?", 0, 0)) for fc in BUILTIN_FAULT_CLASSES},
-                **dict(book.fault_classes)}
+    declared = {
+        **{
+            fc: FaultClass(fc, "no rule explains the failure", "restart", 0, Mark("?", 0, 0))
+            for fc in BUILTIN_FAULT_CLASSES
+        },
+        **dict(book.fault_classes),
+    }
     class_decisions = {name: fc.decision for name, fc in declared.items()}
     class_priorities = {name: fc.priority for name, fc in declared.items()}
     priorities = {**class_priorities, **dict(book.policy.get("priorities", {}))}
@@ -174,19 +225,35 @@ def compile_rulebook(book: Rulebook) -> tuple[CompiledRulebook, list[Diagnostic]
             used_macros |= ms
             for name in ls:
                 if name not in book.lists:
-                    diags.append(Diagnostic(cond.mark, "E-REF", f"rule {rule.id}: unknown list {name!r}",
-                                            f"known: {', '.join(sorted(book.lists)) or 'none'}"))
+                    diags.append(
+                        Diagnostic(
+                            cond.mark,
+                            "E-REF",
+                            f"rule {rule.id}: unknown list {name!r}",
+                            f"known: {', '.join(sorted(book.lists)) or 'none'}",
+                        )
+                    )
             trees.append(resolve(cond.where, book.lists, book.macros, report))
         aliases = {c.alias for c in rule.conditions if c.absent_for is None}
         for cond in rule.conditions:
             if cond.absent_for is not None and not rule.join and not aliases_used(cond.where):
-                diags.append(Diagnostic(cond.mark, "E-VALUE", f"rule {rule.id}: an absence needs join attributes or a same: test",
-                                        "otherwise any fact anywhere would cancel it"))
+                diags.append(
+                    Diagnostic(
+                        cond.mark,
+                        "E-VALUE",
+                        f"rule {rule.id}: an absence needs join attributes or a same: test",
+                        "otherwise any fact anywhere would cancel it",
+                    )
+                )
         templates: dict[str, Any] = {}
         for key, value in rule.then_attrs.items():
             if isinstance(value, tuple):
-                items = tuple(_compile_template(v, aliases, rule.mark, f"rule {rule.id} then.{key}", diags) if isinstance(v, str) else v
-                              for v in value)
+                items = tuple(
+                    _compile_template(v, aliases, rule.mark, f"rule {rule.id} then.{key}", diags)
+                    if isinstance(v, str)
+                    else v
+                    for v in value
+                )
                 templates[key] = items
             elif isinstance(value, str):
                 templates[key] = _compile_template(value, aliases, rule.mark, f"rule {rule.id} then.{key}", diags)
@@ -199,17 +266,29 @@ def compile_rulebook(book: Rulebook) -> tuple[CompiledRulebook, list[Diagnostic]
 
     actions: dict[str, CompiledAction] = {}
     for name, action in book.actions.items():
-        argv = []
+        argv: list[Any] = []
         ok = True
         for i, elem in enumerate(action.argv):
             t = _compile_template(elem, ACTION_VARS, action.mark, f"action {name} argv[{i}]", diags)
             ok = ok and t is not None
             argv.append(t)
-        if action.per == "job" and any(t is not None and t._tmpl is not None and "node" in meta.find_undeclared_variables(_ENV.parse(t.source)) for t in argv):
-            diags.append(Diagnostic(action.mark, "E-TEMPLATE", f"action {name}: uses {{{{ node }}}} but runs once per job", "set per: node, or use nodes"))
+        if action.per == "job" and any(
+            t is not None and t._tmpl is not None and "node" in meta.find_undeclared_variables(_ENV.parse(t.source))
+            for t in argv
+        ):
+            diags.append(
+                Diagnostic(
+                    action.mark,
+                    "E-TEMPLATE",
+                    f"action {name}: uses {{{{ node }}}} but runs once per job",
+                    "set per: node, or use nodes",
+                )
+            )
             ok = False
         if ok:
-            actions[name] = CompiledAction(name, tuple(argv), action.per, action.scheduler, action.verify, action.timeout, action.mark)
+            actions[name] = CompiledAction(
+                name, tuple(argv), action.per, action.scheduler, action.verify, action.timeout, action.mark
+            )
 
     policy = {key: (dict(value) if isinstance(value, Mapping) else value) for key, value in DEFAULT_POLICY.items()}
     policy["decisions"].update(class_decisions)
@@ -230,17 +309,29 @@ def compile_rulebook(book: Rulebook) -> tuple[CompiledRulebook, list[Diagnostic]
         for n in names:
             if n not in book.actions:
                 marks = book.origins.get(("policy", "plans"), (pmark,))
-                diags.append(Diagnostic(marks[-1], "E-REF", f"policy.plans.{dec} names unknown action {n!r}",
-                                        f"known: {', '.join(sorted(book.actions)) or 'none'}"))
+                diags.append(
+                    Diagnostic(
+                        marks[-1],
+                        "E-REF",
+                        f"policy.plans.{dec} names unknown action {n!r}",
+                        f"known: {', '.join(sorted(book.actions)) or 'none'}",
+                    )
+                )
     for dec in DECISIONS:
         policy["plans"].setdefault(dec, ())
 
     for name in book.lists:
         if name not in used_lists:
-            diags.append(Diagnostic(book.origins[("lists", name)][-1], "W-UNUSED", f"list {name!r} is never used", "", "warning"))
+            diags.append(
+                Diagnostic(book.origins[("lists", name)][-1], "W-UNUSED", f"list {name!r} is never used", "", "warning")
+            )
     for name in book.macros:
         if name not in used_macros:
-            diags.append(Diagnostic(book.origins[("macros", name)][-1], "W-UNUSED", f"macro {name!r} is never used", "", "warning"))
+            diags.append(
+                Diagnostic(
+                    book.origins[("macros", name)][-1], "W-UNUSED", f"macro {name!r} is never used", "", "warning"
+                )
+            )
 
     from engine.rulebook.lint import lint  # the cross-reference checks need the whole layered book
 

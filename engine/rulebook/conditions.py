@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from engine.rulebook.yamlmarks import MDict, MList, Mark, mark_of
+from engine.rulebook.yamlmarks import MList, Mark, mark_of
 
 __all__ = [
     "Cmp",
@@ -83,7 +83,7 @@ def _scalar_list(value: Any, mark: Mark, report: Report) -> Any:
             return tuple(value)
         report(mark, "E-TYPE", "the values of in/not_in must be scalars", "")
         return ()
-    report(mark, "E-TYPE", "in/not_in takes a list or a list reference such as \"@fatal_xids\"", "")
+    report(mark, "E-TYPE", 'in/not_in takes a list or a list reference such as "@fatal_xids"', "")
     return ()
 
 
@@ -113,7 +113,12 @@ def parse_where(raw: Any, report: Report, aliases: tuple[str, ...] = ()) -> AllO
             report(m, "E-TYPE", "attribute names must be non-empty strings", "")
         elif isinstance(value, dict):
             if len(value) != 1:
-                report(m, "E-TYPE", f"test of {key!r} must have exactly one operator, got {len(value)}", f"one of: {', '.join(OPS + ('same',))}")
+                report(
+                    m,
+                    "E-TYPE",
+                    f"test of {key!r} must have exactly one operator, got {len(value)}",
+                    f"one of: {', '.join(OPS + ('same',))}",
+                )
                 continue
             ((op, arg),) = value.items()
             om = mark_of(value, op, m)
@@ -123,8 +128,12 @@ def parse_where(raw: Any, report: Report, aliases: tuple[str, ...] = ()) -> AllO
                     continue
                 alias, attr = arg.split(".")
                 if alias not in aliases:
-                    report(om, "E-REF", f"same: refers to alias {alias!r}, which no earlier condition defines",
-                           f"earlier aliases: {', '.join(aliases) or 'none'}")
+                    report(
+                        om,
+                        "E-REF",
+                        f"same: refers to alias {alias!r}, which no earlier condition defines",
+                        f"earlier aliases: {', '.join(aliases) or 'none'}",
+                    )
                     continue
                 items.append(Same(key, alias, attr))
             elif op not in OPS:
@@ -188,11 +197,16 @@ def aliases_used(tree: Any) -> set[str]:
 def resolve(tree: Any, lists: Mapping[str, tuple], macros: Mapping[str, Any], report: Report, _depth: int = 0) -> Any:
     """Replace ListRef and MacroRef. Unknown names and macro cycles are reported."""
     if isinstance(tree, (AllOf, AnyOf)):
-        out = []
+        out: list[Any] = []
         for item in tree.items:
             if isinstance(item, MacroRef):
                 if item.name not in macros:
-                    report(item.mark, "E-REF", f"unknown macro {item.name!r}", f"known: {', '.join(sorted(macros)) or 'none'}")
+                    report(
+                        item.mark,
+                        "E-REF",
+                        f"unknown macro {item.name!r}",
+                        f"known: {', '.join(sorted(macros)) or 'none'}",
+                    )
                     continue
                 if _depth > 16:
                     report(item.mark, "E-REF", f"macro {item.name!r} nests too deeply (a cycle?)", "")

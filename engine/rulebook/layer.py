@@ -22,15 +22,46 @@ from engine.rulebook.yamlmarks import Mark
 __all__ = ["layer"]
 
 # YAML field name -> model attribute(s), per item type
-_RULE_FIELDS = {"when": ("conditions",), "then": ("then_kind", "then_attrs", "then_marks"), "for": ("for_s",), "join": ("join",),
-                "within": ("within",), "description": ("description",), "enabled": ("enabled",), "id": (), "override": ()}
-_MATCHER_FIELDS = {"source": ("sources",), "pattern": ("pattern",), "emit": ("emit",), "attrs": ("attrs",), "types": ("types",),
-                   "sample": ("sample",), "ignore_case": ("ignore_case",), "description": ("description",),
-                   "enabled": ("enabled",), "id": (), "override": ()}
-_FAULT_CLASS_FIELDS = {"description": ("description",), "decision": ("decision",), "priority": ("priority",),
-                       "retry": ("retry",), "override": ()}
-_ACTION_FIELDS = {"argv": ("argv",), "scheduler": ("scheduler",), "per": ("per",), "verify": ("verify",),
-                  "timeout": ("timeout",), "description": ("description",), "override": ()}
+_RULE_FIELDS = {
+    "when": ("conditions",),
+    "then": ("then_kind", "then_attrs", "then_marks"),
+    "for": ("for_s",),
+    "join": ("join",),
+    "within": ("within",),
+    "description": ("description",),
+    "enabled": ("enabled",),
+    "id": (),
+    "override": (),
+}
+_MATCHER_FIELDS = {
+    "source": ("sources",),
+    "pattern": ("pattern",),
+    "emit": ("emit",),
+    "attrs": ("attrs",),
+    "types": ("types",),
+    "sample": ("sample",),
+    "ignore_case": ("ignore_case",),
+    "description": ("description",),
+    "enabled": ("enabled",),
+    "id": (),
+    "override": (),
+}
+_FAULT_CLASS_FIELDS = {
+    "description": ("description",),
+    "decision": ("decision",),
+    "priority": ("priority",),
+    "retry": ("retry",),
+    "override": (),
+}
+_ACTION_FIELDS = {
+    "argv": ("argv",),
+    "scheduler": ("scheduler",),
+    "per": ("per",),
+    "verify": ("verify",),
+    "timeout": ("timeout",),
+    "description": ("description",),
+    "override": (),
+}
 
 
 def _singular(section: str) -> str:
@@ -47,15 +78,25 @@ def _combine(old: Any, new: Any, mode: str) -> Any | None:
     return None
 
 
-def _merge_item(old: Any, new: Any, given: Mapping[str, str], modes: Mapping[str, str], fields: Mapping[str, tuple],
-                what: str, mark: Mark, diags: list[Diagnostic]) -> Any:
+def _merge_item(
+    old: Any,
+    new: Any,
+    given: Mapping[str, str],
+    modes: Mapping[str, str],
+    fields: Mapping[str, tuple],
+    what: str,
+    mark: Mark,
+    diags: list[Diagnostic],
+) -> Any:
     changes: dict[str, Any] = {}
     for yaml_field in given:
         for attr in fields.get(yaml_field, ()):
             mode = modes.get(yaml_field, modes.get("*", "replace"))
             value = _combine(getattr(old, attr), getattr(new, attr), mode)
             if value is None:
-                diags.append(Diagnostic(mark, "E-OVERRIDE", f"{what}: field {yaml_field!r} cannot be appended to", "use replace"))
+                diags.append(
+                    Diagnostic(mark, "E-OVERRIDE", f"{what}: field {yaml_field!r} cannot be appended to", "use replace")
+                )
                 continue
             changes[attr] = value
     return replace(old, **changes, mark=new.mark) if changes else old
@@ -84,36 +125,52 @@ def layer(files: Sequence[FileModel]) -> tuple[Rulebook, list[Diagnostic]]:
         def merge(old, new, modes, fm, section, name, mark):
             given = fm.overrides.get((section + ".fields", name), {})
             return _merge_item(old, new, given, modes, fields, f"{_singular(section)} {name}", mark, diags)
+
         return merge
 
-    hints = {"lists": "write {name}: {{override: replace|append, items: [...]}}",
-             "macros": "write {name}: {{override: true, where: ...}}"}
+    hints = {
+        "lists": "write {name}: {{override: replace|append, items: [...]}}",
+        "macros": "write {name}: {{override: true, where: ...}}",
+    }
     for fm in files:
         # lists and macros are replaced (lists may be appended to) whole; matchers, rules and
         # actions are merged field by field
-        for section, items, store, merge in (
+        sections: tuple[tuple[str, dict[str, Any], dict[str, Any], Any], ...] = (
             ("fault_classes", dict(fm.fault_classes), fault_classes, merge_fields(_FAULT_CLASS_FIELDS)),
             ("lists", dict(fm.lists), lists, merge_list),
             ("macros", dict(fm.macros), macros, merge_list),
             ("matchers", {m.id: m for m in fm.matchers}, matchers, merge_fields(_MATCHER_FIELDS)),
             ("rules", {r.id: r for r in fm.rules}, rules, merge_fields(_RULE_FIELDS)),
             ("actions", dict(fm.actions), actions, merge_fields(_ACTION_FIELDS)),
-        ):
+        )
+        for section, items, store, merge in sections:
             for name, item in items.items():
                 mark = fm.marks[(section, name)]
                 ov = fm.overrides.get((section, name))
                 if name in store and ov is None:
                     first = origins[(section, name)][0]
                     hint = hints.get(section, "add override: true (or override: {{field: append}})").format(name=name)
-                    diags.append(Diagnostic(mark, "E-DUP-ID", f"{_singular(section)} {name!r} is already defined at {first}",
-                                            f"to change it, {hint}"))
+                    diags.append(
+                        Diagnostic(
+                            mark,
+                            "E-DUP-ID",
+                            f"{_singular(section)} {name!r} is already defined at {first}",
+                            f"to change it, {hint}",
+                        )
+                    )
                     continue
                 if name in store:
                     store[name] = merge(store[name], item, ov, fm, section, name, mark)
                 else:
                     if ov is not None:
-                        diags.append(Diagnostic(mark, "E-OVERRIDE-NOTHING", f"override of {_singular(section)} {name!r}, which no earlier file defines",
-                                                "remove override: to define it"))
+                        diags.append(
+                            Diagnostic(
+                                mark,
+                                "E-OVERRIDE-NOTHING",
+                                f"override of {_singular(section)} {name!r}, which no earlier file defines",
+                                "remove override: to define it",
+                            )
+                        )
                     store[name] = item
                 note(section, name, mark)
         for key, value in fm.policy.items():
@@ -125,12 +182,24 @@ def layer(files: Sequence[FileModel]) -> tuple[Rulebook, list[Diagnostic]]:
         for t in fm.tests:
             ov = fm.overrides.get(("tests", t.name))
             if t.name in tests and ov is None:
-                diags.append(Diagnostic(t.mark, "E-DUP-ID", f"test {t.name!r} is already defined at {tests[t.name].mark}",
-                                        "to supersede it, add override: true (and enabled: false to disable it)"))
+                diags.append(
+                    Diagnostic(
+                        t.mark,
+                        "E-DUP-ID",
+                        f"test {t.name!r} is already defined at {tests[t.name].mark}",
+                        "to supersede it, add override: true (and enabled: false to disable it)",
+                    )
+                )
                 continue
             if t.name not in tests and t.name not in disabled_tests and ov is not None:
-                diags.append(Diagnostic(t.mark, "E-OVERRIDE-NOTHING", f"override of test {t.name!r}, which no earlier file defines",
-                                        "remove override: to define it"))
+                diags.append(
+                    Diagnostic(
+                        t.mark,
+                        "E-OVERRIDE-NOTHING",
+                        f"override of test {t.name!r}, which no earlier file defines",
+                        "remove override: to define it",
+                    )
+                )
             note("tests", t.name, t.mark)
             if t.enabled:
                 tests[t.name] = t

@@ -106,14 +106,20 @@ class _Linter:
         return self.book.origins.get(("lists", name), (default,))[-1]
 
     def policy_mark(self, key: str) -> Mark:
-        return self.book.origins.get(("policy", key), (Mark(self.book.files[-1] if self.book.files else "?", 1, 1),))[-1]
+        return self.book.origins.get(("policy", key), (Mark(self.book.files[-1] if self.book.files else "?", 1, 1),))[
+            -1
+        ]
 
     def known_class(self, fc: Any, mark: Mark, where: str) -> None:
         if fc not in self.classes:
             # E-VALUE, as before fault classes were declared in the rulebook: a stable code
-            self.err(mark, "E-VALUE", f"{where}: unknown fault class {fc!r}",
-                     "declare it under fault_classes: (name, description, decision, priority), "
-                     f"or use one of: {', '.join(sorted(self.classes))}")
+            self.err(
+                mark,
+                "E-VALUE",
+                f"{where}: unknown fault class {fc!r}",
+                "declare it under fault_classes: (name, description, decision, priority), "
+                f"or use one of: {', '.join(sorted(self.classes))}",
+            )
 
     # -- conditions --------------------------------------------------------------------------
     def condition_scope(self, rule, cond) -> tuple[frozenset[str], frozenset[str]] | None:
@@ -132,22 +138,35 @@ class _Linter:
                         mark = self.list_mark(via, cond.mark) if via else cond.mark
                         where = f"list {via!r} (used as matchers by rule {rule.id})" if via else f"rule {rule.id}"
                         close = [m for m in self.matchers if m[:4] == str(v)[:4]]
-                        self.err(mark, "E-REF", f"{where}: unknown matcher {v!r}",
-                                 f"did you mean {close[0]!r}?" if close else "matchers are declared under matchers:")
+                        self.err(
+                            mark,
+                            "E-REF",
+                            f"{where}: unknown matcher {v!r}",
+                            f"did you mean {close[0]!r}?" if close else "matchers are declared under matchers:",
+                        )
                     else:
                         named.add(str(v))
-            cands = [self.matchers[n] for n in sorted(named) if self.matchers[n].enabled and self.matchers[n].emit == "log"] \
-                if constrained else self.log_matchers
+            cands = (
+                [self.matchers[n] for n in sorted(named) if self.matchers[n].enabled and self.matchers[n].emit == "log"]
+                if constrained
+                else self.log_matchers
+            )
             if constrained and named and not cands:
-                self.warn(cond.mark, "W-NEVER-FIRES", f"rule {rule.id}: every matcher this condition names is disabled "
-                                                      "or emits no log fact", "the rule can never fire")
+                self.warn(
+                    cond.mark,
+                    "W-NEVER-FIRES",
+                    f"rule {rule.id}: every matcher this condition names is disabled or emits no log fact",
+                    "the rule can never fire",
+                )
                 return None
             if not cands:
                 return None
             sets = [log_attrs(m) for m in cands]
             return base | frozenset.intersection(*sets), base | frozenset().union(*sets)
         if cond.kind in ("symptom", "fault"):
-            key, table, what = ("name", self.symptoms, "symptom") if cond.kind == "symptom" else ("fault_class", self.faults, "fault")
+            key, table, what = (
+                ("name", self.symptoms, "symptom") if cond.kind == "symptom" else ("fault_class", self.faults, "fault")
+            )
             names: set[str] = set()
             constrained = False
             for cmp, via, required in _walk(cond.where, self.book):
@@ -167,9 +186,12 @@ class _Linter:
             if constrained:
                 produced = [n for n in sorted(names) if n in table]
                 if not produced and cond.absent_for is None:
-                    self.warn(cond.mark, "W-NEVER-FIRES", f"rule {rule.id}: no rule derives a {what} "
-                                                          f"{' or '.join(repr(n) for n in sorted(names))}",
-                              "the rule can never fire; check the spelling")
+                    self.warn(
+                        cond.mark,
+                        "W-NEVER-FIRES",
+                        f"rule {rule.id}: no rule derives a {what} {' or '.join(repr(n) for n in sorted(names))}",
+                        "the rule can never fire; check the spelling",
+                    )
                     return None
                 sets = [frozenset(table[n]) for n in produced]
             else:
@@ -184,42 +206,65 @@ class _Linter:
         wildcard = False
         for rule in self.book.rules:
             if rule.then_kind == "fault":
-                self.known_class(rule.then_attrs.get("fault_class"), rule.then_marks.get("fault_class", rule.mark),
-                                 f"rule {rule.id} then.fault")
+                self.known_class(
+                    rule.then_attrs.get("fault_class"),
+                    rule.then_marks.get("fault_class", rule.mark),
+                    f"rule {rule.id} then.fault",
+                )
             if not rule.enabled:
                 continue
             scopes: dict[str, tuple[frozenset[str], frozenset[str]] | None] = {}
             for cond in rule.conditions:
                 if cond.kind == "progress" and cond.absent_for is None:
-                    self.warn(cond.mark, "W-NEVER-FIRES", f"rule {rule.id}: progress facts never reach rules (the progress "
-                                                          "tracker aggregates them)", "use kind: stall (a hang), or progress with absent_for")
+                    self.warn(
+                        cond.mark,
+                        "W-NEVER-FIRES",
+                        f"rule {rule.id}: progress facts never reach rules (the progress tracker aggregates them)",
+                        "use kind: stall (a hang), or progress with absent_for",
+                    )
                 scope = self.condition_scope(rule, cond)
                 if cond.kind == "log":
-                    names = [v for cmp, _v, _r in _walk(cond.where, self.book) if cmp.attr == "matcher" and cmp.op in ("eq", "in")
-                             for v in _values(cmp, self.book)]
+                    names = [
+                        v
+                        for cmp, _v, _r in _walk(cond.where, self.book)
+                        if cmp.attr == "matcher" and cmp.op in ("eq", "in")
+                        for v in _values(cmp, self.book)
+                    ]
                     used.update(str(n) for n in names)
                     wildcard = wildcard or not names
                 if scope is not None:
                     for cmp, _via, required in _walk(cond.where, self.book):
-                        if required and cmp.attr not in scope[1] and cmp.op not in _NEGATIVE_OPS \
-                                and not (cmp.op == "exists" and cmp.value is False):
-                            self.warn(cond.mark, "W-NEVER-FIRES", f"rule {rule.id}: condition {cond.alias} tests {cmp.attr!r}, "
-                                                                  f"which no {cond.kind} fact it can match carries",
-                                      f"carried: {', '.join(sorted(scope[1] - BASE_ATTRS['*']))}")
+                        if (
+                            required
+                            and cmp.attr not in scope[1]
+                            and cmp.op not in _NEGATIVE_OPS
+                            and not (cmp.op == "exists" and cmp.value is False)
+                        ):
+                            self.warn(
+                                cond.mark,
+                                "W-NEVER-FIRES",
+                                f"rule {rule.id}: condition {cond.alias} tests {cmp.attr!r}, "
+                                f"which no {cond.kind} fact it can match carries",
+                                f"carried: {', '.join(sorted(scope[1] - BASE_ATTRS['*']))}",
+                            )
                 if cond.absent_for is None:
                     scopes[cond.alias] = scope
             self.templates(rule, scopes)
         if not wildcard:
             for m in self.log_matchers:
                 if m.id not in used:
-                    self.warn(self.book.origins.get(("matchers", m.id), (m.mark,))[-1], "W-UNUSED",
-                              f"matcher {m.id!r} is never used: no rule's condition names it", "add a rule, or enabled: false")
+                    self.warn(
+                        self.book.origins.get(("matchers", m.id), (m.mark,))[-1],
+                        "W-UNUSED",
+                        f"matcher {m.id!r} is never used: no rule's condition names it",
+                        "add a rule, or enabled: false",
+                    )
 
     def templates(self, rule, scopes: Mapping[str, tuple[frozenset[str], frozenset[str]] | None]) -> None:
         from engine.rulebook.compile import jinja_env
 
         for key, value in rule.then_attrs.items():
-            for src in (value if isinstance(value, tuple) else (value,)):
+            for src in value if isinstance(value, tuple) else (value,):
                 if not isinstance(src, str) or "{" not in src:
                     continue
                 try:
@@ -232,12 +277,20 @@ class _Linter:
                         continue
                     always, maybe = scope
                     if attr not in maybe:
-                        self.err(rule.then_marks.get(key, rule.mark), "E-ATTR", f"rule {rule.id} then.{key}: {alias}.{attr} is never carried by the fact "
-                                                      f"{alias} matches", f"it carries: {', '.join(sorted(maybe - BASE_ATTRS['*']))}; "
-                                                      f"or write {{{{ {alias}.{attr} | default('') }}}}")
+                        self.err(
+                            rule.then_marks.get(key, rule.mark),
+                            "E-ATTR",
+                            f"rule {rule.id} then.{key}: {alias}.{attr} is never carried by the fact {alias} matches",
+                            f"it carries: {', '.join(sorted(maybe - BASE_ATTRS['*']))}; "
+                            f"or write {{{{ {alias}.{attr} | default('') }}}}",
+                        )
                     elif attr not in always:
-                        self.warn(rule.then_marks.get(key, rule.mark), "W-ATTR", f"rule {rule.id} then.{key}: only some facts {alias} can match carry {attr!r}",
-                                  f"write {{{{ {alias}.{attr} | default('') }}}}")
+                        self.warn(
+                            rule.then_marks.get(key, rule.mark),
+                            "W-ATTR",
+                            f"rule {rule.id} then.{key}: only some facts {alias} can match carry {attr!r}",
+                            f"write {{{{ {alias}.{attr} | default('') }}}}",
+                        )
 
     # -- policy and tests ----------------------------------------------------------------------
     def policy(self) -> None:
@@ -256,20 +309,30 @@ class _Linter:
         if not cascade:
             return
         top, top_pri = max(cascade.items(), key=lambda kv: kv[1])
-        pri = {**{n: fc.priority for n, fc in self.book.fault_classes.items()}, **dict(self.book.policy.get("priorities", {}) or {})}
+        pri = {
+            **{n: fc.priority for n, fc in self.book.fault_classes.items()},
+            **dict(self.book.policy.get("priorities", {}) or {}),
+        }
         for name, fc in self.book.fault_classes.items():
             if fc.mark.file.startswith("rules/") or name in _CASCADE_CLASSES or fc.decision == "observe":
                 continue
             if int(pri.get(name, fc.priority)) > top_pri:
                 continue
-            correlated = any(r.enabled and r.then_kind == "fault" and r.then_attrs.get("fault_class") == name
-                             and (len(r.conditions) > 1 or int(r.then_attrs.get("priority") or 0) > top_pri)
-                             for r in self.book.rules)
+            correlated = any(
+                r.enabled
+                and r.then_kind == "fault"
+                and r.then_attrs.get("fault_class") == name
+                and (len(r.conditions) > 1 or int(r.then_attrs.get("priority") or 0) > top_pri)
+                for r in self.book.rules
+            )
             if not correlated:
-                self.warn(self.book.origins.get(("fault_classes", name), (fc.mark,))[-1], "W-PRIORITY",
-                          f"fault class {name!r} (priority {pri.get(name, fc.priority)}) ranks below {top} ({top_pri}): "
-                          f"the NCCL errors its failure causes on the other ranks would win the incident",
-                          f"give it a priority above {top_pri}, or a correlation rule that names it as their cause")
+                self.warn(
+                    self.book.origins.get(("fault_classes", name), (fc.mark,))[-1],
+                    "W-PRIORITY",
+                    f"fault class {name!r} (priority {pri.get(name, fc.priority)}) ranks below {top} ({top_pri}): "
+                    f"the NCCL errors its failure causes on the other ranks would win the incident",
+                    f"give it a priority above {top_pri}, or a correlation rule that names it as their cause",
+                )
 
     def tests(self) -> None:
         for t in self.book.tests:
@@ -281,15 +344,17 @@ class _Linter:
                         if r not in self.rule_ids:
                             self.err(t.mark, "E-REF", f"test {t.name}: expect.{key} names unknown rule {r!r}")
 
-
     def actions(self) -> None:
         from engine.live.actuator import VERIFIERS  # the registry of checks an action may name
 
         for name, action in self.book.actions.items():
             if action.verify and action.verify != "none" and action.verify not in VERIFIERS:
-                self.err(self.book.origins.get(("actions", name), (action.mark,))[-1], "E-REF",
-                         f"action {name}: unknown verify {action.verify!r}",
-                         f"one of: none, {', '.join(sorted(VERIFIERS))}")
+                self.err(
+                    self.book.origins.get(("actions", name), (action.mark,))[-1],
+                    "E-REF",
+                    f"action {name}: unknown verify {action.verify!r}",
+                    f"one of: none, {', '.join(sorted(VERIFIERS))}",
+                )
 
 
 def _reads(ast: jn.Node) -> Iterator[tuple[str, str, bool]]:
@@ -300,8 +365,12 @@ def _reads(ast: jn.Node) -> Iterator[tuple[str, str, bool]]:
         node, guarded = stack.pop()
         if isinstance(node, jn.Getattr) and isinstance(node.node, jn.Name):
             yield node.node.name, node.attr, guarded
-        if isinstance(node, jn.Getitem) and isinstance(node.node, jn.Name) and isinstance(node.arg, jn.Const) \
-                and isinstance(node.arg.value, str):
+        if (
+            isinstance(node, jn.Getitem)
+            and isinstance(node.node, jn.Name)
+            and isinstance(node.arg, jn.Const)
+            and isinstance(node.arg.value, str)
+        ):
             yield node.node.name, node.arg.value, guarded
         for child in node.iter_child_nodes():
             g = guarded

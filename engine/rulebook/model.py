@@ -176,7 +176,9 @@ class Rulebook:
     tests: tuple[RuleTest, ...]
     origins: Mapping[tuple[str, str], tuple[Mark, ...]]  # (section, name) -> every place that defined/changed it
     fault_classes: Mapping[str, FaultClass] = field(default_factory=lambda: MappingProxyType({}))
-    disabled_tests: Mapping[str, Mark] = field(default_factory=lambda: MappingProxyType({}))  # name -> where it was disabled
+    disabled_tests: Mapping[str, Mark] = field(
+        default_factory=lambda: MappingProxyType({})
+    )  # name -> where it was disabled
 
     def rule(self, rule_id: str) -> Rule | None:
         for r in self.rules:

@@ -29,13 +29,25 @@ from engine.rulebook.model import (
     frozen,
 )
 from engine.rulebook.thresholds import check_thresholds
-from engine.rulebook.yamlmarks import MDict, MList, Mark, mark_of
+from engine.rulebook.yamlmarks import Mark, mark_of
 
 __all__ = ["check_file", "parse_duration", "SECTION_KEYS", "ITEM_KEYS", "GUARD_KEYS"]
 
 SECTION_KEYS = ("fault_classes", "lists", "macros", "matchers", "rules", "actions", "policy", "tests")
 ITEM_KEYS = {
-    "matcher": ("id", "description", "source", "pattern", "ignore_case", "emit", "attrs", "types", "sample", "enabled", "override"),
+    "matcher": (
+        "id",
+        "description",
+        "source",
+        "pattern",
+        "ignore_case",
+        "emit",
+        "attrs",
+        "types",
+        "sample",
+        "enabled",
+        "override",
+    ),
     "rule": ("id", "description", "when", "join", "within", "for", "then", "enabled", "override"),
     "condition": ("as", "kind", "where", "absent_for"),
     "action": ("argv", "scheduler", "per", "verify", "timeout", "description", "override"),
@@ -43,28 +55,75 @@ ITEM_KEYS = {
     "input": ("file", "source", "lines"),
     "expectation": ("fault_class", "decision", "nodes", "rules", "job", "attempt", "commands", "not_rules"),
     "fault_class": ("description", "decision", "priority", "retry", "override"),
-    "policy": ("settle", "cascade", "decisions", "plans", "priorities", "retry", "blast_radius",
-               "autonomy", "inhibit", "hang", "straggler", "thresholds", "isolate"),
+    "policy": (
+        "settle",
+        "cascade",
+        "decisions",
+        "plans",
+        "priorities",
+        "retry",
+        "blast_radius",
+        "autonomy",
+        "inhibit",
+        "hang",
+        "straggler",
+        "thresholds",
+        "isolate",
+    ),
 }
 #: the settings of each policy guard, and the type of each (dur: a duration; decision: a decision
 #: name as key). What is not here is read by nothing, so it is an error rather than a silent no-op.
 GUARD_KEYS: dict[str, dict[str, str]] = {
-    "retry": {"max_per_job": "int", "max_per_fingerprint": "int", "window": "dur", "no_progress_attempts": "int",
-              "per_class": "class_ints"},
+    "retry": {
+        "max_per_job": "int",
+        "max_per_fingerprint": "int",
+        "window": "dur",
+        "no_progress_attempts": "int",
+        "per_class": "class_ints",
+    },
     "blast_radius": {"max_drains": "int", "max_fraction": "num", "window": "dur"},
     # per decision kind, and per action where one needs its own (cancel)
     "autonomy": {**{d: "autonomy" for d in DECISIONS}, "cancel": "autonomy"},
     "isolate": {"at_once": "classes", "drain_retry_for": "dur"},
     "inhibit": {"drained_nodes": "bool"},
-    "hang": {"bound": "dur", "factor": "num", "min_bound": "dur", "min_samples": "int", "require_running": "bool",
-             "any_output": "bool", "fact_ttl": "dur"},
-    "straggler": {"factor": "num", "duration": "dur", "min_peers": "int", "window": "int", "warmup": "int",
-                  "baseline": "int", "slow_points": "int"},
+    "hang": {
+        "bound": "dur",
+        "factor": "num",
+        "min_bound": "dur",
+        "min_samples": "int",
+        "require_running": "bool",
+        "any_output": "bool",
+        "fact_ttl": "dur",
+    },
+    "straggler": {
+        "factor": "num",
+        "duration": "dur",
+        "min_peers": "int",
+        "window": "int",
+        "warmup": "int",
+        "baseline": "int",
+        "slow_points": "int",
+    },
 }
 _ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,127}$")
 _ALIAS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
-_DUR_RE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m(?!s))?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*(?:(\d+(?:\.\d+)?)\s*ms)?\s*$")
-_FACT_KINDS_FOR_RULES = ("log", "xid", "gpu_counter", "gpu_state", "job", "node", "progress", "stall", "slow_node", "log_end", "symptom", "fault")
+_DUR_RE = re.compile(
+    r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m(?!s))?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*(?:(\d+(?:\.\d+)?)\s*ms)?\s*$"
+)
+_FACT_KINDS_FOR_RULES = (
+    "log",
+    "xid",
+    "gpu_counter",
+    "gpu_state",
+    "job",
+    "node",
+    "progress",
+    "stall",
+    "slow_node",
+    "log_end",
+    "symptom",
+    "fault",
+)
 _RESERVED_ATTRS = ("kind", "at", "id", "origin")
 _TYPES = ("int", "float", "str")
 
@@ -111,8 +170,12 @@ class _Checker:
         for key in node:
             if key not in allowed:
                 close = [a for a in allowed if a.startswith(str(key)[:3])]
-                self.err(mark_of(node, key), "E-UNKNOWN-KEY", f"unknown key {key!r} in {what}",
-                         f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(allowed)}")
+                self.err(
+                    mark_of(node, key),
+                    "E-UNKNOWN-KEY",
+                    f"unknown key {key!r} in {what}",
+                    f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(allowed)}",
+                )
         return True
 
     def typed(self, node: dict, key: str, types: tuple, what: str, required: bool = False, default: Any = None) -> Any:
@@ -123,7 +186,10 @@ class _Checker:
         value = node[key]
         ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
         if not ok:
-            names = "/".join(t.__name__.replace("MDict", "mapping").replace("dict", "mapping").replace("MList", "list") for t in types)
+            names = "/".join(
+                t.__name__.replace("MDict", "mapping").replace("dict", "mapping").replace("MList", "list")
+                for t in types
+            )
             self.err(mark_of(node, key), "E-TYPE", f"{what}.{key} must be {names}, got {type(value).__name__}")
             return default
         return value
@@ -133,7 +199,12 @@ class _Checker:
             return None
         d = parse_duration(node[key])
         if d is None:
-            self.err(mark_of(node, key), "E-VALUE", f"{what}.{key}: {node[key]!r} is not a duration", "write e.g. 90s, 10m, 1h30m")
+            self.err(
+                mark_of(node, key),
+                "E-VALUE",
+                f"{what}.{key}: {node[key]!r} is not a duration",
+                "write e.g. 90s, 10m, 1h30m",
+            )
         return d
 
     def override(self, node: dict, fields: tuple[str, ...], what: str) -> dict[str, str] | None:
@@ -143,12 +214,21 @@ class _Checker:
         if raw is True or raw == "replace":
             return {"*": "replace"}
         if not isinstance(raw, dict):
-            self.err(mark_of(node, "override"), "E-TYPE", f"{what}.override must be true or a mapping field -> replace|append")
+            self.err(
+                mark_of(node, "override"),
+                "E-TYPE",
+                f"{what}.override must be true or a mapping field -> replace|append",
+            )
             return {"*": "replace"}
         out: dict[str, str] = {}
         for f, mode in raw.items():
             if f not in fields:
-                self.err(mark_of(raw, f), "E-UNKNOWN-KEY", f"override names unknown field {f!r}", f"fields: {', '.join(fields)}")
+                self.err(
+                    mark_of(raw, f),
+                    "E-UNKNOWN-KEY",
+                    f"override names unknown field {f!r}",
+                    f"fields: {', '.join(fields)}",
+                )
             elif mode not in ("replace", "append"):
                 self.err(mark_of(raw, f), "E-VALUE", f"override mode must be replace or append, got {mode!r}")
             else:
@@ -273,13 +353,23 @@ class _Checker:
                 self.err(mark_of(cnode, "as"), "E-DUP-ID", f"alias {alias!r} used twice in {what}")
             kind = self.typed(cnode, "kind", (str,), f"{what} condition {i + 1}", required=True, default="log")
             if kind not in _FACT_KINDS_FOR_RULES:
-                self.err(mark_of(cnode, "kind"), "E-VALUE", f"unknown fact kind {kind!r}", f"one of: {', '.join(_FACT_KINDS_FOR_RULES)}")
+                self.err(
+                    mark_of(cnode, "kind"),
+                    "E-VALUE",
+                    f"unknown fact kind {kind!r}",
+                    f"one of: {', '.join(_FACT_KINDS_FOR_RULES)}",
+                )
             where = parse_where(cnode.get("where"), self.report, tuple(aliases))
             absent = self.duration(cnode, "absent_for", f"{what} condition {i + 1}")
             conditions.append(Condition(alias, kind, where, cnode.mark, absent))
             aliases.append(alias)
         if conditions and conditions[0].absent_for is not None:
-            self.err(conditions[0].mark, "E-VALUE", f"{what}: the first condition cannot be an absence", "put the positive conditions first")
+            self.err(
+                conditions[0].mark,
+                "E-VALUE",
+                f"{what}: the first condition cannot be an absence",
+                "put the positive conditions first",
+            )
         join_raw = node.get("join", ["job", "attempt"])
         join = tuple(join_raw) if isinstance(join_raw, list) and all(isinstance(j, str) for j in join_raw) else None
         if join is None:
@@ -328,12 +418,15 @@ class _Checker:
                 self.err(mark_of(body, "severity"), "E-VALUE", f"severity must be fatal, error or warning, got {sev!r}")
         else:
             if not isinstance(body.get("fault_class"), str):  # whether it is declared is checked after layering
-                self.err(mark_of(body, "fault_class") if "fault_class" in body else mark_of(body), "E-MISSING",
-                         f"{what}: a fault needs a fault_class")
+                self.err(
+                    mark_of(body, "fault_class") if "fault_class" in body else mark_of(body),
+                    "E-MISSING",
+                    f"{what}: a fault needs a fault_class",
+                )
             if "priority" in body and (isinstance(body["priority"], bool) or not isinstance(body["priority"], int)):
                 self.err(mark_of(body, "priority"), "E-TYPE", "priority must be an integer")
             if "nodes" in body and not isinstance(body["nodes"], list):
-                self.err(mark_of(body, "nodes"), "E-TYPE", "nodes must be a list of templates, e.g. [\"{{ x.node }}\"]")
+                self.err(mark_of(body, "nodes"), "E-TYPE", 'nodes must be a list of templates, e.g. ["{{ x.node }}"]')
         return {k: v for k, v in body.items() if not isinstance(v, dict)}
 
     def action(self, name: str, node: Any, overrides: dict, marks: dict) -> Action | None:
@@ -381,7 +474,12 @@ class _Checker:
                     continue
                 for fc, dec in value.items():
                     if dec not in DECISIONS:
-                        self.err(mark_of(value, fc), "E-VALUE", f"unknown decision {dec!r}", f"one of: {', '.join(DECISIONS)}")
+                        self.err(
+                            mark_of(value, fc),
+                            "E-VALUE",
+                            f"unknown decision {dec!r}",
+                            f"one of: {', '.join(DECISIONS)}",
+                        )
                 out[key] = dict(value)
             elif key == "plans":
                 if not isinstance(value, dict):
@@ -389,16 +487,24 @@ class _Checker:
                     continue
                 for dec, names in value.items():
                     if dec not in DECISIONS:
-                        self.err(mark_of(value, dec), "E-VALUE", f"unknown decision {dec!r}", f"one of: {', '.join(DECISIONS)}")
+                        self.err(
+                            mark_of(value, dec),
+                            "E-VALUE",
+                            f"unknown decision {dec!r}",
+                            f"one of: {', '.join(DECISIONS)}",
+                        )
                     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
                         self.err(mark_of(value, dec), "E-TYPE", f"policy.plans.{dec} must be a list of action names")
                 out[key] = {k: tuple(v) for k, v in value.items() if isinstance(v, list)}
             elif key == "priorities":
-                if not isinstance(value, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value.values()):
+                if not isinstance(value, dict) or not all(
+                    isinstance(v, int) and not isinstance(v, bool) for v in value.values()
+                ):
                     self.err(mark_of(node, key), "E-TYPE", "policy.priorities must map fault_class -> integer")
                     continue
                 out[key] = dict(value)
             elif key == "thresholds" and isinstance(value, dict):
+
                 def report(where: Any, code: str, message: str, hint: str, value: Any = value) -> None:
                     mark = mark_of(node, key)
                     if isinstance(where, tuple):  # ("models", name[, key])
@@ -443,12 +549,19 @@ class _Checker:
             elif kind == "classes":
                 bad = not isinstance(v, list) or not all(isinstance(c, str) for c in v)
             elif kind == "class_ints":  # fault class -> restarts; the names are checked after layering
-                bad = not isinstance(v, dict) or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in v.values())
+                bad = not isinstance(v, dict) or any(
+                    isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in v.values()
+                )
             if bad:
-                want = {"int": "a whole number >= 0", "num": "a number >= 0", "bool": "true or false",
-                        "dur": "a duration such as 90s or 10m", "autonomy": "observe, recommend or act",
-                        "classes": "a list of fault class names",
-                        "class_ints": "a mapping of fault class -> whole number >= 0"}[kind or "int"]
+                want = {
+                    "int": "a whole number >= 0",
+                    "num": "a number >= 0",
+                    "bool": "true or false",
+                    "dur": "a duration such as 90s or 10m",
+                    "autonomy": "observe, recommend or act",
+                    "classes": "a list of fault class names",
+                    "class_ints": "a mapping of fault class -> whole number >= 0",
+                }[kind or "int"]
                 self.err(mark_of(value, k), "E-VALUE", f"policy.{name}.{k} must be {want}, got {v!r}")
 
     def fault_class(self, name: Any, node: Any, overrides: dict, marks: dict) -> FaultClass | None:
@@ -465,7 +578,12 @@ class _Checker:
         marks[("fault_classes", name)] = node.mark
         decision = self.typed(node, "decision", (str,), what, required=ov is None, default="restart")
         if decision not in DECISIONS:
-            self.err(mark_of(node, "decision"), "E-VALUE", f"{what}: unknown decision {decision!r}", f"one of: {', '.join(DECISIONS)}")
+            self.err(
+                mark_of(node, "decision"),
+                "E-VALUE",
+                f"{what}: unknown decision {decision!r}",
+                f"one of: {', '.join(DECISIONS)}",
+            )
             decision = "restart"
         retry = self.typed(node, "retry", (int,), what, default=None)
         if retry is not None and retry < 0:
@@ -489,7 +607,9 @@ class _Checker:
                 continue
             src = inode.get("source", "any")
             if src not in SOURCES:
-                self.err(mark_of(inode, "source"), "E-VALUE", f"unknown source {src!r}", f"one of: {', '.join(SOURCES)}")
+                self.err(
+                    mark_of(inode, "source"), "E-VALUE", f"unknown source {src!r}", f"one of: {', '.join(SOURCES)}"
+                )
             lines = self.typed(inode, "lines", (str,), f"test {name} input", required=True, default="") or ""
             inputs.append(TestInput(str(inode.get("file", "input.log")), src, lines))
         ov = self.override(node, ITEM_KEYS["test"], f"test {name}")
@@ -503,11 +623,23 @@ class _Checker:
                 continue
             self.keys(e, ITEM_KEYS["expectation"], f"test {name} expectation")
             if "decision" in e and e["decision"] not in DECISIONS:
-                self.err(mark_of(e, "decision"), "E-VALUE", f"unknown decision {e['decision']!r}", f"one of: {', '.join(DECISIONS)}")
+                self.err(
+                    mark_of(e, "decision"),
+                    "E-VALUE",
+                    f"unknown decision {e['decision']!r}",
+                    f"one of: {', '.join(DECISIONS)}",
+                )
         context = self.typed(node, "context", (dict,), f"test {name}", default={}) or {}
         facts = self.typed(node, "facts", (list,), f"test {name}", default=[]) or []
-        return RuleTest(name, tuple(inputs), tuple(frozen(_plain(e)) for e in expect if isinstance(e, dict)), node.mark,
-                        frozen(_plain(context)), tuple(frozen(_plain(f)) for f in facts if isinstance(f, dict)), enabled)
+        return RuleTest(
+            name,
+            tuple(inputs),
+            tuple(frozen(_plain(e)) for e in expect if isinstance(e, dict)),
+            node.mark,
+            frozen(_plain(context)),
+            tuple(frozen(_plain(f)) for f in facts if isinstance(f, dict)),
+            enabled,
+        )
 
 
 def _plain(value: Any) -> Any:
@@ -535,13 +667,22 @@ def check_file(tree: Any, path: str) -> tuple[FileModel, list[Diagnostic]]:
     if tree is None:
         pass
     elif not isinstance(tree, dict):
-        c.err(mark_of(tree, default=Mark(path, 1, 1)), "E-TYPE", "a rulebook file must be a mapping", f"top-level keys: {', '.join(SECTION_KEYS)}")
+        c.err(
+            mark_of(tree, default=Mark(path, 1, 1)),
+            "E-TYPE",
+            "a rulebook file must be a mapping",
+            f"top-level keys: {', '.join(SECTION_KEYS)}",
+        )
     else:
         c.keys(tree, SECTION_KEYS, "the rulebook file")
         if "fault_classes" in tree:
             c.section_mark = mark_of(tree, "fault_classes")
             if not isinstance(tree["fault_classes"], dict):
-                c.err(mark_of(tree, "fault_classes"), "E-TYPE", "fault_classes must be a mapping of name -> {description, decision, priority}")
+                c.err(
+                    mark_of(tree, "fault_classes"),
+                    "E-TYPE",
+                    "fault_classes must be a mapping of name -> {description, decision, priority}",
+                )
             else:
                 for name, node in tree["fault_classes"].items():
                     fc = c.fault_class(name, node, overrides, marks)
@@ -554,7 +695,8 @@ def check_file(tree: Any, path: str) -> tuple[FileModel, list[Diagnostic]]:
             c.section_mark = mark_of(tree, "macros")
             macros = c.macros(tree["macros"], overrides, marks)
         seen: dict[str, Mark] = {}
-        for section, fn, out in (("matchers", c.matcher, matchers), ("rules", c.rule, rules)):
+        sections: tuple[tuple[str, Any, list[Any]], ...] = (("matchers", c.matcher, matchers), ("rules", c.rule, rules))
+        for section, fn, out in sections:
             seen = {}
             if section not in tree:
                 continue
@@ -568,7 +710,12 @@ def check_file(tree: Any, path: str) -> tuple[FileModel, list[Diagnostic]]:
                 if item is None:
                     continue
                 if item.id in seen:
-                    c.err(item.mark, "E-DUP-ID", f"duplicate {section[:-1]} id {item.id!r}", f"first defined at line {seen[item.id].line}")
+                    c.err(
+                        item.mark,
+                        "E-DUP-ID",
+                        f"duplicate {section[:-1]} id {item.id!r}",
+                        f"first defined at line {seen[item.id].line}",
+                    )
                     continue
                 seen[item.id] = item.mark
                 out.append(item)

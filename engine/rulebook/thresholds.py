@@ -36,12 +36,25 @@ def _count(v: Any) -> bool:
 
 #: name -> (check, what a valid value is)
 THRESHOLD_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    **{k: (_number_or_null, "a number >= 0 or null") for k in (
-        "ecc_uncorrected_volatile_max", "ecc_uncorrected_aggregate_max", "ecc_corrected_volatile_max",
-        "ecc_corrected_aggregate_max", "row_remap_failure_max", "row_remap_pending_max",
-        "row_remap_uncorrectable_max", "retired_pages_pending_max", "retired_pages_max",
-        "nvlink_replay_per_min", "nvlink_recovery_per_min", "nvlink_crc_per_s", "pcie_replay_per_min",
-        "temperature_c")},
+    **{
+        k: (_number_or_null, "a number >= 0 or null")
+        for k in (
+            "ecc_uncorrected_volatile_max",
+            "ecc_uncorrected_aggregate_max",
+            "ecc_corrected_volatile_max",
+            "ecc_corrected_aggregate_max",
+            "row_remap_failure_max",
+            "row_remap_pending_max",
+            "row_remap_uncorrectable_max",
+            "retired_pages_pending_max",
+            "retired_pages_max",
+            "nvlink_replay_per_min",
+            "nvlink_recovery_per_min",
+            "nvlink_crc_per_s",
+            "pcie_replay_per_min",
+            "temperature_c",
+        )
+    },
     "window_s": (_number, "a number of seconds > 0"),
     "pcie_replay_default_per_min": (_number, "a number >= 0"),
     "temperature_hysteresis_c": (_number, "a number >= 0"),
@@ -55,10 +68,16 @@ def check_thresholds(value: Any, report: Callable[[Any, str, str, str], None]) -
     """Report each problem of a ``policy.thresholds`` mapping as ``report(key_or_None, code,
     message, hint)``, with the key of the offending entry (``("models", NAME, KEY)`` inside
     ``models``)."""
+
     def one(where: Any, key: str, v: Any, prefix: str) -> None:
         spec = THRESHOLD_KEYS.get(key)
         if spec is None:
-            report(where, "E-UNKNOWN-KEY", f"unknown threshold {prefix}{key!r}", f"known: {', '.join(sorted(THRESHOLD_KEYS))}")
+            report(
+                where,
+                "E-UNKNOWN-KEY",
+                f"unknown threshold {prefix}{key!r}",
+                f"known: {', '.join(sorted(THRESHOLD_KEYS))}",
+            )
         elif not spec[0](v):
             report(where, "E-VALUE", f"threshold {prefix}{key} must be {spec[1]}, got {v!r}", "")
 

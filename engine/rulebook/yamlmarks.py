@@ -89,7 +89,9 @@ class _Builder:
 
     def build(self, node: yaml.Node) -> Any:
         if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in _PLAIN_TAGS:
-            self.problems.append(YamlProblem(_mark(node, self.path), "E-YAML", f"YAML tag {node.tag!r} is not allowed in a rulebook"))
+            self.problems.append(
+                YamlProblem(_mark(node, self.path), "E-YAML", f"YAML tag {node.tag!r} is not allowed in a rulebook")
+            )
             return None
         if isinstance(node, yaml.MappingNode):
             out = MDict()
@@ -98,17 +100,25 @@ class _Builder:
             for key_node, value_node in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
                     self.problems.append(
-                        YamlProblem(_mark(key_node, self.path), "E-YAML", "YAML merge keys (<<) are not supported; use macros")
+                        YamlProblem(
+                            _mark(key_node, self.path), "E-YAML", "YAML merge keys (<<) are not supported; use macros"
+                        )
                     )
                     continue
                 key = self.build(key_node)
                 if not isinstance(key, (str, int, float, bool)) or key is None:
-                    self.problems.append(YamlProblem(_mark(key_node, self.path), "E-YAML", "mapping keys must be scalars"))
+                    self.problems.append(
+                        YamlProblem(_mark(key_node, self.path), "E-YAML", "mapping keys must be scalars")
+                    )
                     continue
                 key = str(key) if not isinstance(key, str) else key
                 if key in out:
                     self.problems.append(
-                        YamlProblem(_mark(key_node, self.path), "E-DUPKEY", f"duplicate key {key!r} (the first is at line {out.key_marks[key].line})")
+                        YamlProblem(
+                            _mark(key_node, self.path),
+                            "E-DUPKEY",
+                            f"duplicate key {key!r} (the first is at line {out.key_marks[key].line})",
+                        )
                     )
                     continue
                 out[key] = self.build(value_node)
@@ -163,8 +173,13 @@ def load_marked(text: str, path: str) -> tuple[Any, list[YamlProblem]]:
         return None, []
     big = _too_big(node)
     if big is not None:
-        return None, [YamlProblem(_mark(big, path), "E-YAML",
-                                  f"this node expands to more than {MAX_NODES} YAML nodes through aliases (an alias bomb?)")]
+        return None, [
+            YamlProblem(
+                _mark(big, path),
+                "E-YAML",
+                f"this node expands to more than {MAX_NODES} YAML nodes through aliases (an alias bomb?)",
+            )
+        ]
     builder = _Builder(path)
     return builder.build(node), builder.problems
 

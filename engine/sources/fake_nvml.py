@@ -102,7 +102,9 @@ class FakeNvml:
     counts the calls per function name.
     """
 
-    def __init__(self, gpus: list[FakeGpu] | None = None, *, library_missing: bool = False, driver_not_loaded: bool = False) -> None:
+    def __init__(
+        self, gpus: list[FakeGpu] | None = None, *, library_missing: bool = False, driver_not_loaded: bool = False
+    ) -> None:
         for name in dir(pynvml):
             if name.startswith(_COPIED_PREFIXES):
                 setattr(self, name, getattr(pynvml, name))
@@ -176,8 +178,12 @@ class FakeNvml:
         self._enter("nvmlDeviceGetPciInfo", h)
         dom, bus, rest = h.bus_id.split(":")
         return SimpleNamespace(
-            busId=h.bus_id, busIdLegacy=h.bus_id[4:], domain=int(dom, 16), bus=int(bus, 16),
-            device=int(rest.split(".")[0], 16), pciDeviceId=0x233010DE,
+            busId=h.bus_id,
+            busIdLegacy=h.bus_id[4:],
+            domain=int(dom, 16),
+            bus=int(bus, 16),
+            device=int(rest.split(".")[0], 16),
+            pciDeviceId=0x233010DE,
         )
 
     def nvmlDeviceGetTotalEccErrors(self, h: FakeGpu, errorType: int, counterType: int) -> int:
@@ -276,8 +282,13 @@ class FakeNvml:
             for es in self._sets:
                 if not es["freed"] and es["devices"].get(id(gpu), 0) & event_type:
                     es["queue"].append(
-                        SimpleNamespace(device=gpu, eventType=event_type, eventData=data,
-                                        gpuInstanceId=gpu_instance, computeInstanceId=0xFFFFFFFF)
+                        SimpleNamespace(
+                            device=gpu,
+                            eventType=event_type,
+                            eventData=data,
+                            gpuInstanceId=gpu_instance,
+                            computeInstanceId=0xFFFFFFFF,
+                        )
                     )
                     delivered += 1
             self._cond.notify_all()

@@ -186,10 +186,16 @@ def same_head(path: str, head: str) -> bool | None:
 
 
 class Follower:
-    def __init__(self, globs: list[str], poll: float | None = None,
-                 offsets: Mapping[str, tuple[int | None, int, int]] | None = None,
-                 on_new: Callable[[Tailed], None] | None = None, heads: Mapping[str, str] | None = None,
-                 start_at_end: bool = False, max_open: int | None = None):
+    def __init__(
+        self,
+        globs: list[str],
+        poll: float | None = None,
+        offsets: Mapping[str, tuple[int | None, int, int]] | None = None,
+        on_new: Callable[[Tailed], None] | None = None,
+        heads: Mapping[str, str] | None = None,
+        start_at_end: bool = False,
+        max_open: int | None = None,
+    ):
         self.globs = [os.path.abspath(g) for g in globs]
         #: a file with no saved position starts at its end (the last complete line) while this is
         #: set: the caller's new database must not take the files' past for the present
@@ -213,9 +219,20 @@ class Follower:
         # being re-used, so a path that turns out to be that inode (a glob that matches rotated
         # names, e.g. *.log*) continues from there instead of reading it all again.
         self._handoff: dict[int, tuple[object, int, int, float]] = {}
-        self.stats = {"read_bytes": 0, "rotations": 0, "truncations": 0, "unreadable": 0, "vanished": 0,
-                      "read_errors": 0, "forgotten": 0, "handoffs": 0, "not_regular": 0, "lru_closed": 0,
-                      "emfile": 0, "started_at_end": 0}
+        self.stats = {
+            "read_bytes": 0,
+            "rotations": 0,
+            "truncations": 0,
+            "unreadable": 0,
+            "vanished": 0,
+            "read_errors": 0,
+            "forgotten": 0,
+            "handoffs": 0,
+            "not_regular": 0,
+            "lru_closed": 0,
+            "emfile": 0,
+            "started_at_end": 0,
+        }
 
     # -- watching ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -318,8 +335,12 @@ class Follower:
         t.inode, t.offset, t.line_no = st.st_ino, end, lines
         self.stats["started_at_end"] += 1
         if end:
-            logger.info("%s: a new database: reading from its end (byte %d, line %d); --from-start reads the past",
-                        t.path, end, lines)
+            logger.info(
+                "%s: a new database: reading from its end (byte %d, line %d); --from-start reads the past",
+                t.path,
+                end,
+                lines,
+            )
 
     def matches(self, path: str) -> bool:
         """Does this path match one of the globs (without touching the file system)?"""
@@ -464,8 +485,12 @@ class Follower:
             t.offset, t.line_no = 0, 0  # a new file under the old name
         elif st.st_size < t.offset:
             if t.inode is not None:
-                logger.warning("%s: shorter (%d bytes) than the position read (%d): truncated, reading it from the start",
-                               t.path, st.st_size, t.offset)
+                logger.warning(
+                    "%s: shorter (%d bytes) than the position read (%d): truncated, reading it from the start",
+                    t.path,
+                    st.st_size,
+                    t.offset,
+                )
             t.offset, t.line_no = 0, 0
         t.inode = st.st_ino
         fh.seek(t.offset)

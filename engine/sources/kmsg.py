@@ -49,9 +49,7 @@ LINE_MAX = 8192
 
 # prefixes: /dev/kmsg "prio,seq,usec,flags[,...];", syslog "<date> <host> kernel:"
 _KMSG_RE = re.compile(r"^\s*(\d{1,5}),(\d{1,20}),(\d{1,20}),([^;]{0,64});(.*)$", re.DOTALL)
-_ISO_RE = re.compile(
-    r"^\s*(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d{1,9})?)(Z|[+-]\d\d:?\d\d)?\s+\S+\s+kernel:"
-)
+_ISO_RE = re.compile(r"^\s*(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d{1,9})?)(Z|[+-]\d\d:?\d\d)?\s+\S+\s+kernel:")
 _BSD_RE = re.compile(r"^\s*([A-Z][a-z]{2})\s+(\d{1,2})\s+(\d\d):(\d\d):(\d\d)\s+\S+\s+kernel:")
 _MONTHS = {m: i for i, m in enumerate(calendar.month_abbr) if m}
 _NEWLINES = re.compile("[\r\n]")
@@ -239,7 +237,11 @@ class _FileFollower:
         c = self.drain or self.cur
         if c is not None:
             return {
-                "path": self.path, "ino": c.ino, "dev": c.dev, "offset": c.line_start, "gen": self.gen,
+                "path": self.path,
+                "ino": c.ino,
+                "dev": c.dev,
+                "offset": c.line_start,
+                "gen": self.gen,
                 "head": file_head(c.fd, c.line_start),
             }
         if self._saved is not None:
@@ -318,7 +320,9 @@ class _FileFollower:
             elif opened is None:
                 return  # neither the file nor its rotated copy is there yet: try again later
             else:
-                logger.warning("%s: rotated away while the agent was down; unread lines of the old file are lost", self.path)
+                logger.warning(
+                    "%s: rotated away while the agent was down; unread lines of the old file are lost", self.path
+                )
             self.cur = opened[0] if opened else None
         self._saved, self._started = None, True
 
@@ -553,8 +557,9 @@ class KernelLogSource:
         self.state_file = state_file
         self.on_commit = on_commit
         self.clock = clock
-        self.lines = KernelLineFacts(rulebook if rulebook is not None else default_rulebook(), node,
-                                     f"kmsg:{node}" if kmsg else str(path))
+        self.lines = KernelLineFacts(
+            rulebook if rulebook is not None else default_rulebook(), node, f"kmsg:{node}" if kmsg else str(path)
+        )
         self.lines_read = 0
         if position is None and state_file:
             position = _load_json(state_file)

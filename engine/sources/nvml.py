@@ -38,6 +38,7 @@ __all__ = [
     "COUNTERS",
 ]
 
+
 def default_thresholds() -> dict[str, Any]:
     """The shipped rulebook's ``policy.thresholds`` (rules/15-gpu-thresholds.yaml)."""
     from engine.sources.kmsg import default_rulebook
@@ -131,8 +132,13 @@ class NvmlPoller:
     reports changes against what it saw before instead of re-reporting a set flag.
     """
 
-    def __init__(self, node: str, backend: Any = None, thresholds: Mapping[str, Any] | None = None,
-                 expected_gpus: int | None = None) -> None:
+    def __init__(
+        self,
+        node: str,
+        backend: Any = None,
+        thresholds: Mapping[str, Any] | None = None,
+        expected_gpus: int | None = None,
+    ) -> None:
         if backend is None:
             import pynvml as backend  # noqa: N813 - the module is the backend
         self.node = node
@@ -284,7 +290,14 @@ class NvmlPoller:
         fn = getattr(self.nv, fn_name, None)
         if fn is None:
             dev.unsupported.add(key)
-            self._once(dev, ("missing", fn_name), logging.INFO, "nvml: gpu%d: %s is not in this NVML binding", dev.index, fn_name)
+            self._once(
+                dev,
+                ("missing", fn_name),
+                logging.INFO,
+                "nvml: gpu%d: %s is not in this NVML binding",
+                dev.index,
+                fn_name,
+            )
             return _SKIP
         try:
             return fn(dev.handle, *args)
@@ -296,13 +309,24 @@ class NvmlPoller:
             if isinstance(exc, self._unsupported_errors) or (link and isinstance(exc, self._link_errors)):
                 dev.unsupported.add(key)
                 self._once(
-                    dev, ("unsupported", fn_name), logging.INFO,
-                    "nvml: gpu%d: %s not supported (%s); skipping it", dev.index, fn_name, type(exc).__name__,
+                    dev,
+                    ("unsupported", fn_name),
+                    logging.INFO,
+                    "nvml: gpu%d: %s not supported (%s); skipping it",
+                    dev.index,
+                    fn_name,
+                    type(exc).__name__,
                 )
                 return _SKIP
             self._once(
-                dev, ("error", fn_name, type(exc).__name__), logging.WARNING,
-                "nvml: gpu%d: %s failed (%s: %s); will retry", dev.index, fn_name, type(exc).__name__, exc,
+                dev,
+                ("error", fn_name, type(exc).__name__),
+                logging.WARNING,
+                "nvml: gpu%d: %s failed (%s: %s); will retry",
+                dev.index,
+                fn_name,
+                type(exc).__name__,
+                exc,
             )
             return _SKIP
 
@@ -340,8 +364,13 @@ class NvmlPoller:
         low = count if count < int(expected) else None
         if low != self._count_low:
             self._count_low = low
-            attrs = {"node": self.node, "state": "gpus_missing" if low is not None else "gpus_complete",
-                     "count": count, "expected": int(expected), "severity": "fail" if low is not None else "info"}
+            attrs = {
+                "node": self.node,
+                "state": "gpus_missing" if low is not None else "gpus_complete",
+                "count": count,
+                "expected": int(expected),
+                "severity": "fail" if low is not None else "info",
+            }
             if error:
                 attrs["error"] = error
             self._emit(out, "gpu_state", attrs, now, f"nvml:{self.node}:count")
@@ -364,7 +393,9 @@ class NvmlPoller:
         # ECC totals
         for etype, ename in ((1, "uncorrected"), (0, "corrected")):
             for ctype, cname in ((0, "volatile"), (1, "aggregate")):
-                err = getattr(nv, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED" if etype else "NVML_MEMORY_ERROR_TYPE_CORRECTED", etype)
+                err = getattr(
+                    nv, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED" if etype else "NVML_MEMORY_ERROR_TYPE_CORRECTED", etype
+                )
                 cnt = getattr(nv, "NVML_VOLATILE_ECC" if ctype == 0 else "NVML_AGGREGATE_ECC", ctype)
                 v = self._call(dev, "nvmlDeviceGetTotalEccErrors", err, cnt, skip_key=(etype, ctype))
                 if v is not _SKIP:
@@ -388,7 +419,9 @@ class NvmlPoller:
         for cause, cname in ((0, "sbe"), (1, "dbe")):
             c = getattr(
                 nv,
-                "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR" if cause else "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS",
+                "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR"
+                if cause
+                else "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS",
                 cause,
             )
             v = self._call(dev, "nvmlDeviceGetRetiredPages", c, skip_key=cause)
@@ -404,15 +437,36 @@ class NvmlPoller:
             if st is _SKIP:
                 continue
             self._link_state(dev, link, bool(_int(st)), now, out)
-            replay = self._call(dev, "nvmlDeviceGetNvLinkErrorCounter", link, getattr(nv, "NVML_NVLINK_ERROR_DL_REPLAY", 0), skip_key=(link, 0), link=True)
+            replay = self._call(
+                dev,
+                "nvmlDeviceGetNvLinkErrorCounter",
+                link,
+                getattr(nv, "NVML_NVLINK_ERROR_DL_REPLAY", 0),
+                skip_key=(link, 0),
+                link=True,
+            )
             if replay is not _SKIP:
                 self._counter(dev, "nvlink_replay", replay, now, out, link=link)
-            recov = self._call(dev, "nvmlDeviceGetNvLinkErrorCounter", link, getattr(nv, "NVML_NVLINK_ERROR_DL_RECOVERY", 1), skip_key=(link, 1), link=True)
+            recov = self._call(
+                dev,
+                "nvmlDeviceGetNvLinkErrorCounter",
+                link,
+                getattr(nv, "NVML_NVLINK_ERROR_DL_RECOVERY", 1),
+                skip_key=(link, 1),
+                link=True,
+            )
             if recov is not _SKIP:
                 self._counter(dev, "nvlink_recovery", recov, now, out, link=link)
             crc = None
             for ctr in ("NVML_NVLINK_ERROR_DL_CRC_FLIT", "NVML_NVLINK_ERROR_DL_CRC_DATA"):
-                cv = self._call(dev, "nvmlDeviceGetNvLinkErrorCounter", link, getattr(nv, ctr, 2 if ctr.endswith("FLIT") else 3), skip_key=(link, ctr), link=True)
+                cv = self._call(
+                    dev,
+                    "nvmlDeviceGetNvLinkErrorCounter",
+                    link,
+                    getattr(nv, ctr, 2 if ctr.endswith("FLIT") else 3),
+                    skip_key=(link, ctr),
+                    link=True,
+                )
                 if cv is not _SKIP:
                     crc = (crc or 0) + _int(cv)
             if crc is not None:
@@ -468,7 +522,9 @@ class NvmlPoller:
         attrs.update(state=state, severity=severity, **extra)
         self._emit(out, "gpu_state", attrs, now, f"nvml:{self.node}:gpu{dev.index}:{state}")
 
-    def _counter(self, dev: _Device, name: str, value: Any, now: float, out: list[Fact], link: int | None = None) -> None:
+    def _counter(
+        self, dev: _Device, name: str, value: Any, now: float, out: list[Fact], link: int | None = None
+    ) -> None:
         value = _int(value)
         key = name if link is None else f"{name}:{link}"
         prev = dev.last.get(key)
@@ -508,7 +564,9 @@ class NvmlPoller:
         field_name = key.replace(":", ":link")
         self._emit(out, "gpu_counter", attrs, now, f"nvml:{self.node}:gpu{dev.index}:{field_name}")
 
-    def _judge(self, dev: _Device, name: str, value: int, delta: int, rate: float | None, window: deque) -> tuple[str, bool, float | None]:
+    def _judge(
+        self, dev: _Device, name: str, value: int, delta: int, rate: float | None, window: deque
+    ) -> tuple[str, bool, float | None]:
         severity, how, tkey = COUNTERS.get(name, ("info", "none", None))
         limit = dev.thresholds.get(tkey) if tkey else None
         in_window = window[-1][1] - window[0][1] if len(window) > 1 else max(delta, 0)
@@ -530,7 +588,11 @@ class NvmlPoller:
                 return severity, True, limit
             return ("warn" if delta > 0 else "info"), False, limit
         if how == "pcie":
-            budget = dev.pcie_budget if dev.pcie_budget is not None else float(dev.thresholds.get("pcie_replay_default_per_min") or 16)
+            budget = (
+                dev.pcie_budget
+                if dev.pcie_budget is not None
+                else float(dev.thresholds.get("pcie_replay_default_per_min") or 16)
+            )
             if in_window > budget:
                 return severity, True, budget
             return "info", False, budget
@@ -544,7 +606,9 @@ class NvmlPoller:
                 self._state(dev, now, out, "nvlink_inactive", "fail", link=link, baseline=True)
             return
         if before != active:
-            self._state(dev, now, out, "nvlink_active" if active else "nvlink_inactive", "info" if active else "fail", link=link)
+            self._state(
+                dev, now, out, "nvlink_active" if active else "nvlink_inactive", "info" if active else "fail", link=link
+            )
 
     def _throttle(self, dev: _Device, mask: int, now: float, out: list[Fact]) -> None:
         names = [n for bit, n in sorted(THROTTLE_REASONS.items()) if mask & bit]
@@ -561,8 +625,15 @@ class NvmlPoller:
         if before == alerts:
             return
         self._state(
-            dev, now, out, "throttle", "warn" if alerts else "info",
-            reasons=names, alert_reasons=list(alerts), mask=mask, active=bool(alerts),
+            dev,
+            now,
+            out,
+            "throttle",
+            "warn" if alerts else "info",
+            reasons=names,
+            alert_reasons=list(alerts),
+            mask=mask,
+            active=bool(alerts),
         )
 
     def _temperature(self, dev: _Device, temp: float, now: float, out: list[Fact]) -> None:
@@ -582,8 +653,13 @@ class NvmlPoller:
         if before == high:
             return
         self._state(
-            dev, now, out, "temperature_high" if high else "temperature_normal", "warn" if high else "info",
-            temperature_c=temp, limit=limit,
+            dev,
+            now,
+            out,
+            "temperature_high" if high else "temperature_normal",
+            "warn" if high else "info",
+            temperature_c=temp,
+            limit=limit,
         )
 
 

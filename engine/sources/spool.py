@@ -149,8 +149,11 @@ class SpoolWriter:
         self._open()
 
     def _open(self) -> None:
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-                           | getattr(os, "O_CLOEXEC", 0), self.mode)
+        self._fd = os.open(
+            self.path,
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
+            self.mode,
+        )
         st = os.fstat(self._fd)
         self._size = st.st_size
         if self._size:
@@ -304,8 +307,17 @@ class SpoolReader:
         self.window = max(1, int(dedupe_window))
         self.max_line = max(64, int(max_line))
         self._ids: OrderedDict[str, None] = OrderedDict()
-        self.stats = {"lines": 0, "facts": 0, "garbage": 0, "duplicates": 0, "lost_files": 0, "truncations": 0,
-                      "refused_node": 0, "refused_kind": 0, "not_regular": 0}
+        self.stats = {
+            "lines": 0,
+            "facts": 0,
+            "garbage": 0,
+            "duplicates": 0,
+            "lost_files": 0,
+            "truncations": 0,
+            "refused_node": 0,
+            "refused_kind": 0,
+            "not_regular": 0,
+        }
         self.trust_job_claims = trust_job_claims
         self._not_regular: set[str] = set()
 
@@ -408,7 +420,9 @@ class SpoolReader:
                 break
         return out
 
-    def _read_group(self, base: str, opened: list[tuple[int, int, int, str]], out: list[Fact], budget: int | None) -> int | None:
+    def _read_group(
+        self, base: str, opened: list[tuple[int, int, int, str]], out: list[Fact], budget: int | None
+    ) -> int | None:
         saved = self.offsets.get(base)
         start_index, start_off = 0, 0
         if saved is not None:
@@ -427,7 +441,10 @@ class SpoolReader:
             else:
                 # the file we were in is gone: everything still here is newer than it
                 self.stats["lost_files"] += 1
-                logger.warning("spool %s: the file last read is gone (rotated out); lines written to it after the last read are lost", base)
+                logger.warning(
+                    "spool %s: the file last read is gone (rotated out); lines written to it after the last read are lost",
+                    base,
+                )
         for i in range(start_index, len(opened)):
             fd, ino, _, name = opened[i]
             live = name == base and i == len(opened) - 1
@@ -438,8 +455,9 @@ class SpoolReader:
                 break
         return budget
 
-    def _read_file(self, fd: int, off: int, live: bool, out: list[Fact], budget: int | None,
-                   node: str = "") -> tuple[int, bool, int | None]:
+    def _read_file(
+        self, fd: int, off: int, live: bool, out: list[Fact], budget: int | None, node: str = ""
+    ) -> tuple[int, bool, int | None]:
         """Lines from ``off``; returns (next offset, reached the end, budget left)."""
         pending = bytearray()
         skipping = False
@@ -517,14 +535,19 @@ class SpoolReader:
         """A spool file speaks for the node it is named after, and only of what an agent sees."""
         if fact.kind in REFUSED_KINDS:
             self.stats["refused_kind"] += 1
-            logger.warning("spool %s.jsonl: a %r fact refused (only the scheduler or the rules say that)", node, fact.kind)
+            logger.warning(
+                "spool %s.jsonl: a %r fact refused (only the scheduler or the rules say that)", node, fact.kind
+            )
             return None
         claimed = fact.get("node")
         # <node>.jsonl, or <node>.<writer>.jsonl (the epilog's n3.epilog.jsonl speaks for n3)
         if claimed is not None and claimed != node and not node.startswith(f"{claimed}."):
             self.stats["refused_node"] += 1
-            logger.warning("spool %s.jsonl: a fact about node %r refused (a spool file speaks for its own node only)",
-                           node, str(claimed)[:80])
+            logger.warning(
+                "spool %s.jsonl: a fact about node %r refused (a spool file speaks for its own node only)",
+                node,
+                str(claimed)[:80],
+            )
             return None
         attrs = dict(fact.attrs)
         if not self.trust_job_claims:  # which job ran there is the scheduler's to say (the engine asks it)

@@ -136,9 +136,7 @@ class SlurmAdapter:
 
     name = "slurm"
 
-    def __init__(
-        self, runner: Runner | None = None, timeout: float = 30.0, use_json: bool = True
-    ) -> None:
+    def __init__(self, runner: Runner | None = None, timeout: float = 30.0, use_json: bool = True) -> None:
         """``use_json=False`` reads text output only; otherwise ``--json`` is tried first and
         text is read from then on if this Slurm does not know the option."""
         self._runner: Runner = runner or subprocess_runner
@@ -206,9 +204,7 @@ class SlurmAdapter:
     def _query(self, argv: list[str]) -> CommandResult:
         result = self.run(argv, self._timeout)
         if result.rc == 127:
-            raise SchedulerUnavailable(
-                f"{argv[0]} not found: is Slurm installed? ({result.stderr.strip()})"
-            )
+            raise SchedulerUnavailable(f"{argv[0]} not found: is Slurm installed? ({result.stderr.strip()})")
         if result.timed_out:
             raise SchedulerUnavailable(f"{argv[0]} timed out after {self._timeout:g} s")
         return result
@@ -248,11 +244,7 @@ class SlurmAdapter:
             if "Invalid job id" in result.stderr:
                 return []
             _raise_failed(argv, result)
-        return [
-            parse_scontrol_line(line)
-            for line in result.stdout.splitlines()
-            if line.startswith("JobId=")
-        ]
+        return [parse_scontrol_line(line) for line in result.stdout.splitlines() if line.startswith("JobId=")]
 
     def _jobs_from_json(self, records: list[dict[str, Any]], job_id: str | None) -> list[JobInfo]:
         """JobInfo for each record, with output paths expanded by scontrol where needed."""
@@ -283,10 +275,7 @@ class SlurmAdapter:
 
 def _raise_failed(argv: list[str], result: CommandResult) -> NoReturn:
     text = result.stderr + result.stdout
-    if (
-        "Unable to contact slurm controller" in text
-        or "Could not establish a configuration" in text
-    ):
+    if "Unable to contact slurm controller" in text or "Could not establish a configuration" in text:
         raise SchedulerUnavailable(f"Slurm does not answer: {result.stderr.strip()[:200]}")
     raise CommandFailed(argv, result)
 
@@ -460,9 +449,7 @@ def _node_state(words: Iterable[str]) -> tuple[str, tuple[str, ...]]:
 
 def _node_from_json(record: Mapping[str, Any]) -> NodeInfo:
     raw_state = record.get("state")
-    words = (
-        list(raw_state) if isinstance(raw_state, (list, tuple)) else [str(raw_state or "unknown")]
-    )
+    words = list(raw_state) if isinstance(raw_state, (list, tuple)) else [str(raw_state or "unknown")]
     state, flags = _node_state(words + list(record.get("state_flags") or []))
     return NodeInfo(
         name=str(record["name"]),
@@ -487,9 +474,7 @@ def _nodes_from_sinfo_text(text: str) -> list[NodeInfo]:
             word = word[:-1]
         if word in ("drained", "draining", "drain"):
             flags.append("DRAIN")
-        node = by_name.setdefault(
-            name, {"state": word, "flags": flags, "reason": reason, "parts": []}
-        )
+        node = by_name.setdefault(name, {"state": word, "flags": flags, "reason": reason, "parts": []})
         node["parts"].append(partition.rstrip("*"))
     return [
         NodeInfo(

@@ -34,10 +34,20 @@ class Agent:
         self.facts: list = []
         self.stop = threading.Event()
         self.rc: list[int] = []
-        args = dict(nvml=True, nvml_backend=nv, poll_interval=0.05, tick=0.02, nvml_events=False, rulebook=rulebook,
-                    stop_event=self.stop, nvml_retry_s=0.05)
+        args = dict(
+            nvml=True,
+            nvml_backend=nv,
+            poll_interval=0.05,
+            tick=0.02,
+            nvml_events=False,
+            rulebook=rulebook,
+            stop_event=self.stop,
+            nvml_retry_s=0.05,
+        )
         args.update(kw)
-        self.thread = threading.Thread(target=lambda: self.rc.append(run_agent(NODE, str(self.spool), **args)), daemon=True)
+        self.thread = threading.Thread(
+            target=lambda: self.rc.append(run_agent(NODE, str(self.spool), **args)), daemon=True
+        )
         self.thread.start()
 
     def started(self, timeout: float = 30.0) -> dict:
@@ -71,7 +81,9 @@ class Agent:
 
 
 def verdict(facts, tmp: Path, rulebook=None):
-    engine = Engine(rulebook or require_rulebook(), Store(str(tmp / f"v{time.monotonic_ns()}.db")), cluster=ClusterContext())
+    engine = Engine(
+        rulebook or require_rulebook(), Store(str(tmp / f"v{time.monotonic_ns()}.db")), cluster=ClusterContext()
+    )
     for f in sorted(facts, key=lambda f: f.at):
         engine.ingest(f)
     return [(i.decision.fault_class, i.decision.decision, i.decision.nodes) for i in engine.finish()]
@@ -140,11 +152,13 @@ def test_a_site_threshold_changed_in_yaml_reaches_a_verdict(tmp_path):
 
 def test_a_threshold_per_gpu_model(tmp_path):
     site = tmp_path / "site.yaml"
-    site.write_text("policy:\n  thresholds:\n    models:\n      \"H100\": {temperature_c: 70}\n")
+    site.write_text('policy:\n  thresholds:\n    models:\n      "H100": {temperature_c: 70}\n')
     from engine.sources.nvml import NvmlPoller
 
-    hot = [FakeGpu(uuid=UUIDS[0], name="NVIDIA H100 80GB HBM3", temperature=75),
-           FakeGpu(uuid=UUIDS[1], name="NVIDIA A100-SXM4-80GB", temperature=75)]
+    hot = [
+        FakeGpu(uuid=UUIDS[0], name="NVIDIA H100 80GB HBM3", temperature=75),
+        FakeGpu(uuid=UUIDS[1], name="NVIDIA A100-SXM4-80GB", temperature=75),
+    ]
     p = NvmlPoller(NODE, backend=FakeNvml(hot), thresholds=require_rulebook([str(site)]).policy["thresholds"])
     p.start()
     states = [(f.get("gpu"), f.get("state"), f.get("limit")) for f in p.poll(1.0) if f.kind == "gpu_state"]

@@ -172,7 +172,9 @@ def test_garbage_bytes_and_overlong_lines_do_not_raise(tmp_path):
     src = KernelLogSource(NODE, str(log))
     src._file.max_line = 1000
     src.poll()
-    append(log, b"\xff\xfe\x00garbage\x80\n" + b"NVRM: Xid (PCI:0000:3b:00): 13, " + b"A" * 5000 + b"\n" + xid(2).encode())
+    append(
+        log, b"\xff\xfe\x00garbage\x80\n" + b"NVRM: Xid (PCI:0000:3b:00): 13, " + b"A" * 5000 + b"\n" + xid(2).encode()
+    )
     facts = src.poll()
     assert [f.get("code") for f in facts] == [13, 79]
     assert len(facts[0].get("detail")) <= 512
@@ -212,6 +214,7 @@ def test_origins_carry_line_numbers_across_a_restart_a_late_start_and_a_rotation
 
 
 # -- /dev/kmsg ------------------------------------------------------------------------------------
+
 
 def kmsg_record(seq: int, usec: int, msg: str) -> str:
     return f"4,{seq},{usec},-;{msg}\n SUBSYSTEM=pci\n DEVICE=+pci:0000:3b:00.0\n"

@@ -48,8 +48,15 @@ def test_fake_exposes_pynvml_names_and_classes():
     assert nv.NVMLError_GpuIsLost is pynvml.NVMLError_GpuIsLost
     assert nv.NVML_VOLATILE_ECC == pynvml.NVML_VOLATILE_ECC
     assert nv.nvmlEventTypeXidCriticalError == pynvml.nvmlEventTypeXidCriticalError
-    for name in ("nvmlInit", "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetRemappedRows", "nvmlDeviceGetNvLinkState",
-                 "nvmlDeviceGetNvLinkErrorCounter", "nvmlDeviceGetPcieReplayCounter", "nvmlEventSetWait"):
+    for name in (
+        "nvmlInit",
+        "nvmlDeviceGetTotalEccErrors",
+        "nvmlDeviceGetRemappedRows",
+        "nvmlDeviceGetNvLinkState",
+        "nvmlDeviceGetNvLinkErrorCounter",
+        "nvmlDeviceGetPcieReplayCounter",
+        "nvmlEventSetWait",
+    ):
         assert callable(getattr(nv, name)) and hasattr(pynvml, name)
     with pytest.raises(pynvml.NVMLError_Uninitialized):
         nv.nvmlDeviceGetCount()
@@ -68,7 +75,11 @@ def test_baseline_reports_set_flags_and_volatile_uncorrectable():
     g.ecc[(1, 0)] = 2
     nv, p = make(g)
     facts = p.poll(100.0)
-    assert {f.get("counter") for f in facts} == {"row_remap_pending", "retired_pages_pending", "ecc_uncorrected_volatile"}
+    assert {f.get("counter") for f in facts} == {
+        "row_remap_pending",
+        "retired_pages_pending",
+        "ecc_uncorrected_volatile",
+    }
     for f in facts:
         assert f.kind == "gpu_counter" and f.get("baseline") is True and f.get("rate_per_s") is None
     unc = by(facts, counter="ecc_uncorrected_volatile")[0]
@@ -326,6 +337,7 @@ def test_poll_before_start_returns_nothing():
 
 
 # -- events -----------------------------------------------------------------------------------------
+
 
 def test_event_watcher_yields_xid_facts():
     nv = FakeNvml([FakeGpu(uuid=UUID0), FakeGpu(uuid=UUID1, bus_id="00000000:86:00.0")])

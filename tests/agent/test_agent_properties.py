@@ -15,13 +15,41 @@ from engine.sources.spool import SpoolReader
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 # text that is likely to reach the interesting branches
-FRAGMENTS = st.sampled_from([
-    "NVRM: ", "Xid ", "(PCI:", "0000:3b:00", "00000000:3B:00.0", "): ", "79", "154", "45", ", ", "pid=", "'<unknown>'",
-    "name=", "<unknown>", "GPU has fallen off the bus.", "fallen off the bus", "The NVIDIA GPU ", "(PCI ID: 10de:20b2)",
-    "GPU at PCI:", "GPU-8a47641b-dff6-f09f-618c-c3eb58fb430d", "recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)",
-    "6,1234,5678,-;", "[ 1234.5]", "Nov 29 17:00:01 h kernel: ", "caused by previous Xid ", "Link ", "\x00", "\u202e", "\n",
-    "RmInitAdapter failed", "SXid",
-])
+FRAGMENTS = st.sampled_from(
+    [
+        "NVRM: ",
+        "Xid ",
+        "(PCI:",
+        "0000:3b:00",
+        "00000000:3B:00.0",
+        "): ",
+        "79",
+        "154",
+        "45",
+        ", ",
+        "pid=",
+        "'<unknown>'",
+        "name=",
+        "<unknown>",
+        "GPU has fallen off the bus.",
+        "fallen off the bus",
+        "The NVIDIA GPU ",
+        "(PCI ID: 10de:20b2)",
+        "GPU at PCI:",
+        "GPU-8a47641b-dff6-f09f-618c-c3eb58fb430d",
+        "recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)",
+        "6,1234,5678,-;",
+        "[ 1234.5]",
+        "Nov 29 17:00:01 h kernel: ",
+        "caused by previous Xid ",
+        "Link ",
+        "\x00",
+        "\u202e",
+        "\n",
+        "RmInitAdapter failed",
+        "SXid",
+    ]
+)
 LINES = st.one_of(st.text(max_size=400), st.lists(st.one_of(FRAGMENTS, st.text(max_size=12)), max_size=25).map("".join))
 
 

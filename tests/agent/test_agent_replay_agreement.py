@@ -30,8 +30,10 @@ STEP = 3600  # one Xid an hour: every line is an incident of its own
 
 def _catalog() -> list[int]:
     env = os.environ.get("RECOVER_XID_CATALOG")
-    for cand in ([Path(env)] if env else []) + [ROOT.parent / "shared" / "reference" / "xid-catalog.csv",
-                                                  Path("/work/shared/reference/xid-catalog.csv")]:
+    for cand in ([Path(env)] if env else []) + [
+        ROOT.parent / "shared" / "reference" / "xid-catalog.csv",
+        Path("/work/shared/reference/xid-catalog.csv"),
+    ]:
         if cand.is_file():
             with open(cand, newline="") as fh:
                 return sorted({int(row["code"]) for row in csv.DictReader(fh)})
@@ -51,9 +53,11 @@ HEADS = {  # how the driver prints what precedes the detail
 def details(code: int) -> list[str]:
     """The detail texts a code is printed with (the decode words matter for 144-150 and 154)."""
     if 144 <= code <= 150:
-        return ["NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000)",
-                "RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001)",
-                "SAW_MVB Link-Fatal XC0 i0 Link 02 (0x00000001 0x00000002)"]
+        return [
+            "NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000)",
+            "RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001)",
+            "SAW_MVB Link-Fatal XC0 i0 Link 02 (0x00000001 0x00000002)",
+        ]
     if code == 154:
         return [f"GPU recovery action changed from 0x0 (None) to 0x{i} ({word})" for i, word in enumerate(RECOVERY)]
     if code == 45:
@@ -99,8 +103,9 @@ def comparable(f: Fact) -> tuple:
 
 
 def verdicts(incidents) -> list[tuple]:
-    return sorted((round(i.at), i.decision.fault_class, i.decision.decision, tuple(i.decision.nodes), i.job)
-                  for i in incidents)
+    return sorted(
+        (round(i.at), i.decision.fault_class, i.decision.decision, tuple(i.decision.nodes), i.job) for i in incidents
+    )
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +122,9 @@ def test_every_catalog_code_and_form_gives_the_same_facts_faults_and_decisions(k
     path, lines = kernel_log
     src = KernelLogSource(NODE, str(path), replay=True, rulebook=default_rulebook())
     mine = through_spool(agent_facts(src), tmp_path)
-    theirs, replay_incidents = replay_facts(Input(str(path), file_input(str(path)).chunks, source="kernel"), tmp_path, "r")
+    theirs, replay_incidents = replay_facts(
+        Input(str(path), file_input(str(path)).chunks, source="kernel"), tmp_path, "r"
+    )
     # facts: every line gives one (a Xid 45 that names its cause gives a second, the cause) on both
     # sides, equal in everything but where they were read
     assert len(lines) <= len(theirs) <= len(lines) + sum("caused by previous Xid" in t for t in lines)

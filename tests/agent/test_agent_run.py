@@ -27,11 +27,23 @@ def xid_line(i: int) -> str:
 
 
 def start_agent(spool: Path, log: Path, stderr) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "engine.cli", "agent", "--node", NODE, "--spool", str(spool), "--kernel-log", str(log),
-           "--no-nvml", "--interval", "0.02", "--verbose"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "engine.cli",
+        "agent",
+        "--node",
+        NODE,
+        "--spool",
+        str(spool),
+        "--kernel-log",
+        str(log),
+        "--no-nvml",
+        "--interval",
+        "0.02",
+        "--verbose",
+    ]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr, cwd=str(Path(__file__).resolve().parents[2]))
-
-
 
 
 def state_file(spool: Path) -> Path:
@@ -69,7 +81,9 @@ def test_kill_minus_nine_mid_burst_neither_loses_nor_doubles(tmp_path):
                 for _ in range(min(burst, total - i)):
                     fh.write(xid_line(i))
                     i += 1
-            time.sleep(rng.random() * 0.12)  # slow enough that several restarts (each loads the rulebook) land mid-burst
+            time.sleep(
+                rng.random() * 0.12
+            )  # slow enough that several restarts (each loads the rulebook) land mid-burst
         appended.set()
 
     t = threading.Thread(target=appender)
@@ -161,8 +175,14 @@ def test_without_nvml_the_kernel_log_keeps_running_and_it_is_said_once(tmp_path,
     with caplog.at_level(logging.INFO):
         # the real pynvml on this machine; NVML is retried often and must not be reported again
         stop, t, result = _run_in_thread(
-            node=NODE, spool_dir=str(spool), kernel_log=str(log), nvml=True, nvml_backend=None,
-            poll_interval=0.05, tick=0.02, nvml_retry_s=0.05,
+            node=NODE,
+            spool_dir=str(spool),
+            kernel_log=str(log),
+            nvml=True,
+            nvml_backend=None,
+            poll_interval=0.05,
+            tick=0.02,
+            nvml_retry_s=0.05,
         )
         try:
             assert wait_for(state_file(spool).exists, timeout=10)
@@ -188,15 +208,37 @@ def test_no_source_at_all_returns_non_zero(tmp_path, caplog):
     # nothing asked for
     assert run_agent(NODE, str(spool), nvml=False, stop_event=threading.Event()) == EXIT_NO_SOURCE
     # kmsg that cannot be opened and a fake NVML without a library
-    rc = run_agent(NODE, str(spool), kmsg=True, kmsg_path=str(tmp_path / "no-kmsg"), nvml=True,
-                   nvml_backend=FakeNvml(library_missing=True), stop_event=threading.Event())
+    rc = run_agent(
+        NODE,
+        str(spool),
+        kmsg=True,
+        kmsg_path=str(tmp_path / "no-kmsg"),
+        nvml=True,
+        nvml_backend=FakeNvml(library_missing=True),
+        stop_event=threading.Event(),
+    )
     assert rc == EXIT_NO_SOURCE
     assert any("no source can run" in r.getMessage() for r in caplog.records)
 
 
 def test_no_source_from_the_command_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "engine.cli", "agent", "--node", NODE, "--spool", str(tmp_path / "s"), "--expected-gpus", "0"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine.cli",
+            "agent",
+            "--node",
+            NODE,
+            "--spool",
+            str(tmp_path / "s"),
+            "--expected-gpus",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == EXIT_NO_SOURCE
     assert r.stderr.count("NVML unavailable") == 1
 
@@ -205,7 +247,12 @@ def test_with_a_fake_gpu_counters_and_events_reach_the_spool(tmp_path):
     spool = tmp_path / "spool"
     nv = FakeNvml([FakeGpu(uuid="GPU-11111111-2222-3333-4444-555555555555", bus_id="00000000:3B:00.0")])
     stop, t, result = _run_in_thread(
-        node=NODE, spool_dir=str(spool), nvml=True, nvml_backend=nv, poll_interval=0.05, tick=0.02,
+        node=NODE,
+        spool_dir=str(spool),
+        nvml=True,
+        nvml_backend=nv,
+        poll_interval=0.05,
+        tick=0.02,
     )
     reader = SpoolReader(str(spool))
     facts = []
@@ -250,7 +297,9 @@ def test_unusable_state_is_replaced(tmp_path):
     sd = Path(default_state_dir(str(spool), NODE))
     sd.mkdir(parents=True)
     (sd / "state.json").write_bytes(b"\x00{not json")
-    stop, t, result = _run_in_thread(node=NODE, spool_dir=str(spool), kernel_log=str(log), nvml=False, tick=0.02, replay=True)
+    stop, t, result = _run_in_thread(
+        node=NODE, spool_dir=str(spool), kernel_log=str(log), nvml=False, tick=0.02, replay=True
+    )
     try:
         assert wait_for(lambda: spool_pids(spool) == [0], timeout=10)
     finally:

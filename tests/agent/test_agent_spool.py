@@ -12,7 +12,9 @@ from engine.sources.spool import SpoolError, SpoolReader, SpoolWriter
 
 
 def fact(i: int, node: str = "n1") -> Fact:
-    return Fact.make("xid", {"code": 79, "node": node, "pid": i, "detail": "x" * 40}, at=float(i), origin=f"kern.log:{i}")
+    return Fact.make(
+        "xid", {"code": 79, "node": node, "pid": i, "detail": "x" * 40}, at=float(i), origin=f"kern.log:{i}"
+    )
 
 
 def seq(facts) -> list[int]:
@@ -93,7 +95,16 @@ def test_partial_last_line_waits_until_completed(tmp_path):
 
 def test_garbage_lines_are_skipped_and_counted(tmp_path):
     path = tmp_path / "n1.jsonl"
-    rows = [fact(1).to_json(), "not json", '{"kind":"nope","at":1}', "[1,2]", "\x00\xff", "[" * 100000, "", fact(2).to_json()]
+    rows = [
+        fact(1).to_json(),
+        "not json",
+        '{"kind":"nope","at":1}',
+        "[1,2]",
+        "\x00\xff",
+        "[" * 100000,
+        "",
+        fact(2).to_json(),
+    ]
     path.write_bytes("\n".join(rows).encode("utf-8", "surrogateescape") + b"\n")
     r = SpoolReader(str(tmp_path))
     assert seq(r.read()) == [1, 2]

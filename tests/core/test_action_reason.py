@@ -20,13 +20,17 @@ def notify_for(tmp_path, lines: str) -> list[str]:
     site.write_text(SITE)
     book = require_rulebook([site])
     store = Store(":memory:")
-    result = replay_inputs([Input("slurm-5150.out", lambda: [lines.encode()], "job")], book, store, job="5150", nodes=["n1", "n2"])
+    result = replay_inputs(
+        [Input("slurm-5150.out", lambda: [lines.encode()], "job")], book, store, job="5150", nodes=["n1", "n2"]
+    )
     return [p.argv[3] for c in result.incidents for p in c.plan if p.name == "notify"]
 
 
 def test_notify_carries_the_reason_and_the_evidence(tmp_path):
-    lines = ("2026-11-29T17:00:00Z [rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
-             "2026-11-29T17:00:01Z [rank5]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    lines = (
+        "2026-11-29T17:00:00Z [rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+        "2026-11-29T17:00:01Z [rank5]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    )
     (msg,) = notify_for(tmp_path, lines)
     assert msg.startswith("cuda_oom: ")
     reason = msg.split(" | first:")[0]

@@ -50,6 +50,7 @@ def setup(write_rules):
         engine = Engine(result.compiled, store, mode=mode)
         act = Actuator(store, sim, result.compiled, verify_timeout=0.0, retry_delay=0.0)
         return sim, store, engine, act
+
     return make
 
 
@@ -70,7 +71,11 @@ def test_isolate_and_restart_runs_in_order_and_verifies(setup):
     engine.finish()
     drive(act)
     actions = store.actions()
-    assert [(a["action"], a["status"]) for a in actions] == [("drain", "verified"), ("requeue", "verified"), ("exclude", "verified")]
+    assert [(a["action"], a["status"]) for a in actions] == [
+        ("drain", "verified"),
+        ("requeue", "verified"),
+        ("exclude", "verified"),
+    ]
     assert [h[:2] for h in sim.history] == [["scontrol", "update"], ["scontrol", "requeue"], ["scontrol", "update"]]
     node = {n.name: n for n in sim.nodes()}["n3"]
     assert node.drained and f"incident {engine.closed[0].id}" in node.reason
@@ -149,7 +154,9 @@ def test_retry_budget_stops_requeues(setup):
     sim, store, engine, act = setup("  retry: {max_per_job: 2, max_per_fingerprint: 5, no_progress_attempts: 0}\n")
     job = sim.submit("train", nodes=1)
     for attempt in range(4):
-        engine.ingest(Fact.make("log", {"matcher": "timeout", "job": job, "attempt": attempt}, attempt * 1000.0, f"log:{attempt}"))
+        engine.ingest(
+            Fact.make("log", {"matcher": "timeout", "job": job, "attempt": attempt}, attempt * 1000.0, f"log:{attempt}")
+        )
         engine.advance(attempt * 1000.0 + 100)
     engine.finish()
     decisions = [c.decision.decision for c in engine.closed]
@@ -176,7 +183,11 @@ def test_progress_keeps_restarting(setup):
     job = sim.submit("train", nodes=1)
     for attempt in range(3):
         t = attempt * 1000.0
-        engine.ingest(Fact.make("progress", {"job": job, "attempt": attempt, "checkpoint": 500 * (attempt + 1)}, t, f"c:{attempt}"))
+        engine.ingest(
+            Fact.make(
+                "progress", {"job": job, "attempt": attempt, "checkpoint": 500 * (attempt + 1)}, t, f"c:{attempt}"
+            )
+        )
         engine.ingest(Fact.make("log", {"matcher": "timeout", "job": job, "attempt": attempt}, t + 1, f"log:{attempt}"))
         engine.advance(t + 100)
     engine.finish()

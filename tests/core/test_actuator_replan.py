@@ -2,8 +2,6 @@
 never a second requeue of an attempt already restarted, exclusions merged, required nodes held,
 --no-requeue respected, a drain retried while it has not taken, pages that say what happened."""
 
-import json
-
 import pytest
 
 from engine.live.actuator import Actuator
@@ -43,6 +41,7 @@ def world(write_rules):
         engine = Engine(result.compiled, store, mode="act")
         act = Actuator(store, sim, result.compiled, verify_timeout=0.0, retry_delay=0.0)
         return sim, store, engine, act
+
     return make
 
 
@@ -241,15 +240,20 @@ STOP_CANCEL = """
 """
 
 
-@pytest.mark.parametrize(("level", "running", "expected"), [
-    ("act", True, "verified"),        # the other ranks would wait for the NCCL watchdog: freed at once
-    ("recommend", True, "recommended"),  # the shipped default: recommended, not run
-    ("act", False, "skipped"),        # the job already ended: nothing to cancel
-])
+@pytest.mark.parametrize(
+    ("level", "running", "expected"),
+    [
+        ("act", True, "verified"),  # the other ranks would wait for the NCCL watchdog: freed at once
+        ("recommend", True, "recommended"),  # the shipped default: recommended, not run
+        ("act", False, "skipped"),  # the job already ended: nothing to cancel
+    ],
+)
 def test_stop_may_cancel_a_job_whose_ranks_still_run(world, write_rules, level, running, expected):
-    book = (RULES.replace("rules:\n", "rules:\n" + STOP_CANCEL.lstrip("\n"), 1)
-            .replace("stop: [notify]", "stop: [cancel, notify]")
-            .replace("actions:\n", "actions:\n  cancel: {argv: [scancel, \"{{ job }}\"], verify: job_cancelled}\n", 1))
+    book = (
+        RULES.replace("rules:\n", "rules:\n" + STOP_CANCEL.lstrip("\n"), 1)
+        .replace("stop: [notify]", "stop: [cancel, notify]")
+        .replace("actions:\n", 'actions:\n  cancel: {argv: [scancel, "{{ job }}"], verify: job_cancelled}\n', 1)
+    )
     result = write_rules(book + "  autonomy: {cancel: %s}\n" % level)
     assert result.ok, [str(d) for d in result.diagnostics]
     sim = SimulatedCluster(["n1", "n2"])

@@ -13,8 +13,10 @@ from engine.rulebook import load_rulebook
 from engine.store import Store
 
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
-NCCL = ("[rank0]:[E301 {t} ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: "
-        "WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.")
+NCCL = (
+    "[rank0]:[E301 {t} ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out."
+)
 ITER = "iteration      {step}/  10000 | elapsed time per iteration (ms): 1000.0 | lm loss: 2.1E+00 |"
 FAILS = [OOM, "NCCL", OOM, OOM]  # attempt -> its failure
 CLASSES = ["cuda_oom", "nccl_timeout", "cuda_oom", "cuda_oom"]
@@ -36,9 +38,11 @@ def banner_job_id_only(n: int, hh: int) -> list[str]:
 def requeue_lines_then_banner(n: int, hh: int) -> list[str]:
     # the previous attempt ends on a requeue line (Slurm's, submitit's, Lightning's); the start
     # banner follows within seconds, so only the requeue line can tell them apart
-    ends = {1: f"slurmstepd: error: *** JOB 4242 ON n1 CANCELLED AT 2026-03-01T{hh - 1}:59:59 DUE TO JOB REQUEUE ***",
-            2: f"submitit INFO (2026-03-01 {hh - 1}:59:59,912) - Requeued job 4242 (3 remaining timeouts)",
-            3: f"2026-03-01T{hh - 1}:59:59 [lightning] Requeued SLURM job: 4242"}
+    ends = {
+        1: f"slurmstepd: error: *** JOB 4242 ON n1 CANCELLED AT 2026-03-01T{hh - 1}:59:59 DUE TO JOB REQUEUE ***",
+        2: f"submitit INFO (2026-03-01 {hh - 1}:59:59,912) - Requeued job 4242 (3 remaining timeouts)",
+        3: f"2026-03-01T{hh - 1}:59:59 [lightning] Requeued SLURM job: 4242",
+    }
     return ([ends[n]] if n else []) + [f"2026-03-01T{hh}:00:00 SLURM_JOB_ID=4242"]
 
 
@@ -55,7 +59,7 @@ def appended_log(banner, gap_hours: int = 1, stamped: bool = True) -> str:
         lines.append(stamp + ITER.format(step=100))
         fail = _failure(n, hh)
         lines.append((f"2026-03-01T{hh}:05:00 " if stamped and FAILS[n] != "NCCL" else "") + fail)
-        lines.append(f"srun: error: n1: task 0: Exited with exit code 1")
+        lines.append("srun: error: n1: task 0: Exited with exit code 1")
     return "\n".join(lines) + "\n"
 
 
@@ -90,15 +94,20 @@ def test_untimestamped_banners_split_attempts_by_the_evidence_between_them(tmp_p
 def test_attempts_restarted_within_minutes_are_not_joined(tmp_path, compiled):
     """The OOM of attempt 0 is 2 minutes before attempt 1's NCCL timeout: inside the 5-minute
     window of corr.cuda_oom_root_of_collective_errors, so only the attempt keeps them apart."""
-    text = "\n".join([
-        "2026-03-01T10:00:00 SLURM_JOB_ID=4242",
-        "2026-03-01T10:00:05 " + ITER.format(step=100),
-        "2026-03-01T10:03:00 " + OOM,
-        "slurmstepd: error: *** JOB 4242 ON n1 CANCELLED AT 2026-03-01T10:03:30 DUE TO JOB REQUEUE ***",
-        "2026-03-01T10:04:00 SLURM_JOB_ID=4242 SLURM_RESTART_COUNT=1",
-        "2026-03-01T10:04:30 " + ITER.format(step=100),
-        NCCL.format(t="10:05:00.000000"),
-    ]) + "\n"
+    text = (
+        "\n".join(
+            [
+                "2026-03-01T10:00:00 SLURM_JOB_ID=4242",
+                "2026-03-01T10:00:05 " + ITER.format(step=100),
+                "2026-03-01T10:03:00 " + OOM,
+                "slurmstepd: error: *** JOB 4242 ON n1 CANCELLED AT 2026-03-01T10:03:30 DUE TO JOB REQUEUE ***",
+                "2026-03-01T10:04:00 SLURM_JOB_ID=4242 SLURM_RESTART_COUNT=1",
+                "2026-03-01T10:04:30 " + ITER.format(step=100),
+                NCCL.format(t="10:05:00.000000"),
+            ]
+        )
+        + "\n"
+    )
     store, got, rows = _replay(tmp_path, compiled, text)
     assert got == [(0, "cuda_oom"), (1, "nccl_timeout")]
     second = next(r for r in rows if r.attempt == 1)
@@ -119,24 +128,34 @@ def test_the_tasks_banners_of_one_start_are_one_attempt(tmp_path, compiled):
 
 def test_a_requeue_line_alone_does_not_start_an_attempt(tmp_path, compiled):
     """What the dying attempt prints after its requeue line (killed tasks) is still that attempt."""
-    text = "\n".join([
-        "2026-03-01T10:00:00 SLURM_JOB_ID=4242",
-        "2026-03-01T10:05:00 " + OOM,
-        "slurmstepd: error: *** JOB 4242 ON n1 CANCELLED AT 2026-03-01T10:05:10 DUE TO JOB REQUEUE ***",
-        "srun: error: n1: task 0: Exited with exit code 1",
-    ]) + "\n"
+    text = (
+        "\n".join(
+            [
+                "2026-03-01T10:00:00 SLURM_JOB_ID=4242",
+                "2026-03-01T10:05:00 " + OOM,
+                "slurmstepd: error: *** JOB 4242 ON n1 CANCELLED AT 2026-03-01T10:05:10 DUE TO JOB REQUEUE ***",
+                "srun: error: n1: task 0: Exited with exit code 1",
+            ]
+        )
+        + "\n"
+    )
     _, got, _ = _replay(tmp_path, compiled, text)
     assert got == [(0, "cuda_oom")]
 
 
 def test_each_attempt_runs_on_the_nodes_its_own_banner_names(tmp_path, compiled):
     """Attempt 1 was requeued away from n1: an error naming a node of the job is about n2..n3."""
-    text = "\n".join([
-        "2026-03-01T10:00:00 SLURM_JOB_ID=4242 SLURM_JOB_NODELIST=n1",
-        "2026-03-01T10:05:00 " + OOM,
-        "2026-03-01T11:00:00 SLURM_JOB_ID=4242 SLURM_RESTART_COUNT=1 SLURM_JOB_NODELIST=n[2-3]",
-        "2026-03-01T11:05:00 " + OOM,
-    ]) + "\n"
+    text = (
+        "\n".join(
+            [
+                "2026-03-01T10:00:00 SLURM_JOB_ID=4242 SLURM_JOB_NODELIST=n1",
+                "2026-03-01T10:05:00 " + OOM,
+                "2026-03-01T11:00:00 SLURM_JOB_ID=4242 SLURM_RESTART_COUNT=1 SLURM_JOB_NODELIST=n[2-3]",
+                "2026-03-01T11:05:00 " + OOM,
+            ]
+        )
+        + "\n"
+    )
     store, got, rows = _replay(tmp_path, compiled, text)
     assert got == [(0, "cuda_oom"), (1, "cuda_oom")]
     first = next(r for r in rows if r.attempt == 0)

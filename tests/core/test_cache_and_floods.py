@@ -3,7 +3,6 @@ its first and last line in explain."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -70,8 +69,10 @@ def test_changed_rulebook_file_is_never_served_stale(cache_dir, tmp_path):
     log.write_text("2026-03-02T08:00:00 frobnicator melted\n2026-03-02T08:00:01 widget exploded\n")
 
     def matched(pattern: str) -> set[str]:
-        site.write_text(f"matchers:\n  - id: site_thing\n    description: a site matcher\n    source: [job]\n"
-                        f"    pattern: '{pattern}'\n")
+        site.write_text(
+            f"matchers:\n  - id: site_thing\n    description: a site matcher\n    source: [job]\n"
+            f"    pattern: '{pattern}'\n"
+        )
         compiled = require_rulebook([site])
         scanner = Scanner([MatcherSpec(m.id, m.pattern) for m in compiled.matchers], backend="hyperscan")
         return {h.line.decode() for h in scanner.feed(log.read_bytes()) if scanner.specs[h.matcher].id == "site_thing"}
@@ -92,9 +93,11 @@ def _flood_log(path: Path, nodes: int = 8, ranks_per_node: int = 4, repeat: int 
     for r in range(repeat):
         for node in range(nodes):
             for local in range(ranks_per_node):
-                lines.append(f"gpu{node:03d}:{1000 + node * 10 + local}:{2000 + local} [{local}] transport/net_ib.cc:1696 "
-                             f"NCCL WARN NET/IB : Got completion from peer 10.0.{node}.{local}<{40000 + r}> with "
-                             f"status=IBV_WC_RETRY_EXC_ERR(12) opcode=0 len=0 vendor err 129")
+                lines.append(
+                    f"gpu{node:03d}:{1000 + node * 10 + local}:{2000 + local} [{local}] transport/net_ib.cc:1696 "
+                    f"NCCL WARN NET/IB : Got completion from peer 10.0.{node}.{local}<{40000 + r}> with "
+                    f"status=IBV_WC_RETRY_EXC_ERR(12) opcode=0 len=0 vendor err 129"
+                )
                 n += 1
     path.write_text("\n".join(lines) + "\n")
     return n
@@ -123,10 +126,16 @@ def test_different_errors_are_not_collapsed(tmp_path):
     log = tmp_path / "train.log"
     log.write_text(
         "gpu001:1:2 [0] transport/net_ib.cc:1 NCCL WARN NET/IB : Got completion from peer 10.0.0.1<1> with error 12, opcode 0\n"
-        "gpu002:1:2 [0] transport/net_ib.cc:1 NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with error 5, opcode 0\n")
+        "gpu002:1:2 [0] transport/net_ib.cc:1 NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with error 5, opcode 0\n"
+    )
     store = Store(":memory:")
     result = replay([str(log)], require_rulebook(), store)
-    ib = [f for inc in result.incidents for f, _, _ in store.facts(inc.id) if f.get("matcher") == "nccl_ib_completion_error"]
+    ib = [
+        f
+        for inc in result.incidents
+        for f, _, _ in store.facts(inc.id)
+        if f.get("matcher") == "nccl_ib_completion_error"
+    ]
     assert sorted(f.get("ib_status") for f in ib) == [5, 12]
 
 

@@ -11,14 +11,16 @@ from engine.rulebook import load_rulebook
 
 def test_file_then_env(tmp_path):
     cfg = tmp_path / "recover.toml"
-    cfg.write_text('db = "x.db"\nrules = ["site"]\nscheduler = "slurm"\n[autonomy]\nisolate_and_restart = "recommend"\n')
+    cfg.write_text(
+        'db = "x.db"\nrules = ["site"]\nscheduler = "slurm"\n[autonomy]\nisolate_and_restart = "recommend"\n'
+    )
     s = load_settings(str(cfg), env={})
     assert s.db == str(tmp_path / "x.db") and s.rules == [str(tmp_path / "site")] and s.scheduler == "slurm"
     s = load_settings(str(cfg), env={"RECOVER_DB": "/e.db", "RECOVER_RULES": "/a:/b", "RECOVER_SCHEDULER": "none"})
     assert (s.db, s.rules, s.scheduler) == ("/e.db", ["/a", "/b"], "none")
 
 
-@pytest.mark.parametrize("text", ['nope = 1\n', 'rules = "notalist"\n', '[autonomy]\nrestart = "yolo"\n', 'db = [\n'])
+@pytest.mark.parametrize("text", ["nope = 1\n", 'rules = "notalist"\n', '[autonomy]\nrestart = "yolo"\n', "db = [\n"])
 def test_bad_config_is_a_clear_error(tmp_path, text):
     cfg = tmp_path / "recover.toml"
     cfg.write_text(text)
@@ -38,9 +40,13 @@ def test_flags_win_over_file_and_env(tmp_path):
     cfg = tmp_path / "recover.toml"
     cfg.write_text(f'db = "{tmp_path / "from-file.db"}"\n')
     log = tmp_path / "slurm-1.out"
-    log.write_text("2026-11-29T17:00:00Z [rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    log.write_text(
+        "2026-11-29T17:00:00Z [rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    )
     env = {"RECOVER_CONFIG": str(cfg), "PATH": "/usr/bin:/bin"}
-    run = lambda *a: subprocess.run([sys.executable, "-m", "engine.cli", *a], capture_output=True, text=True, env=env, timeout=120)
+    run = lambda *a: subprocess.run(
+        [sys.executable, "-m", "engine.cli", *a], capture_output=True, text=True, env=env, timeout=120
+    )
     assert run("replay", str(log)).returncode == 0
     assert (tmp_path / "from-file.db").exists()
     env["RECOVER_DB"] = str(tmp_path / "from-env.db")

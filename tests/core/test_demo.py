@@ -4,13 +4,24 @@ from engine.ops.demo import run_demo
 from engine.store import Store
 
 EXPECTED = {  # failure-mix component -> the fault class the default rulebook must find
-    "faulty_gpu": "gpu_fell_off_bus", "io_expansion_board": "gpu_fell_off_bus",
-    "gpu_hbm3_memory": "gpu_memory_uncorrectable", "gpu_sram_memory": "gpu_memory_uncorrectable",
-    "gpu_system_processor": "gpu_hardware_other", "software_bug": "app_error", "dependency": "app_error",
-    "network_switch_cable": "nccl_network_error", "nic": "nccl_network_error", "nccl_watchdog_timeout": "nccl_timeout",
-    "silent_data_corruption": "app_error", "ssd": "storage_io_error",
-    "host_maintenance_unplanned": "node_failure", "power_supply": "node_failure", "server_chassis": "node_failure",
-    "cpu": "node_failure", "system_memory": "node_failure", "gpu_thermal": "nccl_timeout",
+    "faulty_gpu": "gpu_fell_off_bus",
+    "io_expansion_board": "gpu_fell_off_bus",
+    "gpu_hbm3_memory": "gpu_memory_uncorrectable",
+    "gpu_sram_memory": "gpu_memory_uncorrectable",
+    "gpu_system_processor": "gpu_hardware_other",
+    "software_bug": "app_error",
+    "dependency": "app_error",
+    "network_switch_cable": "nccl_network_error",
+    "nic": "nccl_network_error",
+    "nccl_watchdog_timeout": "nccl_timeout",
+    "silent_data_corruption": "app_error",
+    "ssd": "storage_io_error",
+    "host_maintenance_unplanned": "node_failure",
+    "power_supply": "node_failure",
+    "server_chassis": "node_failure",
+    "cpu": "node_failure",
+    "system_memory": "node_failure",
+    "gpu_thermal": "nccl_timeout",
 }
 
 

@@ -104,7 +104,14 @@ def test_cascade_of_rank_errors_is_one_incident(engine):
 
 def test_identical_flood_is_one_fact_with_a_count(engine):
     for i in range(1000):
-        engine.ingest(Fact.make("log", {"matcher": "timeout", "job": "7", "attempt": 0, "text": f"line {i}"}, 100 + i * 0.01, f"job.log:{i}"))
+        engine.ingest(
+            Fact.make(
+                "log",
+                {"matcher": "timeout", "job": "7", "attempt": 0, "text": f"line {i}"},
+                100 + i * 0.01,
+                f"job.log:{i}",
+            )
+        )
     engine.finish()
     assert engine.stats["flooded"] == 999
     facts = engine.store.facts(engine.closed[0].id)
@@ -126,7 +133,9 @@ def test_for_fires_only_if_the_state_holds(engine):
     engine.ingest(off)  # replaces the state before 5 minutes pass
     engine.advance(1000)
     assert engine.stats["derived"] == 0
-    engine.ingest(Fact.make("gpu_state", {"node": "n1", "gpu": 0, "signal": "hw_thermal", "active": True}, 2000, "nvml"))
+    engine.ingest(
+        Fact.make("gpu_state", {"node": "n1", "gpu": 0, "signal": "hw_thermal", "active": True}, 2000, "nvml")
+    )
     engine.advance(2000 + 301)
     assert engine.stats["derived"] == 1  # the warning symptom (it opens no incident on its own)
     assert engine.closed == []

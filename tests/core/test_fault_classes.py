@@ -34,7 +34,9 @@ def test_a_site_class_gets_its_decision_and_priority(tmp_path):
 
 def test_the_class_retry_budget_stops_the_next_restart(tmp_path):
     c = book(tmp_path)
-    history = [{"attempt": 0, "decision": "restart", "fault_class": "lustre_ost_down", "fingerprint": "x", "closed_at": 100.0}]
+    history = [
+        {"attempt": 0, "decision": "restart", "fault_class": "lustre_ost_down", "fingerprint": "x", "closed_at": 100.0}
+    ]
     ctx = GuardContext(job="77", attempt=1, now=200.0, history=history)
     d = decide(c, "lustre_ost_down", (), "ost down", ctx)
     assert d.decision == "stop"
@@ -44,8 +46,11 @@ def test_the_class_retry_budget_stops_the_next_restart(tmp_path):
 
 
 def test_shipped_classes_are_known_without_the_default_rules(tmp_path):
-    c = book(tmp_path, "rules:\n  - {id: r, description: d, when: [{kind: xid}], then: {fault: {fault_class: gpu_fell_off_bus}}}\n",
-             defaults=False)
+    c = book(
+        tmp_path,
+        "rules:\n  - {id: r, description: d, when: [{kind: xid}], then: {fault: {fault_class: gpu_fell_off_bus}}}\n",
+        defaults=False,
+    )
     assert c.policy["decisions"]["gpu_fell_off_bus"] == "isolate_and_restart"
     assert "gpu_fell_off_bus" in c.fault_classes
 

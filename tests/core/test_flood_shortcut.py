@@ -23,22 +23,37 @@ def compiled():
     return require_rulebook()
 
 
-@pytest.mark.parametrize("pattern", [
-    r"NET/IB : Got completion with error (?P<code>\d+)",
-    r"(?P<node>[A-Za-z0-9][A-Za-z0-9_-]*):\d+:\d+ \[(?P<local_rank>\d+)\]",
-    r"addr=0x[0-9a-fA-F]{4,8}",  # the 0 of 0x is a literal digit: not blind
-    r"[[:alnum:]_]+ failed \w+ [^\n]{0,200}",
-    r"(?P<g1>a)(?i:b)\s\S\D\W[/-:]",
-    r"\Qa.b\E x{2,3}", r"[a-f]+",
-])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"NET/IB : Got completion with error (?P<code>\d+)",
+        r"(?P<node>[A-Za-z0-9][A-Za-z0-9_-]*):\d+:\d+ \[(?P<local_rank>\d+)\]",
+        r"addr=0x[0-9a-fA-F]{4,8}",  # the 0 of 0x is a literal digit: not blind
+        r"[[:alnum:]_]+ failed \w+ [^\n]{0,200}",
+        r"(?P<g1>a)(?i:b)\s\S\D\W[/-:]",
+        r"\Qa.b\E x{2,3}",
+        r"[a-f]+",
+    ],
+)
 def test_digit_blind_patterns(pattern):
     assert digit_blind(pattern) is ("0x" not in pattern)
 
 
-@pytest.mark.parametrize("pattern", [
-    r"Xid (?P<code>79|48)", r"error [0-5]", r"[^1]x", r"ECC\x31", r"\Qmlx5\E", r"x[1-9]\d*",
-    r"\pN", r"\101", r"EXT4-fs", r"[[:foo:]]",
-])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"Xid (?P<code>79|48)",
+        r"error [0-5]",
+        r"[^1]x",
+        r"ECC\x31",
+        r"\Qmlx5\E",
+        r"x[1-9]\d*",
+        r"\pN",
+        r"\101",
+        r"EXT4-fs",
+        r"[[:foo:]]",
+    ],
+)
 def test_digit_sensitive_patterns(pattern):
     assert not digit_blind(pattern)
 
@@ -62,6 +77,7 @@ def _items(compiled, name: str, data: bytes, source: str, shortcut: bool, monkey
                 out = real(self, *a, **k)
                 fast[0] += out is not linefacts._SLOW
                 return out
+
             mp.setattr(linefacts._Collapser, "fast", counting)
         cluster = ClusterContext()
         conv = HitConverter(compiled.matchers, cluster)
@@ -69,7 +85,7 @@ def _items(compiled, name: str, data: bytes, source: str, shortcut: bool, monkey
         if setup is not None:
             setup(conv, ctx)
         scanner, index_map = scanner_for(compiled, source)
-        chunks = [data[i:i + chunk] for i in range(0, len(data), chunk)]
+        chunks = [data[i : i + chunk] for i in range(0, len(data), chunk)]
         out = []
         floods: list[Flood] = []
         for item in scan_chunks(chunks, scanner, conv, ctx, index_map):
@@ -78,10 +94,17 @@ def _items(compiled, name: str, data: bytes, source: str, shortcut: bool, monkey
                 out.append(("flood", item.fact_id, item.count))
             else:
                 out.append(("fact", item.kind, item.id, item.at, item.origin, sorted(item.attrs.items())))
-        final = sorted((f.fact_id, f.count, f.first_at, f.last_at, f.last_origin, f.last_line, sorted(f.nodes),
-                        sorted(f.ranks)) for f in set(floods))
-        return (out, final, (conv.dropped_values, sorted(conv.refused.items())),
-                (ctx.job, ctx.attempt, sorted(ctx.nodes), ctx.last_at), fast[0])
+        final = sorted(
+            (f.fact_id, f.count, f.first_at, f.last_at, f.last_origin, f.last_line, sorted(f.nodes), sorted(f.ranks))
+            for f in set(floods)
+        )
+        return (
+            out,
+            final,
+            (conv.dropped_values, sorted(conv.refused.items())),
+            (ctx.job, ctx.attempt, sorted(ctx.nodes), ctx.last_at),
+            fast[0],
+        )
 
 
 def _same(compiled, name, data, source, monkeypatch, chunk=4096, expect_fast=True, setup=None):
@@ -121,21 +144,29 @@ def test_kernel_log_floods_keep_nodes_and_codes_apart(compiled, monkeypatch):
     for i in range(300):
         node, at = f"gpu{i % 3:03d}", f"2026-03-02T08:{i // 60:02d}:{i % 60:02d}"
         lines.append(f"{at} {node} kernel: nfs: server 10.0.0.{(i // 3) % 2 + 1} not responding, still trying")
-        lines.append(f"{at} {node} kernel: nvidia-nvswitch{i % 4}: SXid (PCI:0000:{5 + i % 2:02x}:00.0): "
-                     f"{(12028, 20034)[i // 3 % 2]}, Non-fatal, Link {i % 36} LTSSM Fault Up")
-        lines.append(f"{at} {node} kernel: NVRM: Xid (PCI:0000:{17 + i % 2:02x}:00): {(79, 48, 13)[i // 3 % 3]}, "
-                     f"pid={1000 + i}, name=python, Ch 0000000{i % 8}")
-        lines.append(f"{node}:{100 + i}:{200 + i} [{i % 8}] transport/net_ib.cc:1 NCCL WARN NET/IB : Got completion "
-                     f"from peer 10.0.{i % 4}.1<{i}> with error {(12, 13, 5)[i // 3 % 3]}, opcode 0")
+        lines.append(
+            f"{at} {node} kernel: nvidia-nvswitch{i % 4}: SXid (PCI:0000:{5 + i % 2:02x}:00.0): "
+            f"{(12028, 20034)[i // 3 % 2]}, Non-fatal, Link {i % 36} LTSSM Fault Up"
+        )
+        lines.append(
+            f"{at} {node} kernel: NVRM: Xid (PCI:0000:{17 + i % 2:02x}:00): {(79, 48, 13)[i // 3 % 3]}, "
+            f"pid={1000 + i}, name=python, Ch 0000000{i % 8}"
+        )
+        lines.append(
+            f"{node}:{100 + i}:{200 + i} [{i % 8}] transport/net_ib.cc:1 NCCL WARN NET/IB : Got completion "
+            f"from peer 10.0.{i % 4}.1<{i}> with error {(12, 13, 5)[i // 3 % 3]}, opcode 0"
+        )
     data = ("\n".join(lines) + "\n").encode()
     items, *_ = _same(compiled, "/var/log/kern.log", data, "kernel", monkeypatch)
     facts = [dict(i[5]) for i in items if i[0] == "fact"]
 
     def distinct(matcher, *names):
         return {tuple(f.get(n) for n in names) for f in facts if f["matcher"] == matcher}
+
     # outside a job log the node is part of the shape, and so are the server, the SXid and the status
     assert distinct("kernel_nfs_not_responding", "node", "server") == {
-        (f"gpu{n:03d}", f"10.0.0.{s}") for n in range(3) for s in (1, 2)}
+        (f"gpu{n:03d}", f"10.0.0.{s}") for n in range(3) for s in (1, 2)
+    }
     assert distinct("nvswitch_sxid", "node", "sxid") == {(f"gpu{n:03d}", x) for n in range(3) for x in (12028, 20034)}
 
 
@@ -146,17 +177,22 @@ def test_job_log_flood_with_context_lines_midway(compiled, monkeypatch):
             lines.append("SLURM_JOB_ID=4242")
             lines.append("SLURM_JOB_NODELIST=gpu[001-004]")
         for rank in range(16):
-            lines.append(f"gpu{rank // 4 + 1:03d}:{5000 + rank}:{5100 + rank} [{rank % 4}] transport/net_ib.cc:1696 NCCL WARN "
-                         f"NET/IB : Got completion from peer 10.1.{rank}.{r}<{40000 + rank}> with "
-                         f"status=IBV_WC_RETRY_EXC_ERR(12) opcode=0 len=0 vendor err 129")
+            lines.append(
+                f"gpu{rank // 4 + 1:03d}:{5000 + rank}:{5100 + rank} [{rank % 4}] transport/net_ib.cc:1696 NCCL WARN "
+                f"NET/IB : Got completion from peer 10.1.{rank}.{r}<{40000 + rank}> with "
+                f"status=IBV_WC_RETRY_EXC_ERR(12) opcode=0 len=0 vendor err 129"
+            )
     data = ("\n".join(lines) + "\n").encode()
     items, final, _, ctx, _ = _same(compiled, "/logs/train.log", data, "job", monkeypatch, chunk=8192)
     assert ctx[0] == "4242"
     facts = [dict(i[5]) for i in items if i[0] == "fact"]
     # before and after the job id became known: one fact each per matcher
     assert sorted((f["matcher"], f.get("job", "-")) for f in facts if f["matcher"].startswith("nccl")) == [
-        ("nccl_ib_completion_error", "-"), ("nccl_ib_completion_error", "4242"),
-        ("nccl_warn", "-"), ("nccl_warn", "4242")]
+        ("nccl_ib_completion_error", "-"),
+        ("nccl_ib_completion_error", "4242"),
+        ("nccl_warn", "-"),
+        ("nccl_warn", "4242"),
+    ]
     nccl = [f for f in facts if f["matcher"].startswith("nccl")]
     assert len(nccl) + sum(f[1] for f in final) == 40 * 16 * 2  # every warning line counted once
 
@@ -168,8 +204,10 @@ def test_job_log_under_a_scheduler_refuses_the_same_lines(compiled, monkeypatch)
     for r in range(30):
         for rank in range(12):
             node = f"gpu{rank // 2 + 1:03d}"  # gpu001..gpu006; the allocation is gpu001..gpu004
-            lines.append(f"{node}:{5000 + rank}:{5100 + rank} [{rank % 2}] transport/net_ib.cc:1696 NCCL WARN NET/IB : "
-                         f"Got completion from peer 10.1.{rank}.{r}<{40000 + rank}> with error {(12, 13)[r % 2]}, opcode 0")
+            lines.append(
+                f"{node}:{5000 + rank}:{5100 + rank} [{rank % 2}] transport/net_ib.cc:1696 NCCL WARN NET/IB : "
+                f"Got completion from peer 10.1.{rank}.{r}<{40000 + rank}> with error {(12, 13)[r % 2]}, opcode 0"
+            )
         lines.append(f"srun: error: gpu00{r % 9 + 1}: task {r}: Exited with exit code {r % 3 + 1}")
     data = ("\n".join(lines) + "\n").encode()
 
@@ -195,8 +233,10 @@ def test_live_controller_counts_every_line_of_a_flood(tmp_path):
     log = logs / "slurm-55.out"
     log.write_text("")
     res = load_rulebook(defaults=True)
-    ctl = Controller(ControllerConfig(db=str(tmp_path / "r.db"), follow=[str(logs / "*.out")], scheduler="none",
-                                      dry_run=True), res.compiled)
+    ctl = Controller(
+        ControllerConfig(db=str(tmp_path / "r.db"), follow=[str(logs / "*.out")], scheduler="none", dry_run=True),
+        res.compiled,
+    )
     ctl.startup()
     try:
         written = 0
@@ -204,14 +244,18 @@ def test_live_controller_counts_every_line_of_a_flood(tmp_path):
             with open(log, "a") as fh:
                 for i in range(burst):
                     rank = (written + i) % 64
-                    fh.write(f"gpu{rank // 8:03d}:{100 + rank}:{200 + rank} [{rank % 8}] transport/net_ib.cc:1696 NCCL WARN "
-                             f"NET/IB : Got completion from peer 10.0.{rank}.1<{40000 + rank}> with error 12, opcode 0\n")
+                    fh.write(
+                        f"gpu{rank // 8:03d}:{100 + rank}:{200 + rank} [{rank % 8}] transport/net_ib.cc:1696 NCCL WARN "
+                        f"NET/IB : Got completion from peer 10.0.{rank}.1<{40000 + rank}> with error 12, opcode 0\n"
+                    )
             written += burst
             for _ in range(3):
                 ctl.step()
                 time.sleep(0.05)
-        counts = {json.loads(a)["matcher"]: c for a, c in
-                  ctl.store.db.execute("SELECT attrs, count FROM facts WHERE kind = 'log'").fetchall()}
+        counts = {
+            json.loads(a)["matcher"]: c
+            for a, c in ctl.store.db.execute("SELECT attrs, count FROM facts WHERE kind = 'log'").fetchall()
+        }
         assert counts == {"nccl_ib_completion_error": written, "nccl_warn": written}
     finally:
         ctl.follower.stop()

@@ -43,7 +43,9 @@ def _mutate(text: str, rng: random.Random) -> str:
         elif op == 4:
             lines[i] = lines[i].replace("(?P<", "(?<", 1).replace("{{", "{{ nope.", 1)
         elif op == 5:
-            lines[i] = lines[i] + rng.choice(["\\1", "(?=x)", " ]", " {", "\x00", " \"", " *&a", " !!python/object:os.system"])
+            lines[i] = lines[i] + rng.choice(
+                ["\\1", "(?=x)", " ]", " {", "\x00", ' "', " *&a", " !!python/object:os.system"]
+            )
         else:
             j = rng.randrange(len(lines))
             lines[i], lines[j] = lines[j], lines[i]

@@ -12,12 +12,36 @@ from engine.store import Store
 
 BOOK = require_rulebook()
 SAFE_REASON = re.compile(r"^[A-Za-z0-9 _.:/,()#+-]*$")
-KEYS = {"NodeName": NODE_RE, "JobId": re.compile(r"^[0-9]{1,12}(_[0-9]{1,9})?$"), "State": re.compile(r"^(DRAIN|RESUME)$"),
-        "ExcNodeList": re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}(,[A-Za-z0-9][A-Za-z0-9._-]{0,62})*$"), "Reason": SAFE_REASON}
+KEYS = {
+    "NodeName": NODE_RE,
+    "JobId": re.compile(r"^[0-9]{1,12}(_[0-9]{1,9})?$"),
+    "State": re.compile(r"^(DRAIN|RESUME)$"),
+    "ExcNodeList": re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}(,[A-Za-z0-9][A-Za-z0-9._-]{0,62})*$"),
+    "Reason": SAFE_REASON,
+}
 HOSTILE = [
-    "n1;rm -rf /", "n1 State=RESUME", "$(reboot)", "`id`", "n1\nscontrol update NodeName=n2 State=DOWN", "'n1'", '"n1"',
-    "-n1", "--help", "n1|cat /etc/shadow", "State=RESUME", "n1,n2,n3", "ｎ１", "n\u200b1", "a" * 300, "n1\x00", "../../etc",
-    "Reason=pwned", "n1 Reason=x", "%s%n", "\u202en1", "NodeName=n9",
+    "n1;rm -rf /",
+    "n1 State=RESUME",
+    "$(reboot)",
+    "`id`",
+    "n1\nscontrol update NodeName=n2 State=DOWN",
+    "'n1'",
+    '"n1"',
+    "-n1",
+    "--help",
+    "n1|cat /etc/shadow",
+    "State=RESUME",
+    "n1,n2,n3",
+    "ｎ１",
+    "n\u200b1",
+    "a" * 300,
+    "n1\x00",
+    "../../etc",
+    "Reason=pwned",
+    "n1 Reason=x",
+    "%s%n",
+    "\u202en1",
+    "NodeName=n9",
 ]
 
 
@@ -30,7 +54,9 @@ def check_argv(argv):
             key, _, value = a.partition("=")
             assert key in KEYS and KEYS[key].match(value), (a, argv)
     elif argv[0] == "scontrol":
-        assert argv[1] in ("requeue", "requeuehold", "release", "hold") and KEYS["JobId"].match(argv[2]) and len(argv) == 3, argv
+        assert (
+            argv[1] in ("requeue", "requeuehold", "release", "hold") and KEYS["JobId"].match(argv[2]) and len(argv) == 3
+        ), argv
     elif argv[0] == "logger":
         assert argv[1:3] == ["-t", "recover"] and len(argv) == 4 and SAFE_REASON.match(argv[3].split(": ", 2)[-1]), argv
 
@@ -45,11 +71,13 @@ def commands_for(lines: str, filename="slurm-5150.out", kernel: str = ""):
 
 
 def lines_with(host: str) -> tuple[str, str]:
-    job = (f"SLURM_JOB_NODELIST={host}\n"
-           f"{host}:4242:4299 [0] transport/net_ib.cc:1687 NCCL WARN NET/IB : Got completion from peer 10.0.0.1<1> with status=12 opcode=0\n"
-           f"srun: error: Node failure on {host}\n"
-           f"slurmstepd: error: *** JOB 5150 ON {host} CANCELLED AT 2026-11-29T17:00:00 DUE TO NODE FAILURE ***\n"
-           f"2026-11-29T17:00:00Z [rank0]: KeyError: '{host}'\n")
+    job = (
+        f"SLURM_JOB_NODELIST={host}\n"
+        f"{host}:4242:4299 [0] transport/net_ib.cc:1687 NCCL WARN NET/IB : Got completion from peer 10.0.0.1<1> with status=12 opcode=0\n"
+        f"srun: error: Node failure on {host}\n"
+        f"slurmstepd: error: *** JOB 5150 ON {host} CANCELLED AT 2026-11-29T17:00:00 DUE TO NODE FAILURE ***\n"
+        f"2026-11-29T17:00:00Z [rank0]: KeyError: '{host}'\n"
+    )
     kern = f"Nov 29 17:00:00 {host} kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name={host}, GPU has fallen off the bus.\n"
     return job, kern
 

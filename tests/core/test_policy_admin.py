@@ -30,24 +30,33 @@ def book(write_rules):
         result = write_rules(RULES + extra)
         assert result.ok, [str(d) for d in result.diagnostics]
         return result.compiled
+
     return make
 
 
-@pytest.mark.parametrize(("budget", "history", "expected"), [
-    (0, 0, "stop"),       # as shipped for unknown
-    (2, 1, "restart"),    # a site granted two
-    (2, 2, "stop"),
-    (5, 3, "restart"),
-])
+@pytest.mark.parametrize(
+    ("budget", "history", "expected"),
+    [
+        (0, 0, "stop"),  # as shipped for unknown
+        (2, 1, "restart"),  # a site granted two
+        (2, 2, "stop"),
+        (5, 3, "restart"),
+    ],
+)
 def test_per_class_retry_budget(write_rules, budget, history, expected):
     site = f"fault_classes: {{unknown: {{override: true, retry: {budget}}}}}\n"
-    result = write_rules(site + "policy:\n  retry: {max_per_job: 9, max_per_fingerprint: 9, no_progress_attempts: 0}\n",
-                         defaults=True)
+    result = write_rules(
+        site + "policy:\n  retry: {max_per_job: 9, max_per_fingerprint: 9, no_progress_attempts: 0}\n", defaults=True
+    )
     assert result.ok, [str(d) for d in result.diagnostics]
     compiled = result.compiled
-    past = [{"attempt": i, "decision": "restart", "fault_class": "unknown", "fingerprint": f"x{i}", "closed_at": 0.0}
-            for i in range(history)]
-    d = decide(compiled, "unknown", (), "no rule could tell", GuardContext(job="5", attempt=history, history=past, now=1.0))
+    past = [
+        {"attempt": i, "decision": "restart", "fault_class": "unknown", "fingerprint": f"x{i}", "closed_at": 0.0}
+        for i in range(history)
+    ]
+    d = decide(
+        compiled, "unknown", (), "no rule could tell", GuardContext(job="5", attempt=history, history=past, now=1.0)
+    )
     assert d.decision == expected
     if expected == "stop":
         assert any(g["guard"] == "retry_budget" and "unknown" in g["why"] for g in d.guards)
@@ -55,8 +64,9 @@ def test_per_class_retry_budget(write_rules, budget, history, expected):
 
 def test_a_down_node_is_still_drained_a_drained_one_is_not(book):
     compiled = book()
-    ctx = GuardContext(job="5", attempt=0, node_states={"n1": {"down": True, "drained": False},
-                                                        "n2": {"down": False, "drained": True}})
+    ctx = GuardContext(
+        job="5", attempt=0, node_states={"n1": {"down": True, "drained": False}, "n2": {"down": False, "drained": True}}
+    )
     d = decide(compiled, "node_failure", ("n1", "n2"), "x", ctx)
     assert ("drain", "n1") not in d.skip_targets and ("drain", "n2") in d.skip_targets
 

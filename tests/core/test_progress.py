@@ -37,6 +37,7 @@ def make_engine(write_rules):
         result = write_rules(RULES + extra)
         assert result.ok, [str(d) for d in result.diagnostics]
         return Engine(result.compiled, Store(":memory:"))
+
     return make
 
 
@@ -128,8 +129,10 @@ def _megatron(ms: list[float], loss: list[float] | None = None) -> str:
         t += m / 1000 * 10
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
         lm = loss[i] if loss else 2.0
-        lines.append(f"[{stamp}] iteration {10 * (i + 1):8d}/  100000 | consumed samples: {i * 2048:10d} | "
-                     f"elapsed time per iteration (ms): {m:.1f} | learning rate: 1.0E-04 | lm loss: {lm:.6E} |")
+        lines.append(
+            f"[{stamp}] iteration {10 * (i + 1):8d}/  100000 | consumed samples: {i * 2048:10d} | "
+            f"elapsed time per iteration (ms): {m:.1f} | learning rate: 1.0E-04 | lm loss: {lm:.6E} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -145,12 +148,16 @@ def _run(tmp_path, compiled, text: str, extra=()):
     path.write_text(text)
     store = Store(":memory:")
     res = replay_inputs([file_input(str(path))], compiled, store, extra_facts=extra)
-    return [(c.decision.fault_class, c.decision.decision, [p.name for p in c.plan], store.rules_fired(c.id))
-            for c in res.incidents]
+    return [
+        (c.decision.fault_class, c.decision.decision, [p.name for p in c.plan], store.rules_fired(c.id))
+        for c in res.incidents
+    ]
 
 
 def test_a_job_whose_iteration_time_jumps_and_stays_is_a_straggler_notify_only(tmp_path, shipped):
-    got = _run(tmp_path, shipped, _megatron([1500, 1100] + [1000, 1010, 990, 1005, 995, 1000] + [2100, 2200, 2150, 2180]))
+    got = _run(
+        tmp_path, shipped, _megatron([1500, 1100] + [1000, 1010, 990, 1005, 995, 1000] + [2100, 2200, 2150, 2180])
+    )
     assert len(got) == 1
     fault_class, decision, plan, rules = got[0]
     assert (fault_class, decision) == ("straggler", "observe")
@@ -158,24 +165,30 @@ def test_a_job_whose_iteration_time_jumps_and_stays_is_a_straggler_notify_only(t
     assert {"symptom.straggler_job", "fault.straggler_unnamed"} <= set(rules)
 
 
-@pytest.mark.parametrize("ms, loss", [
-    ([9000, 5000, 4000] + [1000] * 8, None),                      # slow warm-up steps, then steady
-    ([1000] * 6 + [600] * 6, None),                                # getting faster
-    ([1000] * 6 + [2500, 2600] + [1000] * 6, None),                # a short slow patch, then back
-    ([1000] * 12, [2.0] * 6 + [9.0, 12.0, 11.0] + [2.0] * 3),      # a loss spike at a steady speed
-    ([1000, 1050, 1100, 1160, 1220, 1280, 1340, 1400, 1460, 1520], None),  # slow drift: the baseline follows
-])
+@pytest.mark.parametrize(
+    "ms, loss",
+    [
+        ([9000, 5000, 4000] + [1000] * 8, None),  # slow warm-up steps, then steady
+        ([1000] * 6 + [600] * 6, None),  # getting faster
+        ([1000] * 6 + [2500, 2600] + [1000] * 6, None),  # a short slow patch, then back
+        ([1000] * 12, [2.0] * 6 + [9.0, 12.0, 11.0] + [2.0] * 3),  # a loss spike at a steady speed
+        ([1000, 1050, 1100, 1160, 1220, 1280, 1340, 1400, 1460, 1520], None),  # slow drift: the baseline follows
+    ],
+)
 def test_healthy_speed_changes_are_not_stragglers(tmp_path, shipped, ms, loss):
     assert _run(tmp_path, shipped, _megatron(ms, loss)) == []
 
 
-@pytest.mark.parametrize("line", [
-    "Epoch[61] Batch [40]\tSpeed: {rate:.2f} samples/sec\tTrain-CrossEntropy=0.631146",
-    "{stamp} step {i}, loss = 4.63 ({rate:.1f} examples/sec; {spb:.3f} sec/batch)",
-    "iter {i}: loss 3.9848, time {ms:.2f}ms",
-    "Epoch 3:  40%|████      | {i}/10000 [1:02:03<1:15:50, {rate:.2f}it/s, loss=0.31, v_num=0]",
-    "{stamp} - mmdet - INFO - Epoch [1][{i}/7517]\tlr: 0.00125, eta: 4:44:04, time: {spb:.3f}, data_time: 0.031, loss: 0.4606",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Epoch[61] Batch [40]\tSpeed: {rate:.2f} samples/sec\tTrain-CrossEntropy=0.631146",
+        "{stamp} step {i}, loss = 4.63 ({rate:.1f} examples/sec; {spb:.3f} sec/batch)",
+        "iter {i}: loss 3.9848, time {ms:.2f}ms",
+        "Epoch 3:  40%|████      | {i}/10000 [1:02:03<1:15:50, {rate:.2f}it/s, loss=0.31, v_num=0]",
+        "{stamp} - mmdet - INFO - Epoch [1][{i}/7517]\tlr: 0.00125, eta: 4:44:04, time: {spb:.3f}, data_time: 0.031, loss: 0.4606",
+    ],
+)
 def test_each_way_of_printing_speed_finds_the_slowdown(tmp_path, shipped, line):
     lines = []
     for i in range(12):
@@ -188,7 +201,9 @@ def test_each_way_of_printing_speed_finds_the_slowdown(tmp_path, shipped, line):
 
 def test_a_hang_is_found_with_the_iteration_matchers(tmp_path, shipped):
     """The job prints Megatron iterations every ~10 s, then nothing while it still runs."""
-    running = [Fact.make("job", {"job": "4343", "attempt": 0, "state": "RUNNING"}, T0, "slurm"),
-               Fact.make("job", {"job": "4343", "attempt": 0, "state": "RUNNING", "seen": 2}, T0 + 4 * 3600, "slurm")]
+    running = [
+        Fact.make("job", {"job": "4343", "attempt": 0, "state": "RUNNING"}, T0, "slurm"),
+        Fact.make("job", {"job": "4343", "attempt": 0, "state": "RUNNING", "seen": 2}, T0 + 4 * 3600, "slurm"),
+    ]
     got = _run(tmp_path, shipped, _megatron([1000] * 12), extra=running)
     assert got and all("symptom.job_hang" in g[3] for g in got), got

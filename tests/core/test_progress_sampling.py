@@ -31,9 +31,11 @@ def _stamp(t: float) -> str:
 
 def _dense(ms: list[float], every: float = 0.05, start: float = T0) -> list[str]:
     """Megatron iteration lines ``every`` seconds apart (far denser than any real job prints)."""
-    return [f"[{_stamp(start + i * every)}] iteration {i + 1:8d}/  100000 | consumed samples: {i * 2048:10d} | "
-            f"elapsed time per iteration (ms): {m:.1f} | learning rate: 1.0E-04 | lm loss: 2.000000E+00 |"
-            for i, m in enumerate(ms)]
+    return [
+        f"[{_stamp(start + i * every)}] iteration {i + 1:8d}/  100000 | consumed samples: {i * 2048:10d} | "
+        f"elapsed time per iteration (ms): {m:.1f} | learning rate: 1.0E-04 | lm loss: 2.000000E+00 |"
+        for i, m in enumerate(ms)
+    ]
 
 
 def _replay(tmp_path, compiled, lines: list[str]):
@@ -49,7 +51,7 @@ def _facts(compiled, text: bytes, sample: bool, chunk: int = 1 << 16) -> tuple[l
     stream = StreamFacts(scanner, conv, ctx, index_map, sample=sample)
     out = []
     for i in range(0, len(text), chunk):
-        out += [it for _, _, it in stream.feed(text[i:i + chunk]) if isinstance(it, Fact)]
+        out += [it for _, _, it in stream.feed(text[i : i + chunk]) if isinstance(it, Fact)]
     out += [it for _, _, it in stream.flush() if isinstance(it, Fact)]
     return out, ctx, conv
 
@@ -123,9 +125,13 @@ def test_an_untimestamped_line_after_sampled_progress_is_dated_as_before(compile
 
 
 def test_checkpoint_lines_are_never_left_out(compiled):
-    lines = [f"[{_stamp(T0 + i * 0.01)}] successfully saved checkpoint at iteration {100 * (i + 1):8d} to /ckpt"
-             for i in range(500)]
+    lines = [
+        f"[{_stamp(T0 + i * 0.01)}] successfully saved checkpoint at iteration {100 * (i + 1):8d} to /ckpt"
+        for i in range(500)
+    ]
     lines += _dense([1000.0] * 500, every=0.01, start=T0 + 10)
     facts, _, conv = _facts(compiled, ("\n".join(lines) + "\n").encode(), sample=True)
-    assert sorted(f.get("checkpoint") for f in facts if f.get("checkpoint") is not None) == [100 * (i + 1) for i in range(500)]
+    assert sorted(f.get("checkpoint") for f in facts if f.get("checkpoint") is not None) == [
+        100 * (i + 1) for i in range(500)
+    ]
     assert conv.progress_skipped > 300  # the iteration lines after them still are sampled

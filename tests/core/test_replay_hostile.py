@@ -10,8 +10,11 @@ OOM = b"2026-11-29T17:05:00Z [rank0]: torch.OutOfMemoryError: CUDA out of memory
 
 
 def replay_json(tmp_path, *files):
-    proc = subprocess.run([sys.executable, "-m", "engine.cli", "replay", "--db", str(tmp_path / "r.db"), "--json", *map(str, files)],
-                          capture_output=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "replay", "--db", str(tmp_path / "r.db"), "--json", *map(str, files)],
+        capture_output=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     assert b"Traceback" not in proc.stderr
     return [json.loads(line) for line in proc.stdout.decode().splitlines()]
@@ -36,7 +39,9 @@ def test_damage_around_the_fault_lines_loses_nothing(tmp_path):
 def test_interleaved_writers_one_incident_per_job(tmp_path):
     a, b = tmp_path / "slurm-801.out", tmp_path / "slurm-802.out"
     # two ranks writing to one file at once can glue half lines together; each file still yields its fault
-    a.write_bytes(b"2026-11-29T17:00:00Z [rank0]: step=5 loss=2.0\n2026-11-29T17:00:01Z [rank1]: st" + OOM + b"ep=5 loss=2.0\n")
+    a.write_bytes(
+        b"2026-11-29T17:00:00Z [rank0]: step=5 loss=2.0\n2026-11-29T17:00:01Z [rank1]: st" + OOM + b"ep=5 loss=2.0\n"
+    )
     b.write_bytes(b"2026-11-29T17:00:00Z [rank0]: step=5 loss=2.0\n" * 1000)
     incidents = replay_json(tmp_path, a, b)
     assert [(i["job"], i["fault_class"]) for i in incidents] == [("801", "cuda_oom")]

@@ -18,15 +18,21 @@ def cmp_st():
     return st.one_of(
         st.builds(Cmp, st.sampled_from(ATTRS), st.sampled_from(["eq", "ne"]), VALUES),
         st.builds(Cmp, st.sampled_from(ATTRS), st.sampled_from(["gt", "ge", "lt", "le"]), NUMS),
-        st.builds(Cmp, st.sampled_from(ATTRS), st.sampled_from(["in", "not_in"]), st.lists(VALUES, max_size=3).map(tuple)),
+        st.builds(
+            Cmp, st.sampled_from(ATTRS), st.sampled_from(["in", "not_in"]), st.lists(VALUES, max_size=3).map(tuple)
+        ),
         st.builds(Cmp, st.sampled_from(ATTRS), st.just("exists"), st.booleans()),
     )
 
 
-trees = st.recursive(cmp_st(), lambda inner: st.one_of(
-    st.lists(inner, min_size=1, max_size=3).map(lambda xs: AllOf(tuple(xs))),
-    st.lists(inner, min_size=1, max_size=3).map(lambda xs: AnyOf(tuple(xs))),
-), max_leaves=6).map(lambda t: t if isinstance(t, AllOf) else AllOf((t,)))
+trees = st.recursive(
+    cmp_st(),
+    lambda inner: st.one_of(
+        st.lists(inner, min_size=1, max_size=3).map(lambda xs: AllOf(tuple(xs))),
+        st.lists(inner, min_size=1, max_size=3).map(lambda xs: AnyOf(tuple(xs))),
+    ),
+    max_leaves=6,
+).map(lambda t: t if isinstance(t, AllOf) else AllOf((t,)))
 facts = st.dictionaries(st.sampled_from(ATTRS), VALUES, max_size=3)
 
 
@@ -67,23 +73,42 @@ def test_durable_rules_agrees_with_reference(tree_list, fact_list):
 
 # -- joins over job, attempt and node (issue 9): facts of different jobs or attempts never meet
 JOIN_ATTRS = ["job", "attempt", "node"]
-join_facts = st.fixed_dictionaries({}, optional={"job": st.sampled_from(["3", "9"]), "attempt": st.integers(0, 1),
-                                                 "node": st.sampled_from(["n1", "n5"]), "a": VALUES, "b": VALUES})
+join_facts = st.fixed_dictionaries(
+    {},
+    optional={
+        "job": st.sampled_from(["3", "9"]),
+        "attempt": st.integers(0, 1),
+        "node": st.sampled_from(["n1", "n5"]),
+        "a": VALUES,
+        "b": VALUES,
+    },
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.sampled_from(JOIN_ATTRS), unique=True, max_size=3).map(tuple),
-       st.lists(st.tuples(st.sampled_from(["log", "xid"]), join_facts), min_size=1, max_size=8),
-       st.sampled_from([None, 2.0]),
-       trees, trees)
+@given(
+    st.lists(st.sampled_from(JOIN_ATTRS), unique=True, max_size=3).map(tuple),
+    st.lists(st.tuples(st.sampled_from(["log", "xid"]), join_facts), min_size=1, max_size=8),
+    st.sampled_from([None, 2.0]),
+    trees,
+    trees,
+)
 def test_joins_agree_with_reference(join, fact_list, within, tree, tree_y):
     from engine.rulebook.conditions import join_holds
 
     ordered = {c.attr for t in (tree, tree_y) for c in _leaves(t) if c.op in ("gt", "ge", "lt", "le")}
     assume(not any(isinstance(a.get(o), str) for _, a in fact_list for o in ordered))  # as above: numbers only
     mark = Mark("t", 1, 1)
-    rule = Rule("j", "d", (Condition("x", "log", tree, mark), Condition("y", "xid", tree_y, mark)), "symptom",
-                {"name": "s"}, mark, join=join, within=within)
+    rule = Rule(
+        "j",
+        "d",
+        (Condition("x", "log", tree, mark), Condition("y", "xid", tree_y, mark)),
+        "symptom",
+        {"name": "s"},
+        mark,
+        join=join,
+        within=within,
+    )
     cr = CompiledRule(rule, (tree, tree_y), {}, 0)
     book = Rulebook((), {}, {}, (), (rule,), {}, {}, (), {})
     net = ReteNetwork(CompiledRulebook(book, (cr,), {}, {"plans": {}}))
@@ -94,7 +119,15 @@ def test_joins_agree_with_reference(join, fact_list, within, tree, tree_y):
         flat.append((fact.id, dict(attrs) | {"kind": kind, "at": float(n)}))
         for _, matched in session.assert_fact(fact):
             fired.add((matched["x"]["id"], matched["y"]["id"]))
-    expected = {(xi, yi) for xi, x in flat for yi, y in flat
-                if x["kind"] == "log" and y["kind"] == "xid" and evaluate(tree, x) and evaluate(tree_y, y)
-                and join_holds(join, [x, y]) and (within is None or abs(y["at"] - x["at"]) <= within)}
+    expected = {
+        (xi, yi)
+        for xi, x in flat
+        for yi, y in flat
+        if x["kind"] == "log"
+        and y["kind"] == "xid"
+        and evaluate(tree, x)
+        and evaluate(tree_y, y)
+        and join_holds(join, [x, y])
+        and (within is None or abs(y["at"] - x["at"]) <= within)
+    }
     assert fired == expected, (join, fact_list, tree)

@@ -12,14 +12,49 @@ CASES = [
     ("matchers:\n  - id: a\n    pattern: 'foo(?=bar)'\n", "E-REGEX", 2, 5),
     ("matchers:\n  - id: a\n    pattern: '(a+)+$'\n    emit: bogus\n", "E-VALUE", 4, 11),
     ("matchers:\n  - id: a\n    pattern: 'x*'\n", "E-REGEX", 2, 5),
-    ("rules:\n  - id: r\n    description: d\n    when: [{kind: log}]\n    then: {fault: {fault_class: gpu_on_fire}}\n", "E-VALUE", 5, 33),
-    ("rules:\n  - id: r\n    description: d\n    when: [{kind: log, where: {code: {in: \"@nope\"}}}]\n    then: {symptom: {name: s}}\n", "E-REF", 4, 12),
-    ("rules:\n  - id: r\n    description: d\n    when: [{kind: log}]\n    then: {symptom: {name: \"{{ y.node }}\"}}\n", "E-TEMPLATE", 2, 5),
-    ("rules:\n  - id: r\n    description: d\n    when: [{kind: log}]\n    then: {symptom: {name: \"{{ c1.node \"}}\n", "E-TEMPLATE", 2, 5),
-    ("rules:\n  - id: r\n    description: d\n    when: [{kind: log, where: {node: {same: z.node}}}]\n    then: {symptom: {name: s}}\n", "E-REF", 4, 45),
-    ("rules:\n  - id: r\n    description: d\n    within: soon\n    when: [{kind: log}]\n    then: {symptom: {name: s}}\n", "E-VALUE", 4, 13),
-    ("rules:\n  - {id: r, description: d, when: [{kind: log}], then: {symptom: {name: s}}}\n  - {id: r, description: d, when: [{kind: log}], then: {symptom: {name: s}}}\n", "E-DUP-ID", 3, 5),
-    ("actions:\n  drain:\n    argv: [scontrol, \"{{ secret }}\"]\n", "E-TEMPLATE", 3, 5),
+    (
+        "rules:\n  - id: r\n    description: d\n    when: [{kind: log}]\n    then: {fault: {fault_class: gpu_on_fire}}\n",
+        "E-VALUE",
+        5,
+        33,
+    ),
+    (
+        'rules:\n  - id: r\n    description: d\n    when: [{kind: log, where: {code: {in: "@nope"}}}]\n    then: {symptom: {name: s}}\n',
+        "E-REF",
+        4,
+        12,
+    ),
+    (
+        'rules:\n  - id: r\n    description: d\n    when: [{kind: log}]\n    then: {symptom: {name: "{{ y.node }}"}}\n',
+        "E-TEMPLATE",
+        2,
+        5,
+    ),
+    (
+        'rules:\n  - id: r\n    description: d\n    when: [{kind: log}]\n    then: {symptom: {name: "{{ c1.node "}}\n',
+        "E-TEMPLATE",
+        2,
+        5,
+    ),
+    (
+        "rules:\n  - id: r\n    description: d\n    when: [{kind: log, where: {node: {same: z.node}}}]\n    then: {symptom: {name: s}}\n",
+        "E-REF",
+        4,
+        45,
+    ),
+    (
+        "rules:\n  - id: r\n    description: d\n    within: soon\n    when: [{kind: log}]\n    then: {symptom: {name: s}}\n",
+        "E-VALUE",
+        4,
+        13,
+    ),
+    (
+        "rules:\n  - {id: r, description: d, when: [{kind: log}], then: {symptom: {name: s}}}\n  - {id: r, description: d, when: [{kind: log}], then: {symptom: {name: s}}}\n",
+        "E-DUP-ID",
+        3,
+        5,
+    ),
+    ('actions:\n  drain:\n    argv: [scontrol, "{{ secret }}"]\n', "E-TEMPLATE", 3, 5),
     ("policy:\n  plans: {restart: [reboot_everything]}\n", "E-REF", 2, 10),
     ("lists:\n  a: [1]\n  a: [2]\n", "E-DUPKEY", 3, 3),
     ("matchers: [\n", "E-YAML", 2, 1),
@@ -46,8 +81,10 @@ def test_all_errors_at_once(tmp_path):
     from engine.rulebook import load_rulebook
 
     path = tmp_path / "site.yaml"
-    path.write_text("matchers:\n  - {id: a, pattern: x, colour: red}\n  - {id: b, pattern: '(a)\\1'}\n"
-                    "  - {id: c, pattern: y, emit: bogus}\n")
+    path.write_text(
+        "matchers:\n  - {id: a, pattern: x, colour: red}\n  - {id: b, pattern: '(a)\\1'}\n"
+        "  - {id: c, pattern: y, emit: bogus}\n"
+    )
     result = load_rulebook([path], defaults=False)
     codes = {d.code for d in result.errors}
     assert {"E-UNKNOWN-KEY", "E-REGEX", "E-VALUE"} <= codes
@@ -61,9 +98,15 @@ def test_unused_list_is_a_warning_not_an_error(write_rules):
 
 def test_cli_check_prints_positions_and_exits_1_without_traceback(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("rules:\n  - id: r\n    when: 3\n    then: {nonsense: 1}\nmatchers:\n  - {id: m, pattern: '(?<=a)b'}\n")
-    proc = subprocess.run([sys.executable, "-m", "engine.cli", "rules", "check", "--no-defaults", str(bad)],
-                          capture_output=True, text=True, timeout=60)
+    bad.write_text(
+        "rules:\n  - id: r\n    when: 3\n    then: {nonsense: 1}\nmatchers:\n  - {id: m, pattern: '(?<=a)b'}\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "rules", "check", "--no-defaults", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert "Traceback" not in out
@@ -74,8 +117,12 @@ def test_cli_check_prints_positions_and_exits_1_without_traceback(tmp_path):
 def test_cli_check_binary_garbage_file(tmp_path):
     bad = tmp_path / "garbage.yaml"
     bad.write_bytes(b"\xff\xfe\x00rules: [\x00\x01")
-    proc = subprocess.run([sys.executable, "-m", "engine.cli", "rules", "check", "--no-defaults", str(bad)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "rules", "check", "--no-defaults", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1
     assert "Traceback" not in proc.stdout + proc.stderr
     assert "garbage.yaml:1:1: E-IO" in proc.stdout

@@ -37,44 +37,96 @@ def fault(name="site_thing", fc="nccl_timeout", reason="{{ s.evidence }}"):
 
 CASES = {
     # name: (overlay, code, severity, line)
-    "where names a matcher that does not exist": (rule(where="{matcher: nccl_watchdog_timout}") + fault(), "E-REF", "error", 5),
+    "where names a matcher that does not exist": (
+        rule(where="{matcher: nccl_watchdog_timout}") + fault(),
+        "E-REF",
+        "error",
+        5,
+    ),
     "a list item names a misspelled matcher": (
         "lists:\n  site_matchers: [nccl_watchdog_timeout, ncc_ops_failed_or_timed_out]\n"
-        + rule(where='{matcher: {in: "@site_matchers"}}') + fault(), "E-REF", "error", 2),
+        + rule(where='{matcher: {in: "@site_matchers"}}')
+        + fault(),
+        "E-REF",
+        "error",
+        2,
+    ),
     "a matcher no rule uses": (
-        "matchers:\n  - {id: site_lonely, source: [job], pattern: 'lonely (?P<worker>\\d+)'}\n", "W-UNUSED", "warning", 2),
+        "matchers:\n  - {id: site_lonely, source: [job], pattern: 'lonely (?P<worker>\\d+)'}\n",
+        "W-UNUSED",
+        "warning",
+        2,
+    ),
     "a misspelled retry setting": ("policy:\n  retry: {max_per_fingreprint: 2}\n", "E-UNKNOWN-KEY", "error", 2),
     "a misspelled blast radius setting": ("policy:\n  blast_radius: {max_drain: 2}\n", "E-UNKNOWN-KEY", "error", 2),
     "a policy section nothing reads": ("policy:\n  throttle: {per_node: 1}\n", "E-UNKNOWN-KEY", "error", 2),
     "a guard setting of the wrong type": ("policy:\n  blast_radius: {max_fraction: lots}\n", "E-VALUE", "error", 2),
     "a template reads an attribute the matched fact never has": (
-        rule(evidence="{{ l.worker }}") + fault(), "E-ATTR", "error", 7),
+        rule(evidence="{{ l.worker }}") + fault(),
+        "E-ATTR",
+        "error",
+        7,
+    ),
     "a fault template reads a field no rule gives the symptom": (
-        rule() + fault(reason="{{ s.worker }}"), "E-ATTR", "error", 13),
+        rule() + fault(reason="{{ s.worker }}"),
+        "E-ATTR",
+        "error",
+        13,
+    ),
     "a condition needs a symptom nothing derives": (rule() + fault(name="site_thnig"), "W-NEVER-FIRES", "warning", 11),
     "a condition tests an attribute the matcher never carries": (
-        rule(where="{matcher: nccl_watchdog_timeout, worker: 3}") + fault(), "W-NEVER-FIRES", "warning", 5),
+        rule(where="{matcher: nccl_watchdog_timeout, worker: 3}") + fault(),
+        "W-NEVER-FIRES",
+        "warning",
+        5,
+    ),
     "a fault class nobody declared": (rule() + fault(fc="ib_link_flap"), "E-VALUE", "error", 13),
     "policy names an undeclared fault class": ("policy:\n  decisions: {ib_link_flap: stop}\n", "E-VALUE", "error", 2),
     "a test expects a rule that does not exist": (
         "tests:\n  - name: t\n    input: [{lines: x}]\n    expect: [{fault_class: unknown, rules: [fault.nope]}]\n",
-        "E-REF", "error", 2),
+        "E-REF",
+        "error",
+        2,
+    ),
     "a misspelled key in a fault class": (
         "fault_classes:\n  ib_link_flap: {description: d, decision: restart, priority: 10, retries: 2}\n",
-        "E-UNKNOWN-KEY", "error", 2),
+        "E-UNKNOWN-KEY",
+        "error",
+        2,
+    ),
     "a misspelled key in a test expectation": (
-        "tests:\n  - name: t\n    input: [{lines: x}]\n    expect: [{fault_clas: unknown}]\n", "E-UNKNOWN-KEY", "error", 4),
+        "tests:\n  - name: t\n    input: [{lines: x}]\n    expect: [{fault_clas: unknown}]\n",
+        "E-UNKNOWN-KEY",
+        "error",
+        4,
+    ),
     "an action names a verification that does not exist": (
-        "actions:\n  drain: {override: true, verify: node_draind}\n", "E-REF", "error", 2),
+        "actions:\n  drain: {override: true, verify: node_draind}\n",
+        "E-REF",
+        "error",
+        2,
+    ),
     "a rule waits for a progress fact, which never reaches rules": (
         "rules:\n  - id: site.p\n    description: d\n    when:\n      - {kind: progress}\n"
-        "    then: {symptom: {name: site_progress}}\n", "W-NEVER-FIRES", "warning", 5),
+        "    then: {symptom: {name: site_progress}}\n",
+        "W-NEVER-FIRES",
+        "warning",
+        5,
+    ),
     "a site root cause ranked below the NCCL cascade it causes": (
         "fault_classes:\n  ib_link_flap: {description: d, decision: restart, priority: 20}\n"
-        + rule() + fault(fc="ib_link_flap"), "W-PRIORITY", "warning", 2),
+        + rule()
+        + fault(fc="ib_link_flap"),
+        "W-PRIORITY",
+        "warning",
+        2,
+    ),
     "a rule that needs a condition of a disabled matcher": (
         "matchers:\n  - {id: nccl_watchdog_timeout, override: true, enabled: false}\n" + rule() + fault(),
-        "W-NEVER-FIRES", "warning", 7),
+        "W-NEVER-FIRES",
+        "warning",
+        7,
+    ),
 }
 
 
@@ -96,7 +148,9 @@ def test_each_silent_no_op_is_reported_where_it_is_written(tmp_path, name):
 
 
 def test_a_correct_overlay_is_clean(tmp_path):
-    result = _load(tmp_path, rule() + fault() + "policy:\n  retry: {max_per_fingerprint: 2}\n  blast_radius: {max_drains: 2}\n")
+    result = _load(
+        tmp_path, rule() + fault() + "policy:\n  retry: {max_per_fingerprint: 2}\n  blast_radius: {max_drains: 2}\n"
+    )
     assert result.ok and list(result.diagnostics) == []
 
 

@@ -13,7 +13,9 @@ from engine.rulebook import require_rulebook
 from engine.ops.rulediff import diff_store, reevaluate
 from engine.store import Store
 
-EXAMPLES = sorted(str(p) for p in (Path(__file__).resolve().parents[2] / "examples").iterdir() if p.suffix in (".out", ".log"))
+EXAMPLES = sorted(
+    str(p) for p in (Path(__file__).resolve().parents[2] / "examples").iterdir() if p.suffix in (".out", ".log")
+)
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +28,9 @@ def db(tmp_path_factory):
 
 
 def diff(db, *files, extra=()):
-    return CliRunner().invoke(app, ["rules", "diff", "--db", db, *[a for f in files for a in ("--rules", str(f))], *extra])
+    return CliRunner().invoke(
+        app, ["rules", "diff", "--db", db, *[a for f in files for a in ("--rules", str(f))], *extra]
+    )
 
 
 def write(tmp_path, name, text):
@@ -43,7 +47,11 @@ def test_the_base_re_evaluated_gives_what_is_stored(db):
     for inc in rows:
         facts = [f for f, _, _ in store.facts(inc.id) if f.kind not in ("symptom", "fault")]
         (verdict,) = reevaluate(book, inc, facts)
-        assert (verdict.fault_class, verdict.decision, verdict.nodes) == (inc.fault_class, inc.decision, tuple(sorted(inc.nodes)))
+        assert (verdict.fault_class, verdict.decision, verdict.nodes) == (
+            inc.fault_class,
+            inc.decision,
+            tuple(sorted(inc.nodes)),
+        )
 
 
 def test_a_candidate_that_changes_nothing_exits_0(db, tmp_path):

@@ -56,15 +56,18 @@ def test_a_template_that_fails_at_run_time_fails_the_test_with_the_rules_positio
     assert "1 passed, 1 failed, 1 disabled" in result.output
 
 
-@pytest.mark.parametrize("expr,selected", [
-    ("worker", ["site - worker line"]),             # a substring
-    ("WORKER", ["site - worker line"]),             # case-insensitive
-    ("^site - (worker|anonymous)", ["site - worker line", "site - anonymous line"]),  # a regex
-    ("line$", ["site - worker line", "site - anonymous line"]),
-])
+@pytest.mark.parametrize(
+    "expr,selected",
+    [
+        ("worker", ["site - worker line"]),  # a substring
+        ("WORKER", ["site - worker line"]),  # case-insensitive
+        ("^site - (worker|anonymous)", ["site - worker line", "site - anonymous line"]),  # a regex
+        ("line$", ["site - worker line", "site - anonymous line"]),
+    ],
+)
 def test_k_takes_a_substring_or_a_regex(site, expr, selected):
     result = run(site, "--site-only", "-k", expr, "--json")
-    names = [json.loads(line)["name"] for line in result.stdout.splitlines() if "\"problems\"" in line]
+    names = [json.loads(line)["name"] for line in result.stdout.splitlines() if '"problems"' in line]
     assert sorted(names) == sorted(selected)
 
 
@@ -78,7 +81,9 @@ def test_site_only_runs_only_the_given_files(site):
     result = run(site, "--site-only", "--json")
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert {r["file"] for r in rows[:-1]} == {site}
-    assert rows[-1]["selected"] == 2 and rows[-1]["disabled"] == ["Xid 63 alone (a row remap recorded) does not isolate"]
+    assert rows[-1]["selected"] == 2 and rows[-1]["disabled"] == [
+        "Xid 63 alone (a row remap recorded) does not isolate"
+    ]
 
 
 def test_junit_output(site, tmp_path):
@@ -93,8 +98,12 @@ def test_junit_output(site, tmp_path):
 
 def test_rules_show_says_which_shipped_test_is_disabled_or_superseded(site, tmp_path):
     sup = tmp_path / "sup.yaml"
-    sup.write_text("tests:\n  - name: PCIe replays above budget only warn\n    override: true\n    facts: []\n    expect: []\n")
-    result = CliRunner().invoke(app, ["rules", "show", "--rules", site, "--rules", str(sup), "--section", "tests", "--json"])
+    sup.write_text(
+        "tests:\n  - name: PCIe replays above budget only warn\n    override: true\n    facts: []\n    expect: []\n"
+    )
+    result = CliRunner().invoke(
+        app, ["rules", "show", "--rules", site, "--rules", str(sup), "--section", "tests", "--json"]
+    )
     tests = {t["name"]: t for t in json.loads(result.stdout)["tests"]}
     disabled = tests["Xid 63 alone (a row remap recorded) does not isolate"]
     assert disabled["enabled"] is False and disabled["overridden_by"][-1].endswith("site.yaml:19:5")

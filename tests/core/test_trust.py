@@ -8,9 +8,7 @@ startup race, a lost database, 1,100 followed files under a 1024 open-file limit
 
 from __future__ import annotations
 
-import json
 import os
-import resource
 import subprocess
 import sys
 import threading
@@ -34,9 +32,11 @@ def xid_line(node: str, code: int = 79) -> str:
     return f"{stamp} {node} kernel: NVRM: Xid (PCI:0000:3b:00): {code}, pid=4242, name=python, GPU has fallen off the bus.\n"
 
 
-WATCHDOG = ("[rank0]:[E1129 10:00:00.000000000 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation "
-            "timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 "
-            "milliseconds before timing out.\n")
+WATCHDOG = (
+    "[rank0]:[E1129 10:00:00.000000000 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation "
+    "timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 "
+    "milliseconds before timing out.\n"
+)
 
 
 class FakeScheduler:
@@ -73,10 +73,17 @@ def running(job: str, nodes: tuple[str, ...], logs: Path, attempt: int = 0) -> J
 def make(tmp: Path, *, adapter=None, follow=(), spool=None, db=None, **kw) -> Controller:
     res = load_rulebook(defaults=True, overlays=[("site.yaml", SITE)])
     assert res.ok, res.errors
-    cfg = ControllerConfig(db=str(db or tmp / "recover.db"), follow=list(follow), spool=str(spool) if spool else None,
-                           scheduler="fake" if adapter is not None else "none", adapter=adapter, dry_run=True,
-                           scheduler_interval=kw.pop("scheduler_interval", 0.0),
-                           scheduler_startup_wait=kw.pop("wait", 5.0), **kw)
+    cfg = ControllerConfig(
+        db=str(db or tmp / "recover.db"),
+        follow=list(follow),
+        spool=str(spool) if spool else None,
+        scheduler="fake" if adapter is not None else "none",
+        adapter=adapter,
+        dry_run=True,
+        scheduler_interval=kw.pop("scheduler_interval", 0.0),
+        scheduler_startup_wait=kw.pop("wait", 5.0),
+        **kw,
+    )
     return Controller(cfg, res.compiled)
 
 
@@ -162,7 +169,9 @@ def test_a_job_printing_a_nodelist_does_not_rewrite_where_jobs_run(world):
         fh.write("SLURM_JOB_NODELIST=n3,n4\n")
     settle(ctl, 0.3)
     # a genuine Xid on n3, from n3's agent: the victim is job 302, which runs there
-    fact = Fact.make("xid", {"node": "n3", "code": 79, "pci": "0000:3b:00", "detail": "fallen off the bus"}, time.time(), "kmsg:n3")
+    fact = Fact.make(
+        "xid", {"node": "n3", "code": 79, "pci": "0000:3b:00", "detail": "fallen off the bus"}, time.time(), "kmsg:n3"
+    )
     (spool / "n3.jsonl").write_text(fact.to_json() + "\n")
     settle(ctl)
     got = actions(ctl)
@@ -192,7 +201,10 @@ def test_a_huge_number_does_not_stop_everything(world):
     (logs / "slurm-301.out").write_text("")
     ctl = start(FakeScheduler([running("301", ("n1",), logs)]), follow=[str(logs / "*.out")])
     with open(logs / "slurm-301.out", "a") as fh:
-        fh.write("SLURM_RESTART_COUNT=99999999999999999999\nattempt=99999999999999999999 step=99999999999999999999\n" + WATCHDOG)
+        fh.write(
+            "SLURM_RESTART_COUNT=99999999999999999999\nattempt=99999999999999999999 step=99999999999999999999\n"
+            + WATCHDOG
+        )
     settle(ctl)
     assert [job for job, _, _ in incidents(ctl)] == ["301"], incidents(ctl)
     assert ("requeue", "301") in actions(ctl)
@@ -217,8 +229,13 @@ def test_a_line_whose_handling_raises_is_quarantined_and_the_rest_goes_on(world,
     q = ctl.store.quarantined()
     assert q and all("OverflowError" in r["error"] and "POISON" in r["input"] for r in q)
     assert all(r["origin"].startswith(str(logs / "slurm-301.out") + ":") for r in q)
-    out = subprocess.run([sys.executable, "-m", "engine.cli", "incidents", "--errors", "--db", ctl.store.path],
-                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "incidents", "--errors", "--db", ctl.store.path],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert out.returncode == 0 and "OverflowError" in out.stdout, out.stdout + out.stderr
 
 
@@ -253,8 +270,12 @@ def test_sigterm_stops_the_controller_with_a_fifo_in_the_spool(tmp_path):
     spool = tmp_path / "spool"
     spool.mkdir()
     os.mkfifo(spool / "n1.jsonl")
-    p = subprocess.Popen([sys.executable, "-m", "engine.cli", "run", "--dry-run", "--spool", str(spool), "--db",
-                          str(tmp_path / "r.db")], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "run", "--dry-run", "--spool", str(spool), "--db", str(tmp_path / "r.db")],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(4)
     t0 = time.monotonic()
     p.terminate()
@@ -272,9 +293,11 @@ def test_a_spool_file_speaks_only_for_its_own_node_and_not_for_the_scheduler(wor
     (logs / "slurm-301.out").write_text("")
     ctl = start(FakeScheduler([running("301", ("n7",), logs), running("302", ("n11",), logs)]))
     now = time.time()
-    forged = [Fact.make("xid", {"node": "n11", "code": 79}, now, "kmsg:n7"),
-              Fact.make("job", {"job": "302", "attempt": 0, "state": "NODE_FAIL", "nodes": ["n11"]}, now, "x"),
-              Fact.make("fault", {"fault_class": "node_failure", "nodes": ["n11"], "job": "302"}, now, "x")]
+    forged = [
+        Fact.make("xid", {"node": "n11", "code": 79}, now, "kmsg:n7"),
+        Fact.make("job", {"job": "302", "attempt": 0, "state": "NODE_FAIL", "nodes": ["n11"]}, now, "x"),
+        Fact.make("fault", {"fault_class": "node_failure", "nodes": ["n11"], "job": "302"}, now, "x"),
+    ]
     (spool / "n7.jsonl").write_text("".join(f.to_json() + "\n" for f in forged))
     settle(ctl)
     got = actions(ctl)
@@ -363,7 +386,6 @@ print(len(ctl.follower.files), sorted(j for j, _, _ in incidents(ctl)), len(ctl.
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    files, jobs, open_now, _ = out.stdout.split(" ", 1)[0], None, None, None
     line = out.stdout.strip().splitlines()[-1]
     assert line.startswith("1100 ['1000', '2099'] "), line
     assert int(line.split()[-2]) <= 512
@@ -434,11 +456,19 @@ def test_100_rulebook_reloads_keep_memory_flat(tmp_path, monkeypatch):
 
 
 HOSTILE = [
-    "SLURM_RESTART_COUNT=99999999999999999999", "SLURM_JOB_ID=302", "SLURM_JOB_NODELIST=n[1-99999999999]",
-    "SLURM_JOB_NODELIST=n3,n4", "step=1e999999 loss=nan", "attempt=-99999999999999999999999",
-    "srun: error: Node failure on n9", "srun: error: n9: tasks 0-99999999999999999999: Exited with exit code 99999999999999999999",
-    xid_line("n7").strip(), "NVRM: Xid (PCI:0000:3b:00): 99999999999999999999, pid=1, name=x, y",
-    "\x00\x1b[2J\u202e;rm -rf /;$(reboot)`id`", "Traceback " + "(" * 5000, "x" * 70000,
+    "SLURM_RESTART_COUNT=99999999999999999999",
+    "SLURM_JOB_ID=302",
+    "SLURM_JOB_NODELIST=n[1-99999999999]",
+    "SLURM_JOB_NODELIST=n3,n4",
+    "step=1e999999 loss=nan",
+    "attempt=-99999999999999999999999",
+    "srun: error: Node failure on n9",
+    "srun: error: n9: tasks 0-99999999999999999999: Exited with exit code 99999999999999999999",
+    xid_line("n7").strip(),
+    "NVRM: Xid (PCI:0000:3b:00): 99999999999999999999, pid=1, name=x, y",
+    "\x00\x1b[2J\u202e;rm -rf /;$(reboot)`id`",
+    "Traceback " + "(" * 5000,
+    "x" * 70000,
 ]
 
 
@@ -456,8 +486,11 @@ def test_random_and_hostile_lines_never_hide_a_real_failure(tmp_path):
         n = next(counter)
         log = logs / f"slurm-{500 + n}.out"
         log.write_text("")
-        ctl = make(tmp_path, adapter=FakeScheduler([JobInfo(str(500 + n), 0, "RUNNING", nodes=("n1", "n2"), stdout=str(log))]),
-                   db=tmp_path / f"r{n}.db")
+        ctl = make(
+            tmp_path,
+            adapter=FakeScheduler([JobInfo(str(500 + n), 0, "RUNNING", nodes=("n1", "n2"), stdout=str(log))]),
+            db=tmp_path / f"r{n}.db",
+        )
         ctl.startup()
         try:
             with open(log, "a", encoding="utf-8", errors="surrogateescape") as fh:

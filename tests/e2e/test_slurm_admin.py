@@ -80,7 +80,9 @@ def test_a_requeue_by_an_admin_right_after_the_xid_is_not_repeated(h):
     h.inject_xid(bad)
     time.sleep(1.0)
     subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)  # the admin was faster
-    wait_for("the requeue to be decided", lambda: [r for r in notes(h, "requeue") if r[0] in ("skipped", "verified")], 40)
+    wait_for(
+        "the requeue to be decided", lambda: [r for r in notes(h, "requeue") if r[0] in ("skipped", "verified")], 40
+    )
     status, note, _ = notes(h, "requeue")[0]
     assert status == "skipped" and "already restarted" in note, note
     assert wait_for(f"{bad} drained", lambda: h.node(bad).drained, 20)
@@ -98,8 +100,12 @@ def test_slurms_own_requeue_on_node_death_is_kept_and_the_dead_node_stays_out(h)
     ready(h, job)
     h.killed_nodes.append(victim)
     subprocess.run(["bash", str(REPO / "scripts" / "slurm-node.sh"), "kill", victim], check=True, timeout=60)
-    rows = wait_for("a node_failure incident", lambda: [i for i in h.incidents() if i[4] == "node_failure" and i[3] == "closed"],
-                    90, every=1)
+    rows = wait_for(
+        "a node_failure incident",
+        lambda: [i for i in h.incidents() if i[4] == "node_failure" and i[3] == "closed"],
+        90,
+        every=1,
+    )
     assert victim in json.loads(rows[0][6])
     wait_for("the drain of the DOWN node to take", lambda: h.node(victim).drained, 40)
     wait_for("the requeue decided", lambda: [r for r in notes(h, "requeue") if r[0] in ("skipped", "verified")], 30)
@@ -136,7 +142,11 @@ def test_a_job_that_requires_the_bad_node_is_held_not_excluded_from_it(h):
     wait_for("job running", lambda: h.running(job), 30)
     ready(h, job)
     h.inject_xid("n1")
-    held = wait_for("the job held", lambda: (j := h.slurm.job(job)) and j.state == "PENDING" and "held" in j.reason.lower() and j, 40)
+    held = wait_for(
+        "the job held",
+        lambda: (j := h.slurm.job(job)) and j.state == "PENDING" and "held" in j.reason.lower() and j,
+        40,
+    )
     assert "n1" not in held.excluded_nodes
     assert h.node("n1").drained
     inc = h.incidents()[0][0]
@@ -179,9 +189,17 @@ def alertmanager(tmp_path):
     port, cluster = _free_port(), _free_port()
     cfg = tmp_path / "am.yml"
     cfg.write_text("route: {receiver: none}\nreceivers: [{name: none}]\n")
-    p = subprocess.Popen([binary, f"--config.file={cfg}", f"--storage.path={tmp_path / 'am-data'}",
-                          f"--web.listen-address=127.0.0.1:{port}", f"--cluster.listen-address=127.0.0.1:{cluster}"],
-                         stdout=open(tmp_path / "am.log", "ab"), stderr=subprocess.STDOUT)
+    p = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={cfg}",
+            f"--storage.path={tmp_path / 'am-data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            f"--cluster.listen-address=127.0.0.1:{cluster}",
+        ],
+        stdout=open(tmp_path / "am.log", "ab"),
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
 
     def ready():
@@ -197,7 +215,9 @@ def alertmanager(tmp_path):
 
 
 def test_a_plain_non_zero_exit_is_not_restarted_and_pages_alertmanager(h, alertmanager):
-    h.site.write_text(SITE + f"""  plans:
+    h.site.write_text(
+        SITE
+        + f"""  plans:
     stop: [notify, alertmanager]
 actions:
   alertmanager:
@@ -206,7 +226,8 @@ actions:
     per: job
     argv: [curl, -sS, --fail, --max-time, "8", -X, POST, -H, "Content-Type: application/json",
            --data-binary, "{{{{ alert }}}}", "{alertmanager}/api/v2/alerts"]
-""")
+"""
+    )
     h.start_controller()
     job = h.submit(EXIT_1_JOB)
     inc = wait_for("incident closed", lambda: [i for i in h.incidents() if i[3] == "closed" and i[1] == job], 60)[0]
@@ -237,8 +258,11 @@ def test_two_jobs_on_one_node_with_the_faulty_gpu_unknown_none_is_requeued_blind
         ready(h, job)
     h.inject_xid("n1")  # a kernel-log Xid: the PCI address, not which job's GPU it is
     wait_for("n1 drained", lambda: h.node("n1").drained, 20)
-    inc = wait_for("the incident names both jobs",
-                   lambda: [i[0] for i in h.incidents() if any(g["guard"] == "shared_node" for g in guards(h, i[0]))], 40)[0]
+    inc = wait_for(
+        "the incident names both jobs",
+        lambda: [i[0] for i in h.incidents() if any(g["guard"] == "shared_node" for g in guards(h, i[0]))],
+        40,
+    )[0]
     why = next(g["why"] for g in guards(h, inc) if g["guard"] == "shared_node")
     assert all(j in why for j in jobs), why
     told = h.query("SELECT target FROM actions WHERE action = 'notify' AND idem_key LIKE '%notify-shared%'")
@@ -263,24 +287,45 @@ def test_a_drain_during_a_90_s_slurmctld_outage_holds_once_slurmctld_is_back(h):
     pid = int(open(CTLD_PID).read().strip())
     os.kill(pid, 15)  # slurmctld goes away (a failover that takes its time)
     try:
-        wait_for("slurmctld gone", lambda: subprocess.run(["scontrol", "ping"], capture_output=True, text=True,
-                                                          timeout=30).stdout.count("DOWN") > 0, 30)
+        wait_for(
+            "slurmctld gone",
+            lambda: (
+                subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=30).stdout.count("DOWN")
+                > 0
+            ),
+            30,
+        )
         h.inject_xid(bad)
-        inc = wait_for("the incident says the drain has not taken",
-                       lambda: [i[0] for i in h.incidents() if any(g["guard"] == "drain_pending" for g in guards(h, i[0]))],
-                       60)[0]
-        page = wait_for("the page says so", lambda: h.query(
-            "SELECT argv FROM actions WHERE incident = ? AND idem_key LIKE '%notify-drain-pending%' AND status = 'verified'",
-            inc), 60)
+        inc = wait_for(
+            "the incident says the drain has not taken",
+            lambda: [i[0] for i in h.incidents() if any(g["guard"] == "drain_pending" for g in guards(h, i[0]))],
+            60,
+        )[0]
+        page = wait_for(
+            "the page says so",
+            lambda: h.query(
+                "SELECT argv FROM actions WHERE incident = ? AND idem_key LIKE '%notify-drain-pending%' AND status = 'verified'",
+                inc,
+            ),
+            60,
+        )
         assert "waits" in json.loads(page[0][0])[-1] or "not taken" in json.loads(page[0][0])[-1]
         time.sleep(max(0.0, 90 - 20))  # the rest of the outage
         drain = h.query("SELECT status FROM actions WHERE incident = ? AND action = 'drain'", inc)
         assert drain and drain[0][0] not in ("escalated", "verified"), drain  # still trying, not given up
     finally:
         # back with its saved state (SLURM_CLEAN=0: the jobs survive, as after a real failover)
-        subprocess.run(["bash", str(REPO / "scripts" / "slurm-up.sh")], capture_output=True, timeout=120,
-                       env=dict(os.environ, SLURM_CLEAN="0"))
-    wait_for(f"{bad} drained once slurmctld is back", lambda: (n := h.node(bad)).drained and f"incident {inc}" in n.reason, 90)
+        subprocess.run(
+            ["bash", str(REPO / "scripts" / "slurm-up.sh")],
+            capture_output=True,
+            timeout=120,
+            env=dict(os.environ, SLURM_CLEAN="0"),
+        )
+    wait_for(
+        f"{bad} drained once slurmctld is back",
+        lambda: (n := h.node(bad)).drained and f"incident {inc}" in n.reason,
+        90,
+    )
     again = wait_for("job running again", lambda: (j := h.running(job)) and j.attempt >= 1 and j, 90)
     assert bad not in again.nodes and again.attempt == 1
     assert h.query("SELECT status FROM actions WHERE incident = ? AND action = 'drain'", inc)[0][0] == "verified"

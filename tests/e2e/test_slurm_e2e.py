@@ -72,8 +72,6 @@ def slurm() -> SlurmAdapter:
     return SlurmAdapter(timeout=20)
 
 
-
-
 class Harness:
     """One test's world: folders, a site rulebook, agents, the controller, jobs; all cleaned up."""
 
@@ -95,24 +93,55 @@ class Harness:
 
     def cli(self, *args: str, env: dict | None = None, log: str = "out") -> subprocess.Popen:
         out = open(self.tmp / f"{log}.log", "ab")
-        p = subprocess.Popen([sys.executable, "-m", "engine.cli", *args], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                             env=dict(os.environ, **(env or {})))
+        p = subprocess.Popen(
+            [sys.executable, "-m", "engine.cli", *args],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, **(env or {})),
+        )
         self.procs.append(p)
         return p
 
     def start_agents(self, nodes=NODES) -> None:
         for n in nodes:
-            self.cli("agent", "--node", n, "--kernel-log", str(self.tmp / f"kern-{n}.log"), "--no-nvml",
-                     "--spool", str(self.spool), log=f"agent-{n}")
+            self.cli(
+                "agent",
+                "--node",
+                n,
+                "--kernel-log",
+                str(self.tmp / f"kern-{n}.log"),
+                "--no-nvml",
+                "--spool",
+                str(self.spool),
+                log=f"agent-{n}",
+            )
 
     def start_controller(self, *extra: str, env: dict | None = None) -> subprocess.Popen:
-        self.controller = self.cli("run", "--scheduler", "slurm", "--spool", str(self.spool), "--db", str(self.db),
-                                   "-r", str(self.site), "--scheduler-interval", "1", *extra, env=env, log="controller")
+        self.controller = self.cli(
+            "run",
+            "--scheduler",
+            "slurm",
+            "--spool",
+            str(self.spool),
+            "--db",
+            str(self.db),
+            "-r",
+            str(self.site),
+            "--scheduler-interval",
+            "1",
+            *extra,
+            env=env,
+            log="controller",
+        )
         # on a loaded machine the controller takes seconds to start: a job that ran and ended
         # before its first poll is history to it, and a Xid before it knows the job is no job's
         log = self.tmp / "controller.log"
-        wait_for("the controller to start", lambda: self.controller.poll() is not None or
-                 b"recover run: mode=" in log.read_bytes(), 90)
+        wait_for(
+            "the controller to start",
+            lambda: self.controller.poll() is not None or b"recover run: mode=" in log.read_bytes(),
+            90,
+        )
         time.sleep(2.0)  # its first scheduler poll
         return self.controller
 
@@ -124,8 +153,21 @@ class Harness:
     def submit(self, script: str, *opts: str) -> str:
         path = self.tmp / f"job-{len(self.jobs)}.sh"
         path.write_text(script)
-        r = subprocess.run(["sbatch", "--parsable", "--requeue", "--open-mode=append", "-o", str(self.logs / "slurm-%j.out"),
-                            *opts, str(path)], capture_output=True, text=True, timeout=30)
+        r = subprocess.run(
+            [
+                "sbatch",
+                "--parsable",
+                "--requeue",
+                "--open-mode=append",
+                "-o",
+                str(self.logs / "slurm-%j.out"),
+                *opts,
+                str(path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert r.returncode == 0, r.stderr
         job = r.stdout.strip().split(";")[0]
         self.jobs.append(job)
@@ -152,7 +194,9 @@ class Harness:
             con.close()
 
     def incidents(self):
-        return self.query("SELECT id, job, attempt, status, fault_class, decision, nodes, guards FROM incidents ORDER BY id")
+        return self.query(
+            "SELECT id, job, attempt, status, fault_class, decision, nodes, guards FROM incidents ORDER BY id"
+        )
 
     def actions(self):
         return self.query("SELECT incident, action, target, mode, status, attempts, argv FROM actions ORDER BY id")
@@ -172,10 +216,14 @@ class Harness:
         for job in self.jobs:
             subprocess.run(["scancel", job], capture_output=True, timeout=30)
         for n in self.killed_nodes:
-            subprocess.run(["bash", str(REPO / "scripts" / "slurm-node.sh"), "start", n], capture_output=True, timeout=60)
+            subprocess.run(
+                ["bash", str(REPO / "scripts" / "slurm-node.sh"), "start", n], capture_output=True, timeout=60
+            )
         for n in NODES:
             subprocess.run(["scontrol", "update", f"NodeName={n}", "State=RESUME"], capture_output=True, timeout=30)
-        wait_for("all nodes idle again", lambda: all(x.state == "idle" for x in self.slurm.nodes() if x.name in NODES), 60)
+        wait_for(
+            "all nodes idle again", lambda: all(x.state == "idle" for x in self.slurm.nodes() if x.name in NODES), 60
+        )
 
 
 @pytest.fixture
@@ -274,8 +322,12 @@ def test_controller_killed_between_running_and_verifying_resumes_without_repeati
     drains = [a for a in h.actions() if a[1] == "drain"]
     assert len(drains) == 1 and drains[0][4] == "verified" and drains[0][5] == 1  # not run a second time
     # the isolation ends with a page (issue 10)
-    assert {a[1]: a[4] for a in h.actions()} == {"drain": "verified", "requeue": "verified", "exclude": "verified",
-                                                 "notify": "verified"}
+    assert {a[1]: a[4] for a in h.actions()} == {
+        "drain": "verified",
+        "requeue": "verified",
+        "exclude": "verified",
+        "notify": "verified",
+    }
 
 
 def test_burst_of_xids_stops_draining_at_the_blast_radius(h):
@@ -303,6 +355,11 @@ def test_node_death_is_a_node_failure(h):
     time.sleep(2.5)
     h.killed_nodes.append(victim)
     subprocess.run(["bash", str(REPO / "scripts" / "slurm-node.sh"), "kill", victim], check=True, timeout=60)
-    rows = wait_for("a node_failure incident", lambda: [i for i in h.incidents() if i[4] == "node_failure" and i[3] == "closed"], 90, every=1)
+    rows = wait_for(
+        "a node_failure incident",
+        lambda: [i for i in h.incidents() if i[4] == "node_failure" and i[3] == "closed"],
+        90,
+        every=1,
+    )
     assert victim in json.loads(rows[0][6])
     assert rows[0][1] == job

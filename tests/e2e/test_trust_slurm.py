@@ -16,9 +16,11 @@ from test_slurm_e2e import JOB, Harness, h, slurm, wait_for, xid_line  # noqa: F
 
 pytestmark = pytest.mark.slurm
 
-WATCHDOG = ("[rank0]:[E1129 10:00:00.000000000 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation "
-            "timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 "
-            "milliseconds before timing out.")
+WATCHDOG = (
+    "[rank0]:[E1129 10:00:00.000000000 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation "
+    "timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 "
+    "milliseconds before timing out."
+)
 
 
 def attacker_script(lines: list[str]) -> str:
@@ -47,9 +49,11 @@ def assert_untouched(h: Harness, victim: str, vnodes, attacker_nodes) -> None:
 def test_job_output_cannot_act_on_other_nodes_or_jobs(h, hijack):
     victim, v = start_victim(h)
     target = v.nodes[0]
-    line = {"kernel_xid": xid_line(target).strip(),
-            "srun_node_failure": f"srun: error: Node failure on {target}",
-            "other_job_id": f"SLURM_JOB_ID={victim}"}[hijack]
+    line = {
+        "kernel_xid": xid_line(target).strip(),
+        "srun_node_failure": f"srun: error: Node failure on {target}",
+        "other_job_id": f"SLURM_JOB_ID={victim}",
+    }[hijack]
     lines = [line] + ([WATCHDOG] if hijack == "other_job_id" else [])
     attacker = h.submit(attacker_script(lines), "-N", "2", "--exclusive")
     a = wait_for("attacker running", lambda: h.running(attacker), 30)
@@ -66,13 +70,20 @@ def test_a_printed_nodelist_does_not_move_a_genuine_xid_to_the_attacker(h):
     h.start_controller("--scheduler-interval", "15")
     victim = h.submit(JOB, "-N", "2", "--exclusive")
     v = wait_for("victim running", lambda: h.running(victim), 30)
-    known = lambda job: any(job in json.loads(r[0] or "{}") for r in h.query("SELECT value FROM meta WHERE key = 'job_states'"))  # noqa: E731
+    known = lambda job: any(
+        job in json.loads(r[0] or "{}") for r in h.query("SELECT value FROM meta WHERE key = 'job_states'")
+    )  # noqa: E731
     wait_for("the controller knows the victim", lambda: known(victim), 40)
     bad = v.nodes[0]
-    attacker = h.submit(attacker_script([f"SLURM_JOB_NODELIST={','.join(v.nodes)}", "SLURM_RESTART_COUNT=0"]), "-N", "2", "--exclusive")
+    attacker = h.submit(
+        attacker_script([f"SLURM_JOB_NODELIST={','.join(v.nodes)}", "SLURM_RESTART_COUNT=0"]), "-N", "2", "--exclusive"
+    )
     a = wait_for("attacker running", lambda: h.running(attacker), 30)
-    wait_for("the attacker's lines read", lambda: h.query("SELECT offset FROM offsets WHERE source LIKE ? AND offset > 40",
-                                                          f"%slurm-{attacker}.out"), 60)
+    wait_for(
+        "the attacker's lines read",
+        lambda: h.query("SELECT offset FROM offsets WHERE source LIKE ? AND offset > 40", f"%slurm-{attacker}.out"),
+        60,
+    )
     h.inject_xid(bad)  # a genuine Xid, from the victim node's kernel log through its agent
     wait_for(f"{bad} drained", lambda: h.node(bad).drained, 40)
     again = wait_for("victim requeued", lambda: (j := h.slurm.job(victim)) and j.attempt >= 1 and j, 60)

@@ -71,8 +71,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-
-
 class Live:
     """One ``recover run`` process over a tmp folder: logs/, the db, a log of its stderr."""
 
@@ -91,8 +89,18 @@ class Live:
 
     # -- the process ------------------------------------------------------------------------
     def start(self, *extra: str, follow: str | None = "logs/*.out", metrics: bool = False, wait: bool = True) -> "Live":
-        args = [sys.executable, "-m", "engine.cli", "run", "--dry-run", "--no-defaults", "-r", str(self.rules),
-                "--db", str(self.db)]
+        args = [
+            sys.executable,
+            "-m",
+            "engine.cli",
+            "run",
+            "--dry-run",
+            "--no-defaults",
+            "-r",
+            str(self.rules),
+            "--db",
+            str(self.db),
+        ]
         if follow:
             args += ["--follow", str(self.tmp / follow)]
         if metrics:
@@ -105,8 +113,13 @@ class Live:
         self._log.flush()
         self._mark = self.log_path.stat().st_size
         # stderr through a pipe copied here: the controller's own writes may be made to fail
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=str(ROOT),
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.proc = subprocess.Popen(
+            args,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            cwd=str(ROOT),
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         self._copier = threading.Thread(target=self._copy, args=(self.proc.stderr, self._log), daemon=True)
         self._copier.start()
         if wait:
@@ -177,7 +190,9 @@ class Live:
 
     def log_facts(self) -> list[tuple[dict, str, int]]:
         """(attrs, origin, count) of every stored log fact."""
-        return [(json.loads(a), o, c) for a, o, c in self.query("SELECT attrs, origin, count FROM facts WHERE kind = 'log'")]
+        return [
+            (json.loads(a), o, c) for a, o, c in self.query("SELECT attrs, origin, count FROM facts WHERE kind = 'log'")
+        ]
 
     def evt_numbers(self) -> Counter:
         return Counter(a["n"] for a, _, _ in self.log_facts() if a.get("matcher") == "evt")
@@ -186,12 +201,15 @@ class Live:
         def done():
             got = self.evt_numbers()
             return got if set(got) >= expected else None
+
         try:
             return wait_for(done, timeout, what=f"{len(expected)} EVT facts")
         except AssertionError:
             got = self.evt_numbers()
-            raise AssertionError(f"missing EVT facts: {sorted(expected - set(got))[:20]}... "
-                                 f"({len(set(got) & expected)}/{len(expected)})\n{self.output()[-3000:]}") from None
+            raise AssertionError(
+                f"missing EVT facts: {sorted(expected - set(got))[:20]}... "
+                f"({len(set(got) & expected)}/{len(expected)})\n{self.output()[-3000:]}"
+            ) from None
 
     def metrics_text(self) -> str:
         import urllib.request
@@ -211,8 +229,9 @@ class Live:
         return 0.0
 
     def recover(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, cwd=str(ROOT),
-                              timeout=30)
+        return subprocess.run(
+            [sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, cwd=str(ROOT), timeout=30
+        )
 
 
 def append(path: Path, text: str | bytes) -> None:
@@ -229,7 +248,9 @@ def evts(a: int, b: int, prefix: str = "") -> str:
 def assert_exactly_once(counter: Counter, expected: set[int]) -> None:
     doubled = {n: c for n, c in counter.items() if c != 1}
     assert not doubled, f"facts stored more than once: {dict(list(doubled.items())[:20])}"
-    assert set(counter) == expected, f"missing {sorted(expected - set(counter))[:20]}, unexpected {sorted(set(counter) - expected)[:20]}"
+    assert set(counter) == expected, (
+        f"missing {sorted(expected - set(counter))[:20]}, unexpected {sorted(set(counter) - expected)[:20]}"
+    )
 
 
 @pytest.fixture

@@ -37,15 +37,20 @@ def test_sighup_reloads_a_valid_rulebook(live):
     time.sleep(0.3)
     assert not [a for a, _, _ in live.log_facts() if a.get("matcher") == "new"]  # no such matcher yet
     new_text = base.replace("matchers:\n", "matchers:\n" + NEW_RULES.lstrip("\n"), 1).replace(
-        "rules:\n", "rules:\n  - {id: s.new, description: new, when: [{as: e, kind: log, where: {matcher: new}}], "
-                    "then: {symptom: {name: new}}}\n", 1)
+        "rules:\n",
+        "rules:\n  - {id: s.new, description: new, when: [{as: e, kind: log, where: {matcher: new}}], "
+        "then: {symptom: {name: new}}}\n",
+        1,
+    )
     _same_size_same_mtime(live.rules, new_text)
     time.sleep(1.5)
     assert "rulebook reloaded" not in live.output()  # the file looks unchanged: only a signal reloads it
     live.signal(signal.SIGHUP)
     wait_for(lambda: "rulebook reloaded" in live.output(), 5, what="the reload")
     append(log, "NEW 2\n" + evts(1, 2))
-    wait_for(lambda: [a for a, _, _ in live.log_facts() if a.get("matcher") == "new"], 5, what="a fact of the new matcher")
+    wait_for(
+        lambda: [a for a, _, _ in live.log_facts() if a.get("matcher") == "new"], 5, what="a fact of the new matcher"
+    )
     live.wait_evts({0, 1})
     assert live.metric("recover_rulebook_reloads_total", result="ok") == 1
     news = [a["n"] for a, _, _ in live.log_facts() if a.get("matcher") == "new"]
@@ -60,7 +65,9 @@ def test_invalid_rulebook_is_rejected_and_the_old_one_kept(live):
     live.wait_evts({0, 1, 2})
     good = live.rules.read_text()
     # edited into an invalid state while running: a changed file triggers the reload by itself
-    bad = good.replace("pattern: 'EVT (?P<n>\\d+)'", "pattern: '(EVT) \\1'").replace("description: a boom line\n", "description: a boom line\n    bogus_key: 1\n")
+    bad = good.replace("pattern: 'EVT (?P<n>\\d+)'", "pattern: '(EVT) \\1'").replace(
+        "description: a boom line\n", "description: a boom line\n    bogus_key: 1\n"
+    )
     assert bad != good
     live.rules.write_text(bad)
     wait_for(lambda: "rulebook reload rejected" in live.output(), 5, what="the rejection")
@@ -72,19 +79,25 @@ def test_invalid_rulebook_is_rejected_and_the_old_one_kept(live):
     append(log, evts(3, 6))  # the old rulebook still works
     live.wait_evts(set(range(6)))
     live.signal(signal.SIGHUP)  # asked again: rejected again, still running
-    wait_for(lambda: live.metric("recover_rulebook_reloads_total", result="rejected") == 2, 5, what="a second rejection")
+    wait_for(
+        lambda: live.metric("recover_rulebook_reloads_total", result="rejected") == 2, 5, what="a second rejection"
+    )
     append(log, evts(6, 8))
     live.wait_evts(set(range(8)))
     # garbage YAML, then an empty file
     live.rules.write_text("matchers: [ {id: x, pattern: 'unclosed\n  - ]]\n\t\x00")
     wait_for(lambda: live.metric("recover_rulebook_reloads_total", result="rejected") == 3, 5, what="a third rejection")
     live.rules.unlink()
-    wait_for(lambda: live.metric("recover_rulebook_reloads_total", result="rejected") == 4, 5, what="a missing file rejected")
+    wait_for(
+        lambda: live.metric("recover_rulebook_reloads_total", result="rejected") == 4, 5, what="a missing file rejected"
+    )
     append(log, evts(8, 10))
     live.wait_evts(set(range(10)))
     # fixed: reloaded
     live.rules.write_text(good)
-    wait_for(lambda: live.metric("recover_rulebook_reloads_total", result="ok") == 1, 5, what="the good rulebook reloaded")
+    wait_for(
+        lambda: live.metric("recover_rulebook_reloads_total", result="ok") == 1, 5, what="the good rulebook reloaded"
+    )
     append(log, evts(10, 12))
     live.wait_evts(set(range(12)))
     time.sleep(0.3)
@@ -96,13 +109,27 @@ def test_metrics_endpoint(live):
     live.start(metrics=True)
     log = live.logs / "slurm-203.out"
     append(log, evts(0, 10) + "BOOM x\n")
-    wait_for(lambda: live.metric("recover_incidents_total", fault_class="nccl_timeout", decision="restart") == 1, 10,
-             what="the incident to close")
+    wait_for(
+        lambda: live.metric("recover_incidents_total", fault_class="nccl_timeout", decision="restart") == 1,
+        10,
+        what="the incident to close",
+    )
     text = live.metrics_text()
-    for name in ("recover_incidents_total", "recover_detection_latency_seconds_bucket", "recover_detection_latency_seconds_count",
-                 "recover_lines_total", "recover_facts_total", "recover_lines_per_second", "recover_facts_per_second",
-                 "recover_sources_healthy", "recover_sources_unhealthy", "recover_rulebook_reloads_total",
-                 "recover_store_errors_total", "recover_source_errors_total", "recover_spool_garbage_lines"):
+    for name in (
+        "recover_incidents_total",
+        "recover_detection_latency_seconds_bucket",
+        "recover_detection_latency_seconds_count",
+        "recover_lines_total",
+        "recover_facts_total",
+        "recover_lines_per_second",
+        "recover_facts_per_second",
+        "recover_sources_healthy",
+        "recover_sources_unhealthy",
+        "recover_rulebook_reloads_total",
+        "recover_store_errors_total",
+        "recover_source_errors_total",
+        "recover_spool_garbage_lines",
+    ):
         assert name in text, name
     assert live.metric("recover_lines_total") == 11
     assert live.metric("recover_facts_total") == 11
@@ -122,7 +149,9 @@ def test_dry_run_recommends_one_log_line_each_and_explain_works_while_running(li
     lines = [ln for ln in live.output().splitlines() if "recommend incident=" in ln]
     assert len(lines) == 2, lines
     for ln in lines:
-        m = re.search(r"recommend incident=(\d+) job=(\d+) fault=nccl_timeout decision=restart action=requeue cmd=(\[.*\])$", ln)
+        m = re.search(
+            r"recommend incident=(\d+) job=(\d+) fault=nccl_timeout decision=restart action=requeue cmd=(\[.*\])$", ln
+        )
         assert m, ln
         argv = json.loads(m.group(3))
         assert argv == ["touch", f"{live.markers}/requeue-{m.group(2)}"]
@@ -148,7 +177,7 @@ def test_dry_run_recommends_one_log_line_each_and_explain_works_while_running(li
     assert r.returncode == 0 and "f.boom" in r.stdout
     # it keeps going: an incident opened while we read is visible at once, still open
     append(live.logs / "slurm-303.out", "BOOM again\n")
-    wait_for(lambda: any(j == "303" for j, in live.query("SELECT job FROM incidents")), 5, what="the third incident")
+    wait_for(lambda: any(j == "303" for (j,) in live.query("SELECT job FROM incidents")), 5, what="the third incident")
     assert live.alive()
 
 

@@ -43,7 +43,7 @@ def test_kill_9_mid_burst_loses_and_doubles_no_line(live):
         live.kill()
         kills += 1
         # it died in the middle: the files hold more than it committed as read
-        committed = sum(o for o, in live.query("SELECT offset FROM offsets"))
+        committed = sum(o for (o,) in live.query("SELECT offset FROM offsets"))
         behind.append(sum(p.stat().st_size for p in paths if p.exists()) - committed)
         time.sleep(0.1)
         live.start()
@@ -178,6 +178,8 @@ def test_a_new_file_with_the_old_inode_number_is_read_from_the_start(tmp_path):
     store.save_offset(str(log2), log2.stat().st_ino, 6, 1, file_head(str(log2)))
     with open(log2, "ab") as fh:
         fh.write(b"more\n" * 100)
-    f2 = Follower([str(tmp_path / "*.out")], offsets={str(log2): (log2.stat().st_ino, 6, 1)}, heads=store.offset_heads())
+    f2 = Follower(
+        [str(tmp_path / "*.out")], offsets={str(log2): (log2.stat().st_ino, 6, 1)}, heads=store.offset_heads()
+    )
     t2 = f2.add(str(log2))
     assert (t2.offset, t2.line_no) == (6, 1)

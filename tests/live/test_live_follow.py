@@ -159,8 +159,11 @@ def test_unreadable_file_is_logged_counted_and_does_not_stop_it(live):
     bad.mkdir()
     if os.geteuid() != 0:
         os.chmod(good.parent, 0o755)
-    wait_for(lambda: live.metric("recover_source_errors_total", kind="file", reason="unreadable") >= 1, 10,
-             what="the unreadable file to be counted")
+    wait_for(
+        lambda: live.metric("recover_source_errors_total", kind="file", reason="unreadable") >= 1,
+        10,
+        what="the unreadable file to be counted",
+    )
     assert "unreadable" in live.output()
     assert live.metric("recover_sources_unhealthy", kind="file") >= 1
     append(good, evts(10, 15))  # other files go on

@@ -61,8 +61,12 @@ REPLAYED_LOGS = {
     "kern-n3.log": "2020-03-03T09:00:00+00:00 n3 kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n",
 }
 # live incidents (ids 5-8): (job, fault_class, decision, latency seconds)
-LIVE = [("201", "nccl_timeout", "restart", 0.5), ("202", "nccl_timeout", "restart", 3.0),
-        ("203", "nccl_timeout", "restart", 12.0), ("204", "cuda_oom", "stop", 40.0)]
+LIVE = [
+    ("201", "nccl_timeout", "restart", 0.5),
+    ("202", "nccl_timeout", "restart", 3.0),
+    ("203", "nccl_timeout", "restart", 12.0),
+    ("204", "cuda_oom", "stop", 40.0),
+]
 
 
 @pytest.fixture(scope="session")
@@ -103,15 +107,29 @@ def populated_db(tmp_path, tiny_rules) -> Path:
         add_live_incident(store, job, fc, dec, lat, "fault.nccl" if fc == "nccl_timeout" else "fault.oom")
     rows = store.incidents()
     assert [(r.id, r.fault_class, r.decision) for r in rows] == [
-        (1, "nccl_timeout", "restart"), (2, "nccl_timeout", "restart"), (3, "cuda_oom", "stop"),
-        (4, "gpu_fell_off_bus", "isolate_and_restart"), (5, "nccl_timeout", "restart"), (6, "nccl_timeout", "restart"),
-        (7, "nccl_timeout", "restart"), (8, "cuda_oom", "stop")]
+        (1, "nccl_timeout", "restart"),
+        (2, "nccl_timeout", "restart"),
+        (3, "cuda_oom", "stop"),
+        (4, "gpu_fell_off_bus", "isolate_and_restart"),
+        (5, "nccl_timeout", "restart"),
+        (6, "nccl_timeout", "restart"),
+        (7, "nccl_timeout", "restart"),
+        (8, "cuda_oom", "stop"),
+    ]
     store.close()
     return db
 
 
-def recover(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+def recover(
+    *args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 120
+) -> subprocess.CompletedProcess:
     """Run the real CLI in a subprocess (exit codes and stderr as a user sees them)."""
     full_env = dict(os.environ, COLUMNS="200", **(env or {}))
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True,
-                          cwd=cwd or REPO, env=full_env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "engine.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd or REPO,
+        env=full_env,
+        timeout=timeout,
+    )

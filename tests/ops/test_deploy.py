@@ -97,7 +97,11 @@ def test_agent_unit_runs_a_valid_command():
     env = _unit_env(unit)
     inner = shlex.split(unit["ExecStart"][0])
     assert inner[:2] == ["/bin/sh", "-c"]
-    command = inner[2].replace('"${RECOVER_NODE:-$(hostname -s)}"', "gpu017").replace('"${RECOVER_SPOOL}"', env["RECOVER_SPOOL"])
+    command = (
+        inner[2]
+        .replace('"${RECOVER_NODE:-$(hostname -s)}"', "gpu017")
+        .replace('"${RECOVER_SPOOL}"', env["RECOVER_SPOOL"])
+    )
     argv = shlex.split(command)
     assert argv[0] == "exec" and argv[1].endswith("/recover")
     params = _parses(argv[2:])
@@ -107,11 +111,21 @@ def test_agent_unit_runs_a_valid_command():
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
 def test_units_pass_systemd_analyze(tmp_path):
     for unit in ("recover-controller.service", "recover-agent.service"):
-        proc = subprocess.run(["systemd-analyze", "verify", "--man=no", str(DEPLOY / "systemd" / unit)],
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            ["systemd-analyze", "verify", "--man=no", str(DEPLOY / "systemd" / unit)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         # the binaries under /opt/recover need not exist here; anything else is a unit error
-        problems = [ln for ln in proc.stderr.splitlines() if ln.strip() and "/opt/recover/venv/bin/recover" not in ln
-                    and "is not executable" not in ln and "Failed to prepare" not in ln]
+        problems = [
+            ln
+            for ln in proc.stderr.splitlines()
+            if ln.strip()
+            and "/opt/recover/venv/bin/recover" not in ln
+            and "is not executable" not in ln
+            and "Failed to prepare" not in ln
+        ]
         assert not problems, problems
 
 
@@ -138,12 +152,22 @@ def _fake_smi(tmp_path: Path, output: str, rc: int = 0) -> str:
 
 
 def test_task_prolog_prints_the_context_the_matchers_read(tmp_path):
-    out = _run("task_prolog.sh", tmp_path, SLURM_PROCID="0", SLURM_JOB_ID="4242", SLURM_RESTART_COUNT="2",
-               SLURM_JOB_NODELIST="n[1-4]").stdout.splitlines()
+    out = _run(
+        "task_prolog.sh",
+        tmp_path,
+        SLURM_PROCID="0",
+        SLURM_JOB_ID="4242",
+        SLURM_RESTART_COUNT="2",
+        SLURM_JOB_NODELIST="n[1-4]",
+    ).stdout.splitlines()
     assert out == ["print SLURM_JOB_ID=4242", "print SLURM_RESTART_COUNT=2", "print SLURM_JOB_NODELIST=n[1-4]"]
     compiled = require_rulebook()
     hits = [explain_line(compiled, line.removeprefix("print "), source="job")["hits"] for line in out]
-    assert [[h["matcher"] for h in hs] for hs in hits] == [["ctx_slurm_job_id"], ["ctx_slurm_restart_count"], ["ctx_slurm_nodelist"]]
+    assert [[h["matcher"] for h in hs] for hs in hits] == [
+        ["ctx_slurm_job_id"],
+        ["ctx_slurm_restart_count"],
+        ["ctx_slurm_nodelist"],
+    ]
     # only the first task prints
     assert _run("task_prolog.sh", tmp_path, SLURM_PROCID="3", SLURM_JOB_ID="4242").stdout == ""
 
@@ -151,16 +175,36 @@ def test_task_prolog_prints_the_context_the_matchers_read(tmp_path):
 HEALTHY = "".join(f"{i}, 00000000:{0x18 + i:02X}:00.0, No, No\n" for i in range(8))
 
 
-@pytest.mark.parametrize("output, rc, expected_gpus, exit_code, message", [
-    (HEALTHY, 0, "8", 0, ""),
-    (HEALTHY, 0, "", 0, ""),
-    ("".join(HEALTHY.splitlines(True)[:7]), 0, "8", 1, "only 7 of 8 GPUs visible"),
-    (HEALTHY.replace("3, 00000000:1B:00.0, No, No", "3, 00000000:1B:00.0, No, Yes"), 0, "8", 1, "pending page retirement or row remap"),
-    ("Unable to determine the device handle for GPU0000:1B:00.0: Unknown Error\n", 15, "8", 1, "nvidia-smi failed (rc 15)"),
-])
+@pytest.mark.parametrize(
+    "output, rc, expected_gpus, exit_code, message",
+    [
+        (HEALTHY, 0, "8", 0, ""),
+        (HEALTHY, 0, "", 0, ""),
+        ("".join(HEALTHY.splitlines(True)[:7]), 0, "8", 1, "only 7 of 8 GPUs visible"),
+        (
+            HEALTHY.replace("3, 00000000:1B:00.0, No, No", "3, 00000000:1B:00.0, No, Yes"),
+            0,
+            "8",
+            1,
+            "pending page retirement or row remap",
+        ),
+        (
+            "Unable to determine the device handle for GPU0000:1B:00.0: Unknown Error\n",
+            15,
+            "8",
+            1,
+            "nvidia-smi failed (rc 15)",
+        ),
+    ],
+)
 def test_prolog_refuses_a_node_with_missing_or_unhealthy_gpus(tmp_path, output, rc, expected_gpus, exit_code, message):
-    proc = _run("prolog.sh", tmp_path, NVIDIA_SMI=_fake_smi(tmp_path, output, rc), RECOVER_EXPECTED_GPUS=expected_gpus,
-                SLURM_JOB_ID="77")
+    proc = _run(
+        "prolog.sh",
+        tmp_path,
+        NVIDIA_SMI=_fake_smi(tmp_path, output, rc),
+        RECOVER_EXPECTED_GPUS=expected_gpus,
+        SLURM_JOB_ID="77",
+    )
     assert proc.returncode == exit_code, proc.stderr
     assert message in proc.stderr
 
@@ -173,8 +217,15 @@ def test_epilog_reports_a_lost_gpu_as_a_fact_the_rules_attribute(tmp_path):
     spool = tmp_path / "spool"
     spool.mkdir()
     smi = _fake_smi(tmp_path, "0\n1\n2\n3\n4\n5\n6\n")
-    proc = _run("epilog.sh", tmp_path, NVIDIA_SMI=smi, RECOVER_EXPECTED_GPUS="8", RECOVER_SPOOL=str(spool),
-                RECOVER_NODE="n3", SLURM_JOB_ID="4242")
+    proc = _run(
+        "epilog.sh",
+        tmp_path,
+        NVIDIA_SMI=smi,
+        RECOVER_EXPECTED_GPUS="8",
+        RECOVER_SPOOL=str(spool),
+        RECOVER_NODE="n3",
+        SLURM_JOB_ID="4242",
+    )
     assert proc.returncode == 0, proc.stderr
     lines = (spool / "n3.epilog.jsonl").read_text().splitlines()
     assert len(lines) == 1
@@ -185,9 +236,17 @@ def test_epilog_reports_a_lost_gpu_as_a_fact_the_rules_attribute(tmp_path):
     store = Store(":memory:")
     result = replay_inputs([], require_rulebook(), store, extra_facts=[fact])
     rows = [store.incident(c.id) for c in result.incidents]
-    assert [(r.fault_class, r.decision, r.nodes) for r in rows] == [("gpu_fell_off_bus", "isolate_and_restart", ("n3",))]
+    assert [(r.fault_class, r.decision, r.nodes) for r in rows] == [
+        ("gpu_fell_off_bus", "isolate_and_restart", ("n3",))
+    ]
     # all GPUs there: nothing written
     (spool / "n3.epilog.jsonl").unlink()
-    _run("epilog.sh", tmp_path, NVIDIA_SMI=_fake_smi(tmp_path, HEALTHY), RECOVER_EXPECTED_GPUS="8",
-         RECOVER_SPOOL=str(spool), RECOVER_NODE="n3")
+    _run(
+        "epilog.sh",
+        tmp_path,
+        NVIDIA_SMI=_fake_smi(tmp_path, HEALTHY),
+        RECOVER_EXPECTED_GPUS="8",
+        RECOVER_SPOOL=str(spool),
+        RECOVER_NODE="n3",
+    )
     assert not (spool / "n3.epilog.jsonl").exists()

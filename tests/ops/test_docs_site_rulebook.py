@@ -84,9 +84,21 @@ def test_doc_has_the_worked_example():
     files = {s.path for s in steps if s.kind == "file"}
     assert {"site/10-acme.yaml", "kern-n3.log"} <= files
     commands = " ".join(c for s in steps if s.kind == "run" for c, _ in s.commands) + " ".join(s.body for s in steps)
-    for needed in ("recover rules check", "recover rules test", "recover rules explain-line", "recover rules show",
-                   "recover silence add --node", "--for 2h", "--reason", "recover rules schema", "recover replay",
-                   "--site-only", "--junit out.xml", "fault_classes:", "override: true\n    enabled: false"):
+    for needed in (
+        "recover rules check",
+        "recover rules test",
+        "recover rules explain-line",
+        "recover rules show",
+        "recover silence add --node",
+        "--for 2h",
+        "--reason",
+        "recover rules schema",
+        "recover replay",
+        "--site-only",
+        "--junit out.xml",
+        "fault_classes:",
+        "override: true\n    enabled: false",
+    ):
         assert needed in commands, needed
 
 
@@ -98,8 +110,13 @@ def shim(tmp_path) -> dict[str, str]:
     exe = bin_dir / "recover"
     exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m engine.cli "$@"\n')
     exe.chmod(0o755)
-    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=str(REPO),
-               COLUMNS="300", RECOVER_DB=str(tmp_path / "work" / "default.db"))
+    env = dict(
+        os.environ,
+        PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        PYTHONPATH=str(REPO),
+        COLUMNS="300",
+        RECOVER_DB=str(tmp_path / "work" / "default.db"),
+    )
     return env
 
 
@@ -113,7 +130,9 @@ def test_worked_example_runs_as_documented(tmp_path, shim):
             target.write_text(step.body)
             continue
         for command, expected in step.commands:
-            proc = subprocess.run(["bash", "-c", command], cwd=work, env=shim, capture_output=True, text=True, timeout=300)
+            proc = subprocess.run(
+                ["bash", "-c", command], cwd=work, env=shim, capture_output=True, text=True, timeout=300
+            )
             output = proc.stdout + proc.stderr
             where = f"{DOC.name}:{step.line}: $ {command}"
             assert proc.returncode == step.exit, f"{where}\nexit {proc.returncode}, the doc says {step.exit}\n{output}"

@@ -21,15 +21,22 @@ def test_every_error_is_a_recover_error():
     assert issubclass(base.CommandFailed, errors.SchedulerError)
 
 
-@pytest.mark.parametrize("args", [
-    ["silence", "add", "--node", "n1", "--for", "1h", "--reason", "x", "--db", "{bad}"],
-    ["silence", "list", "--db", "{bad}"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["silence", "add", "--node", "n1", "--for", "1h", "--reason", "x", "--db", "{bad}"],
+        ["silence", "list", "--db", "{bad}"],
+    ],
+)
 def test_store_errors_are_one_line_not_a_traceback(tmp_path, args):
     bad = tmp_path / "not-a-db.db"
     bad.write_text("garbage, not SQLite\n" * 100)
-    proc = subprocess.run([sys.executable, "-m", "engine.cli", *[a.format(bad=bad) for a in args]],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine.cli", *[a.format(bad=bad) for a in args]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "StoreError" in proc.stderr and str(bad) in proc.stderr

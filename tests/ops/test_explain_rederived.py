@@ -15,6 +15,7 @@ LOG = """\
 2026-03-01T10:05:02 c10d heartbeat: Heartbeat monitor timed out! Process will be terminated
 """
 
+
 def _explain(tmp_path, name: str, text: str) -> dict:
     log = tmp_path / name
     log.write_text(text)

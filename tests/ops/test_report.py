@@ -19,8 +19,15 @@ from engine.store import Store
 runner = CliRunner()
 
 # incident -> (verdict, did); see conftest for the incidents (1-4 replayed, 5-8 live)
-REVIEWS = {1: ("agree", None), 2: ("disagree", "drained n7: bad IB cable"), 3: ("agree", None), 4: ("agree", None),
-           5: ("agree", None), 6: ("agree", None), 7: ("agree", None)}
+REVIEWS = {
+    1: ("agree", None),
+    2: ("disagree", "drained n7: bad IB cable"),
+    3: ("agree", None),
+    4: ("agree", None),
+    5: ("agree", None),
+    6: ("agree", None),
+    7: ("agree", None),
+}
 
 
 @pytest.fixture
@@ -45,8 +52,15 @@ def by_key(groups):
 
 def test_numbers_per_class_rule_and_decision(reviewed_db):
     rep = report_json(reviewed_db, "--min-reviewed", 1, "--min-agreement", 0.95)
-    assert rep["totals"] == {"incidents": 8, "open_not_counted": 0, "live": 4, "reviewed": 7, "agreed": 6, "disagreed": 1,
-                             "agreement": pytest.approx(6 / 7)}
+    assert rep["totals"] == {
+        "incidents": 8,
+        "open_not_counted": 0,
+        "live": 4,
+        "reviewed": 7,
+        "agreed": 6,
+        "disagreed": 1,
+        "agreement": pytest.approx(6 / 7),
+    }
     fc = by_key(rep["by_fault_class"])
     assert (fc["nccl_timeout"]["incidents"], fc["nccl_timeout"]["reviewed"], fc["nccl_timeout"]["agreed"]) == (5, 5, 4)
     assert fc["nccl_timeout"]["agreement"] == pytest.approx(0.8)
@@ -61,7 +75,11 @@ def test_numbers_per_class_rule_and_decision(reviewed_db):
     assert set(rules) == {"sym.nccl", "fault.nccl", "fault.oom", "sym.xid_off_bus", "fault.off_bus"}
 
     dec = by_key(rep["by_decision"])
-    assert (dec["restart"]["incidents"], dec["restart"]["reviewed"], dec["restart"]["agreement"]) == (5, 5, pytest.approx(0.8))
+    assert (dec["restart"]["incidents"], dec["restart"]["reviewed"], dec["restart"]["agreement"]) == (
+        5,
+        5,
+        pytest.approx(0.8),
+    )
     assert (dec["stop"]["incidents"], dec["stop"]["reviewed"]) == (2, 1)
     assert dec["isolate_and_restart"]["incidents"] == 1
 
@@ -70,8 +88,13 @@ def test_disagreements_say_what_the_operator_did(reviewed_db):
     rep = report_json(reviewed_db)
     assert len(rep["disagreements"]) == 1
     d = rep["disagreements"][0]
-    assert (d["incident"], d["fault_class"], d["decision"], d["did"], d["job"]) == (2, "nccl_timeout", "restart",
-                                                                                   "drained n7: bad IB cable", "102")
+    assert (d["incident"], d["fault_class"], d["decision"], d["did"], d["job"]) == (
+        2,
+        "nccl_timeout",
+        "restart",
+        "drained n7: bad IB cable",
+        "102",
+    )
     assert d["rules"] == ["sym.nccl", "fault.nccl"]
     assert by_key(rep["by_rule"])["sym.nccl"]["disagreements"] == [d]
 
@@ -91,8 +114,18 @@ def test_latency_only_for_live_incidents(reviewed_db):
     assert lat["p50"] == pytest.approx(3.0, abs=0.05)
     assert lat["max"] == pytest.approx(40.0, abs=0.05)
     hist = {b["label"]: b["count"] for b in lat["histogram"]}
-    assert hist == {"<1s": 1, "1-2s": 0, "2-5s": 1, "5-10s": 0, "10-30s": 1, "30-60s": 1, "1-2m": 0, "2-5m": 0,
-                    "5-10m": 0, ">10m": 0}
+    assert hist == {
+        "<1s": 1,
+        "1-2s": 0,
+        "2-5s": 1,
+        "5-10s": 0,
+        "10-30s": 1,
+        "30-60s": 1,
+        "1-2m": 0,
+        "2-5m": 0,
+        "5-10m": 0,
+        ">10m": 0,
+    }
     assert lat["definition"] == LATENCY_DEFINITION and "detected_wall" in lat["definition"]
     fc = by_key(rep["by_fault_class"])
     assert fc["cuda_oom"]["latency"]["count"] == 1 and fc["gpu_fell_off_bus"]["latency"] == {"count": 0}
@@ -114,7 +147,9 @@ def test_autonomy_follows_the_thresholds(reviewed_db):
 
 
 def test_since_filters_by_incident_time(reviewed_db):
-    assert report_json(reviewed_db, "--since", "2020-03-02")["totals"]["incidents"] == 7  # replayed 101 was on March 1st
+    assert (
+        report_json(reviewed_db, "--since", "2020-03-02")["totals"]["incidents"] == 7
+    )  # replayed 101 was on March 1st
     assert report_json(reviewed_db, "--since", "2020-03-02T11:30:00Z")["totals"]["incidents"] == 6
     assert report_json(reviewed_db, "--since", "1h")["totals"]["incidents"] == 4  # only the live ones are recent
     assert parse_since("7d", now=10 * 86400.0) == 3 * 86400.0
@@ -132,8 +167,16 @@ def test_text_report_for_people(reviewed_db):
     r = runner.invoke(app, ["report", "--db", str(reviewed_db), "--min-reviewed", "1"], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     out = r.stdout
-    for text in ("By fault class", "By rule", "By decision kind", "drained n7: bad IB cable", "Detection latency",
-                 "4 live incident(s)", "detected_wall", "stop: act"):
+    for text in (
+        "By fault class",
+        "By rule",
+        "By decision kind",
+        "drained n7: bad IB cable",
+        "Detection latency",
+        "4 live incident(s)",
+        "detected_wall",
+        "stop: act",
+    ):
         assert text in out, text
     assert re.search(r"nccl_timeout\s*│\s*5\s*│\s*5\s*│\s*4\s*│\s*1\s*│\s*80\.0%", out)
 
@@ -169,11 +212,14 @@ def test_empty_store_renders_placeholders(tmp_path):
     assert html.count('class="no-data"') == 3
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--since", "sometime"], "--since 'sometime'"),
-    (["--min-agreement", "1.5"], "--min-agreement"),
-    (["--min-reviewed", "0"], "--min-reviewed"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--since", "sometime"], "--since 'sometime'"),
+        (["--min-agreement", "1.5"], "--min-agreement"),
+        (["--min-reviewed", "0"], "--min-reviewed"),
+    ],
+)
 def test_bad_arguments_exit_2(reviewed_db, args, message):
     r = runner.invoke(app, ["report", "--db", str(reviewed_db), *args])
     assert r.exit_code == 2 and message in r.stderr

@@ -33,13 +33,24 @@ def _browser() -> str:
         if path:
             return path
     if os.environ.get("CI"):
-        pytest.fail("no headless browser: the CI image must install Debian's `chromium` package (apt-get install -y chromium)")
+        pytest.fail(
+            "no headless browser: the CI image must install Debian's `chromium` package (apt-get install -y chromium)"
+        )
     pytest.skip("chromium is not installed (apt-get install -y chromium)")
 
 
 def _run(browser: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-           "--hide-scrollbars", f"--user-data-dir={profile}", *args]
+    cmd = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
@@ -48,8 +59,8 @@ def decode_png(data: bytes) -> tuple[int, int, list[bytes]]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     pos, idat, header = 8, b"", None
     while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        chunk = data[pos + 8:pos + 8 + length]
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        chunk = data[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             header = struct.unpack(">IIBBBBB", chunk)
         elif kind == b"IDAT":
@@ -62,7 +73,7 @@ def decode_png(data: bytes) -> tuple[int, int, list[bytes]]:
     stride = width * bpp
     rows, prev, i = [], bytearray(stride), 0
     for _ in range(height):
-        ftype, line = raw[i], bytearray(raw[i + 1:i + 1 + stride])
+        ftype, line = raw[i], bytearray(raw[i + 1 : i + 1 + stride])
         i += 1 + stride
         for x in range(stride):
             a = line[x - bpp] if x >= bpp else 0
@@ -101,8 +112,11 @@ def report_file(tmp_path) -> Path:
     """A week of incidents (so the timeline has a few wide bars) and four live ones (latency)."""
     store = Store(tmp_path / "recover.db")
     now = time.time()
-    classes = [("nccl_timeout", "restart", "fault.nccl"), ("gpu_fell_off_bus", "isolate_and_restart", "fault.off_bus"),
-               ("cuda_oom", "stop", "fault.oom")]
+    classes = [
+        ("nccl_timeout", "restart", "fault.nccl"),
+        ("gpu_fell_off_bus", "isolate_and_restart", "fault.off_bus"),
+        ("cuda_oom", "stop", "fault.oom"),
+    ]
     n = 0
     for day in range(1, 6):
         for fc, decision, rule in classes[: 1 + day % 3]:
@@ -134,12 +148,18 @@ def test_charts_render_in_a_headless_browser(report_file, tmp_path):
     assert len(re.findall(r'<rect class="bar"', charts["chart-latency"])) == 4  # four live latencies, four buckets
 
     shot = tmp_path / "report.png"
-    r = _run(browser, tmp_path / "profile-shot", "--window-size=1280,2400", "--force-device-scale-factor=0.5",
-             f"--screenshot={shot}", report_file.as_uri())
+    r = _run(
+        browser,
+        tmp_path / "profile-shot",
+        "--window-size=1280,2400",
+        "--force-device-scale-factor=0.5",
+        f"--screenshot={shot}",
+        report_file.as_uri(),
+    )
     assert r.returncode == 0 and shot.is_file(), r.stderr[-2000:]
     width, height, rows = decode_png(shot.read_bytes())
     assert (width, height) == (640, 1200)
-    colors = {row[x:x + 3] for row in rows[::8] for x in range(0, len(row), 24)}
+    colors = {row[x : x + 3] for row in rows[::8] for x in range(0, len(row), 24)}
     assert len(colors) > 20, "the screenshot is (nearly) blank"
     # painted chart bars, in the colors the page draws them with
     assert not {*AGREE_COLORS, LATENCY_COLOR} & set(PALETTE)  # each chart paints in its own colors

@@ -26,8 +26,19 @@ def reviews(db):
 
 
 # -- parsing -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("raw, verdict", [("agree", "agree"), ("Yes", "agree"), ("TRUE", "agree"), (True, "agree"),
-                                          ("disagree", "disagree"), ("no", "disagree"), (" n ", "disagree"), (False, "disagree")])
+@pytest.mark.parametrize(
+    "raw, verdict",
+    [
+        ("agree", "agree"),
+        ("Yes", "agree"),
+        ("TRUE", "agree"),
+        (True, "agree"),
+        ("disagree", "disagree"),
+        ("no", "disagree"),
+        (" n ", "disagree"),
+        (False, "disagree"),
+    ],
+)
 def test_verdicts(raw, verdict):
     assert parse_verdict(raw) == verdict
 
@@ -64,7 +75,18 @@ def test_agree_and_disagree_are_recorded(populated_db):
     r = invoke("review", "1", "--agree", "--by", "alice", "--db", populated_db)
     assert r.exit_code == 0, r.output
     assert "incident 1 (nccl_timeout → restart): agree" in r.stdout
-    r = invoke("review", "INC-3", "--disagree", "--did", "raised the batch size limit", "--by", "bob", "--db", populated_db, "--json")
+    r = invoke(
+        "review",
+        "INC-3",
+        "--disagree",
+        "--did",
+        "raised the batch size limit",
+        "--by",
+        "bob",
+        "--db",
+        populated_db,
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     rec = json.loads(r.stdout)
     got = (rec["incident"], rec["verdict"], rec["did"], rec["by"], rec["decision"])
@@ -73,14 +95,17 @@ def test_agree_and_disagree_are_recorded(populated_db):
     assert got == [(1, "agree", "alice"), (3, "disagree", "bob")]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["1"], "exactly one of --agree or --disagree"),
-    (["1", "--agree", "--disagree"], "exactly one of --agree or --disagree"),
-    (["99", "--agree"], "no incident 99"),
-    (["abc", "--agree"], "is not an incident id"),
-    ([], "give an INCIDENT"),
-    (["1", "--agree", "--import", "x.csv"], "--import takes no INCIDENT"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["1"], "exactly one of --agree or --disagree"),
+        (["1", "--agree", "--disagree"], "exactly one of --agree or --disagree"),
+        (["99", "--agree"], "no incident 99"),
+        (["abc", "--agree"], "is not an incident id"),
+        ([], "give an INCIDENT"),
+        (["1", "--agree", "--import", "x.csv"], "--import takes no INCIDENT"),
+    ],
+)
 def test_usage_errors_exit_2(populated_db, args, message):
     r = invoke("review", *args, "--db", populated_db)
     assert r.exit_code == 2, r.output
@@ -107,7 +132,8 @@ def test_missing_database_is_not_created(tmp_path):
 # -- imports --------------------------------------------------------------------------------------
 def test_import_csv_good_and_bad_rows(populated_db, tmp_path):
     f = tmp_path / "tickets.csv"
-    f.write_text(textwrap.dedent("""\
+    f.write_text(
+        textwrap.dedent("""\
         incident,verdict,did,by,at
         1,agree,,alice,2020-03-05T10:00:00Z
         INC-2,disagree,"drained n7, bad IB cable",bob,2020-03-05T11:00:00Z
@@ -117,7 +143,8 @@ def test_import_csv_good_and_bad_rows(populated_db, tmp_path):
         line note",erin,1583402400
         5,agree,,frank,not-a-time
         6,agree
-        """))
+        """)
+    )
     r = invoke("review", "--import", f, "--db", populated_db)
     assert r.exit_code == 2, r.output
     assert "imported 3 review(s), 0 already recorded, 4 rejected" in r.stdout
@@ -127,14 +154,18 @@ def test_import_csv_good_and_bad_rows(populated_db, tmp_path):
     assert f"{f}:8: time 'not-a-time'" in err
     assert f"{f}:9: 2 field(s), the header has 5" in err
     got = [(x["incident"], x["verdict"], x["did"], x["by"]) for x in reviews(populated_db)]
-    assert got == [(1, "agree", None, "alice"), (2, "disagree", "drained n7, bad IB cable", "bob"),
-                   (4, "agree", "multi\nline note", "erin")]
+    assert got == [
+        (1, "agree", None, "alice"),
+        (2, "disagree", "drained n7, bad IB cable", "bob"),
+        (4, "agree", "multi\nline note", "erin"),
+    ]
     assert reviews(populated_db)[0]["at"] == 1583402400.0
 
 
 def test_import_json_list_reports_each_object_at_its_line(populated_db, tmp_path):
     f = tmp_path / "tickets.json"
-    f.write_text(textwrap.dedent("""\
+    f.write_text(
+        textwrap.dedent("""\
         [
           {"incident": 1, "verdict": "agree", "by": "alice"},
           {"incident": 2,
@@ -143,40 +174,51 @@ def test_import_json_list_reports_each_object_at_its_line(populated_db, tmp_path
           "not an object",
           {"verdict": "agree"}
         ]
-        """))
+        """)
+    )
     r = invoke("review", "--import", f, "--db", populated_db, "--json")
     assert r.exit_code == 2
     summary = json.loads(r.stdout)
     assert (summary["imported"], summary["rejected"]) == (2, 3)
     assert [(p["line"], p["message"].split(" (")[0]) for p in summary["problems"]] == [
-        (5, "unknown field(s) 'ticket'"), (6, "not an object with incident, verdict, did, by, at"), (7, "incident is missing")]
+        (5, "unknown field(s) 'ticket'"),
+        (6, "not an object with incident, verdict, did, by, at"),
+        (7, "incident is missing"),
+    ]
 
 
 def test_import_json_lines_and_duplicates(populated_db, tmp_path):
     f = tmp_path / "tickets.jsonl"
-    f.write_text('{"incident": 1, "verdict": "agree", "at": 1583402400}\n'
-                 "\n"
-                 '{"incident": 2, "verdict": "no", "did": "nothing", "at": 1583402500}\n'
-                 '{"incident": 3, "verdict": \n')
+    f.write_text(
+        '{"incident": 1, "verdict": "agree", "at": 1583402400}\n'
+        "\n"
+        '{"incident": 2, "verdict": "no", "did": "nothing", "at": 1583402500}\n'
+        '{"incident": 3, "verdict": \n'
+    )
     r = invoke("review", "--import", f, "--db", populated_db)
     assert r.exit_code == 2
     assert f"{f}:4: not JSON" in r.stderr
     assert "imported 2 review(s)" in r.stdout
     # the same export imported again adds nothing
-    f.write_text('{"incident": 1, "verdict": "agree", "at": 1583402400}\n'
-                 '{"incident": 2, "verdict": "no", "did": "nothing", "at": 1583402500}\n')
+    f.write_text(
+        '{"incident": 1, "verdict": "agree", "at": 1583402400}\n'
+        '{"incident": 2, "verdict": "no", "did": "nothing", "at": 1583402500}\n'
+    )
     r = invoke("review", "--import", f, "--db", populated_db)
     assert r.exit_code == 0, r.output
     assert "imported 0 review(s), 2 already recorded, 0 rejected" in r.stdout
     assert len(reviews(populated_db)) == 2
 
 
-@pytest.mark.parametrize("text, message", [
-    ("incident,verdict,ticket\n1,agree,OPS-1\n", "unknown column(s) 'ticket'"),
-    ("incident,did\n1,x\n", "missing column(s) verdict"),
-    ('[{"incident": 1, "verdict": "agree"},\n {"incident": 2,, }]\n', "tickets:2:"),
-    ("", "empty file"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("incident,verdict,ticket\n1,agree,OPS-1\n", "unknown column(s) 'ticket'"),
+        ("incident,did\n1,x\n", "missing column(s) verdict"),
+        ('[{"incident": 1, "verdict": "agree"},\n {"incident": 2,, }]\n', "tickets:2:"),
+        ("", "empty file"),
+    ],
+)
 def test_unreadable_files_import_nothing(populated_db, tmp_path, text, message):
     f = tmp_path / "tickets"
     f.write_text(text)

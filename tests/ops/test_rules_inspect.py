@@ -76,7 +76,10 @@ def test_effective_rulebook_says_where_each_item_came_from(site):
     assert rules["fault.oom"]["description"] == "CUDA OOM is the app's fault, and we say so"
     assert rules["fault.oom"]["then"] == {"fault": {"fault_class": "cuda_oom"}}
     assert rules["fault.oom"]["overridden_by"] == [f"{site[2]}:16:5"]
-    assert rules["uses"]["when"][0]["where"] == {"macro": "nccl", "any": [{"rank": {"in": "@spare_list"}}, {"rank": {"exists": False}}]}
+    assert rules["uses"]["when"][0]["where"] == {
+        "macro": "nccl",
+        "any": [{"rank": {"in": "@spare_list"}}, {"rank": {"exists": False}}],
+    }
     assert {m["name"]: m["where"] for m in doc["macros"]} == {"nccl": {"matcher": "nccl_timeout"}}
     policy = {p["key"]: p for p in doc["policy"]}
     assert policy["settle"]["value"] == 300.0 and policy["settle"]["defined_at"] == f"{site[2]}:20:11"
@@ -114,20 +117,27 @@ def test_errors_point_at_file_line_col_with_a_hint(tmp_path):
     for cmd in (["rules", "show"], ["rules", "explain-line", "some line"]):
         proc = recover(*cmd, "--no-defaults", "--rules", str(bad))
         assert proc.returncode == 1, proc.stdout + proc.stderr
-        assert f"{bad}:3:13: E-UNKNOWN-KEY unknown key 'patern' in matcher (hint: did you mean 'pattern'?)" in proc.stderr
+        assert (
+            f"{bad}:3:13: E-UNKNOWN-KEY unknown key 'patern' in matcher (hint: did you mean 'pattern'?)" in proc.stderr
+        )
         assert "Traceback" not in proc.stderr
 
 
 # -- explain-line ---------------------------------------------------------------------------------
 def test_explain_line_hits_groups_and_firings(tiny_rules):
     compiled = require_rulebook([tiny_rules], defaults=False)
-    out = explain_line(compiled, "2020-03-03T09:00:00+00:00 n3 kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
-                       source="kernel")
+    out = explain_line(
+        compiled,
+        "2020-03-03T09:00:00+00:00 n3 kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+        source="kernel",
+    )
     assert [h["matcher"] for h in out["hits"]] == ["xid"]
     assert out["hits"][0]["groups"] == {"node": "n3", "pci": "0000:3b:00", "code": "79"}
     assert out["hits"][0]["fact"]["kind"] == "xid" and out["hits"][0]["fact"]["attrs"]["code"] == 79
-    assert [(f["rule"], f["status"]) for f in out["firings"]] == [("sym.xid_off_bus", "fired → incident 1"),
-                                                                 ("fault.off_bus", "fired → incident 1")]
+    assert [(f["rule"], f["status"]) for f in out["firings"]] == [
+        ("sym.xid_off_bus", "fired → incident 1"),
+        ("fault.off_bus", "fired → incident 1"),
+    ]
     got = [(i["fault_class"], i["decision"], i["nodes"]) for i in out["incidents"]]
     assert got == [("gpu_fell_off_bus", "isolate_and_restart", ["n3"])]
     assert ["scontrol", "update", "NodeName=n3", "State=DRAIN"] in out["incidents"][0]["commands"]
@@ -150,9 +160,11 @@ def test_explain_line_shows_warnings_that_open_no_incident(site):
 
 
 def test_explain_line_cli_with_the_default_rulebook():
-    line = ("[rank5]:[E1129 17:21:30.118830911 ProcessGroupNCCL.cpp:616] [Rank 5] Watchdog caught collective operation "
-            "timeout: WorkNCCL(SeqNum=88021, OpType=ALLREDUCE, NumelIn=262144, NumelOut=262144, Timeout(ms)=120000) ran "
-            "for 120077 milliseconds before timing out.")
+    line = (
+        "[rank5]:[E1129 17:21:30.118830911 ProcessGroupNCCL.cpp:616] [Rank 5] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=88021, OpType=ALLREDUCE, NumelIn=262144, NumelOut=262144, Timeout(ms)=120000) ran "
+        "for 120077 milliseconds before timing out."
+    )
     r = runner.invoke(app, ["rules", "explain-line", line, "--source", "job", "--job", "4301"])
     assert r.exit_code == 0, r.output
     assert "nccl_watchdog_timeout  [log]" in r.stdout
@@ -169,11 +181,14 @@ def test_explain_line_nothing_matches():
     assert r.exit_code == 0 and "no matcher for source 'job' hits this line" in r.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--source", "journal"], "--source 'journal'"),
-    (["--job", "12; rm -rf /"], "is not a job id"),
-    (["--node", "bad node"], "is not a node name"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--source", "journal"], "--source 'journal'"),
+        (["--job", "12; rm -rf /"], "is not a job id"),
+        (["--node", "bad node"], "is not a node name"),
+    ],
+)
 def test_explain_line_bad_input_exits_2(args, message):
     r = runner.invoke(app, ["rules", "explain-line", "x", *args])
     assert r.exit_code == 2 and message in r.stderr

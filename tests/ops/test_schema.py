@@ -66,31 +66,43 @@ BAD = {
     "bad type": ("matchers: [{id: m, pattern: x, types: {n: long}}]", "long"),
     "misspelled guard setting": ("policy: {retry: {max_per_fingreprint: 2}}", "max_per_fingreprint"),
     "fault class without priority": ("fault_classes: {ib_link_flap: {description: d, decision: restart}}", "priority"),
-    "two then kinds": ("""
+    "two then kinds": (
+        """
         rules:
           - id: r
             description: d
             when: [{kind: log}]
-            then: {fault: {fault_class: unknown}, symptom: {name: s}}""", "then"),
-    "bad duration": ("""
+            then: {fault: {fault_class: unknown}, symptom: {name: s}}""",
+        "then",
+    ),
+    "bad duration": (
+        """
         rules:
           - id: r
             description: d
             within: ten minutes
             when: [{kind: log}]
-            then: {symptom: {name: s}}""", "ten minutes"),
-    "unknown operator": ("""
+            then: {symptom: {name: s}}""",
+        "ten minutes",
+    ),
+    "unknown operator": (
+        """
         rules:
           - id: r
             description: d
             when: [{kind: log, where: {code: {between: [1, 2]}}}]
-            then: {symptom: {name: s}}""", "between"),
-    "ordered test on text": ("""
+            then: {symptom: {name: s}}""",
+        "between",
+    ),
+    "ordered test on text": (
+        """
         rules:
           - id: r
             description: d
             when: [{kind: log, where: {code: {gt: "5"}}}]
-            then: {symptom: {name: s}}""", "gt"),
+            then: {symptom: {name: s}}""",
+        "gt",
+    ),
     "bad decision": ("policy: {decisions: {cuda_oom: retry}}", "retry"),
     "bad autonomy": ("policy: {autonomy: {restart: yes-please}}", "yes-please"),
     "bad per": ("actions: {drain: {argv: [scontrol], per: cluster}}", "cluster"),
@@ -104,12 +116,15 @@ def test_schema_rejects(case):
     doc = yaml.safe_load(textwrap.dedent(text))
     found = errors(doc)
     assert found, f"{case}: accepted"
-    assert any(needle in json.dumps(e.instance) or needle in e.message or needle in map(str, e.absolute_path)
-               for e in [*found, *(c for e in found for c in (e.context or []))]), [e.message for e in found]
+    assert any(
+        needle in json.dumps(e.instance) or needle in e.message or needle in map(str, e.absolute_path)
+        for e in [*found, *(c for e in found for c in (e.context or []))]
+    ), [e.message for e in found]
 
 
 def test_schema_accepts_the_documented_forms():
-    doc = yaml.safe_load(textwrap.dedent("""
+    doc = yaml.safe_load(
+        textwrap.dedent("""
         lists: {fatal: [48, 79], more: {items: [63], override: append}}
         macros: {hw: {name: {in: "@fatal"}}, hw2: {where: {name: x}, override: true}}
         matchers:
@@ -129,7 +144,8 @@ def test_schema_accepts_the_documented_forms():
         actions: {drain: {argv: [scontrol, "{{ node }}"], per: node, timeout: 30s, verify: node_drained}}
         policy: {settle: 2m, blast_radius: {max_drains: 2, window: 1h}, autonomy: {restart: act}, hang: {bound: 15m}}
         tests: [{name: t, input: [{file: a.out, source: job, lines: "x\\n"}], context: {job: "1"}, expect: []}]
-        """))
+        """)
+    )
     assert [e.message for e in errors(doc)] == []
     assert errors(None) == []  # an empty file
 

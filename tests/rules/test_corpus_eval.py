@@ -36,15 +36,18 @@ def _case(i: int, text: str, label: str, stream: str = "app", **kw) -> dict:
 
 
 def test_bad_lines_are_reported_and_skipped(tmp_path):
-    p = _write(tmp_path, [
-        _case(1, "x", "cuda_oom"),
-        "{not json",
-        json.dumps({"id": "t-2", "source": "s", "stream": "app", "label": "cuda_oom"}),  # no text
-        _case(3, "x", "cuda_oom", stream="stdout"),
-        _case(4, "x", "no_such_class"),
-        _case(1, "y", "cuda_oom"),  # id used again
-        "[1, 2]",
-    ])
+    p = _write(
+        tmp_path,
+        [
+            _case(1, "x", "cuda_oom"),
+            "{not json",
+            json.dumps({"id": "t-2", "source": "s", "stream": "app", "label": "cuda_oom"}),  # no text
+            _case(3, "x", "cuda_oom", stream="stdout"),
+            _case(4, "x", "no_such_class"),
+            _case(1, "y", "cuda_oom"),  # id used again
+            "[1, 2]",
+        ],
+    )
     cases, problems = load_cases([str(p)], known_labels=["cuda_oom"])
     assert [c.id for c in cases] == ["t-1"]
     assert len(problems) == 6
@@ -58,20 +61,29 @@ def test_bad_lines_are_reported_and_skipped(tmp_path):
 def test_scoring_right_wrong_accept_and_healthy(compiled, tmp_path):
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     xid = "Nov 29 17:21:30 n7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."
-    p = _write(tmp_path, [
-        _case(1, oom, "cuda_oom"),
-        _case(2, oom, "app_error"),                              # wrong on purpose
-        _case(3, oom, "app_error", accept=["cuda_oom"]),        # honest ambiguity
-        _case(4, "iteration 10 | loss 2.31", HEALTHY),
-        _case(5, xid, "gpu_fell_off_bus", stream="kernel"),
-        _case(6, xid, HEALTHY, stream="kernel"),                 # a healthy case that opens an incident
-    ])
+    p = _write(
+        tmp_path,
+        [
+            _case(1, oom, "cuda_oom"),
+            _case(2, oom, "app_error"),  # wrong on purpose
+            _case(3, oom, "app_error", accept=["cuda_oom"]),  # honest ambiguity
+            _case(4, "iteration 10 | loss 2.31", HEALTHY),
+            _case(5, xid, "gpu_fell_off_bus", stream="kernel"),
+            _case(6, xid, HEALTHY, stream="kernel"),  # a healthy case that opens an incident
+        ],
+    )
     cases, problems = load_cases([str(p)])
     assert not problems
     report = evaluate(compiled, cases)
     got = {r.case.id: (r.got, r.right) for r in report.results}
-    assert got == {"t-1": ("cuda_oom", True), "t-2": ("cuda_oom", False), "t-3": ("cuda_oom", True),
-                   "t-4": (HEALTHY, True), "t-5": ("gpu_fell_off_bus", True), "t-6": ("gpu_fell_off_bus", False)}
+    assert got == {
+        "t-1": ("cuda_oom", True),
+        "t-2": ("cuda_oom", False),
+        "t-3": ("cuda_oom", True),
+        "t-4": (HEALTHY, True),
+        "t-5": ("gpu_fell_off_bus", True),
+        "t-6": ("gpu_fell_off_bus", False),
+    }
     assert report.right == 4 and report.total == 6
     assert [r.case.id for r in report.healthy_with_incident] == ["t-6"]
     per = report.per_class()

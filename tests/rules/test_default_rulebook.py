@@ -29,18 +29,43 @@ def test_policy_is_the_documented_one(compiled):
     p = compiled.policy
     assert p["settle"] == 120.0
     assert p["decisions"] == {
-        "gpu_fell_off_bus": "isolate_and_restart", "gpu_memory_uncorrectable": "isolate_and_restart",
-        "nvlink_error": "isolate_and_restart", "gpu_hardware_other": "isolate_and_restart",
-        "node_failure": "isolate_and_restart", "job_time_limit": "observe", "preempted": "observe",
-        "host_oom": "stop", "straggler": "isolate_and_restart", "storage_io_error": "restart",
-        "nccl_network_error": "restart", "cuda_oom": "stop", "cuda_illegal_access_app": "stop",
-        "app_error": "stop", "nccl_timeout": "restart", "unknown": "restart"}
+        "gpu_fell_off_bus": "isolate_and_restart",
+        "gpu_memory_uncorrectable": "isolate_and_restart",
+        "nvlink_error": "isolate_and_restart",
+        "gpu_hardware_other": "isolate_and_restart",
+        "node_failure": "isolate_and_restart",
+        "job_time_limit": "observe",
+        "preempted": "observe",
+        "host_oom": "stop",
+        "straggler": "isolate_and_restart",
+        "storage_io_error": "restart",
+        "nccl_network_error": "restart",
+        "cuda_oom": "stop",
+        "cuda_illegal_access_app": "stop",
+        "app_error": "stop",
+        "nccl_timeout": "restart",
+        "unknown": "restart",
+    }
     # a drain is news to the site: the isolation ends with a page saying what was done
     assert tuple(p["plans"]["isolate_and_restart"]) == ("drain", "requeue", "exclude", "notify")
     # an unexplained failure is not restarted unless a site grants it restarts
     assert p["retry"]["per_class"]["unknown"] == 0
-    assert set(p["isolate"]["at_once"]) == {"gpu_fell_off_bus", "gpu_memory_uncorrectable", "nvlink_error",
-                                            "gpu_hardware_other"}
+    assert set(p["isolate"]["at_once"]) == {
+        "gpu_fell_off_bus",
+        "gpu_memory_uncorrectable",
+        "nvlink_error",
+        "gpu_hardware_other",
+    }
     assert tuple(p["plans"]["restart"]) == ("requeue",)
-    assert set(compiled.actions) >= {"drain", "exclude", "requeue", "hold", "release", "cancel", "resume", "notify",
-                                     "keep_held", "alertmanager"}
+    assert set(compiled.actions) >= {
+        "drain",
+        "exclude",
+        "requeue",
+        "hold",
+        "release",
+        "cancel",
+        "resume",
+        "notify",
+        "keep_held",
+        "alertmanager",
+    }

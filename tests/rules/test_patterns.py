@@ -172,180 +172,377 @@ def error_classes(line: str, source: str = "any") -> dict[str, set[str]]:
 # (line, {matcher: {group: value, ...}}) -- the matcher must hit, with at least these groups
 CORPUS: list[tuple[str, dict[str, dict]]] = [
     # Xid, every format of gpu-signals.md 1.2
-    ("Nov 29 17:00:05 n3 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.",
-     {"xid": {"code": "79", "node": "n3", "pci": "0000:3b:00", "pid": "1234", "process": "python"}}),
-    ("Nov  9 07:00:05 gpu-a100-017.cluster.local kernel: [155044.078590] NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.",
-     {"xid": {"code": "79", "node": "gpu-a100-017"}}),
+    (
+        "Nov 29 17:00:05 n3 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.",
+        {"xid": {"code": "79", "node": "n3", "pci": "0000:3b:00", "pid": "1234", "process": "python"}},
+    ),
+    (
+        "Nov  9 07:00:05 gpu-a100-017.cluster.local kernel: [155044.078590] NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.",
+        {"xid": {"code": "79", "node": "gpu-a100-017"}},
+    ),
     ("[155044.078590] NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.", {"xid": {"code": "79"}}),
-    ("[ T1946] NVRM: Xid (PCI:0000:05:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
-     {"xid": {"code": "79", "process": "<unknown>"}}),
-    ("6,1234,5678,-;NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fdf0de80 partition 5, subpartition 1",
-     {"xid": {"code": "48"}}),
+    (
+        "[ T1946] NVRM: Xid (PCI:0000:05:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+        {"xid": {"code": "79", "process": "<unknown>"}},
+    ),
+    (
+        "6,1234,5678,-;NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fdf0de80 partition 5, subpartition 1",
+        {"xid": {"code": "48"}},
+    ),
     ("NVRM: Xid (0000:03:00): 14, Channel 00000001", {"xid": {"code": "14", "pci": "0000:03:00"}}),
-    ("2026-11-29T17:00:05.118950+00:00 n3 kernel: NVRM: Xid (PCI:0008:01:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU4 GSP!",
-     {"xid": {"code": "119", "node": "n3", "pci": "0008:01:00"}}),
-    ("Nov 29 17:00:05.123456 n3 kernel: NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008, errorString CTX SWITCH TIMEOUT, Info 0x58005",
-     {"xid": {"code": "109", "node": "n3"}}),
-    ("[Sun Nov 29 17:00:05 2026] NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149",
-     {"xid": {"code": "45"}}),
+    (
+        "2026-11-29T17:00:05.118950+00:00 n3 kernel: NVRM: Xid (PCI:0008:01:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU4 GSP!",
+        {"xid": {"code": "119", "node": "n3", "pci": "0008:01:00"}},
+    ),
+    (
+        "Nov 29 17:00:05.123456 n3 kernel: NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008, errorString CTX SWITCH TIMEOUT, Info 0x58005",
+        {"xid": {"code": "109", "node": "n3"}},
+    ),
+    (
+        "[Sun Nov 29 17:00:05 2026] NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149",
+        {"xid": {"code": "45"}},
+    ),
     ("NVRM: Xid (PCI:0000:0a:00): 999, pid=1, name=x, something new", {"xid": {"code": "999"}}),
-    ("NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)",
-     {"xid_nvlink5": {"code": "145", "nvlink_unit": "RLW_RXPIPE", "fatality": "Nonfatal"}}),
-    ("Nov 29 17:00:05 gb-07 kernel: NVRM: Xid (PCI:0008:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
-     {"xid_nvlink5": {"code": "149", "fatality": "Fatal", "node": "gb-07"}}),
-    ("NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)",
-     {"xid_recovery_action": {"code": "154", "recovery_action": "Drain and Reset"}}),
-    ("NVRM: Xid (PCI:0008:01:00): 154, pid=1, name=x, GPU recovery action changed from 0x4 (Drain and Reset) to 0x1 (GPU Reset Required)",
-     {"xid_recovery_action": {"code": "154", "recovery_action": "GPU Reset Required"}}),
+    (
+        "NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)",
+        {"xid_nvlink5": {"code": "145", "nvlink_unit": "RLW_RXPIPE", "fatality": "Nonfatal"}},
+    ),
+    (
+        "Nov 29 17:00:05 gb-07 kernel: NVRM: Xid (PCI:0008:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+        {"xid_nvlink5": {"code": "149", "fatality": "Fatal", "node": "gb-07"}},
+    ),
+    (
+        "NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)",
+        {"xid_recovery_action": {"code": "154", "recovery_action": "Drain and Reset"}},
+    ),
+    (
+        "NVRM: Xid (PCI:0008:01:00): 154, pid=1, name=x, GPU recovery action changed from 0x4 (Drain and Reset) to 0x1 (GPU Reset Required)",
+        {"xid_recovery_action": {"code": "154", "recovery_action": "GPU Reset Required"}},
+    ),
     # fallen off the bus without a Xid
     ("[ 1843.308152] NVRM: fallen off the bus and is not responding to commands.", {"gpu_fallen_off_bus_text": {}}),
-    ("Nov 29 11:42:17 gpu-018 kernel: NVRM: The NVIDIA GPU 0000:05:00.0 installed in this system has fallen off the bus and is not responding to commands.",
-     {"gpu_fallen_off_bus_text": {"node": "gpu-018", "pci": "0000:05:00.0"}}),
+    (
+        "Nov 29 11:42:17 gpu-018 kernel: NVRM: The NVIDIA GPU 0000:05:00.0 installed in this system has fallen off the bus and is not responding to commands.",
+        {"gpu_fallen_off_bus_text": {"node": "gpu-018", "pci": "0000:05:00.0"}},
+    ),
     ("NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.", {"gpu_fallen_off_bus_text": {"pci": "0000:3b:00.0"}}),
-    ("Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU",
-     {"nvml_gpu_is_lost": {"pci": "0000:3B:00.0"}}),
-    ("nvidia-nvswitch3: SXid (PCI:0000:89:00.0): 12028, Non-fatal, Link 46 egress non-posted PRIV error (First)",
-     {"nvswitch_sxid": {"sxid": "12028", "fatality": "Non-fatal"}}),
+    (
+        "Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU",
+        {"nvml_gpu_is_lost": {"pci": "0000:3B:00.0"}},
+    ),
+    (
+        "nvidia-nvswitch3: SXid (PCI:0000:89:00.0): 12028, Non-fatal, Link 46 egress non-posted PRIV error (First)",
+        {"nvswitch_sxid": {"sxid": "12028", "fatality": "Non-fatal"}},
+    ),
     # NCCL / torch wordings
-    ("[Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2664597, OpType=ALLREDUCE, NumelIn=8272897, NumelOut=8272897, Timeout(ms)=600000) ran for 600002 milliseconds before timing out.",
-     {"nccl_watchdog_timeout": {"rank": "2", "seq": "2664597", "op": "ALLREDUCE"}}),
-    ("[rank368]:[E808 04:21:41.160918398 ProcessGroupNCCL.cpp:655] [Rank 368] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600001 milliseconds before timing out.",
-     {"nccl_watchdog_timeout": {"rank": "368", "op": "ALLREDUCE"}}),
-    ("[rank368]:[E808 04:21:41.161005534 ProcessGroupNCCL.cpp:2299] [PG ID 0 PG GUID 0(default_pg) Rank 368]  failure detected by watchdog at work sequence id: 5 PG status: last enqueued work: 5, last completed work: 4",
-     {"nccl_work_timeout_summary": {"seq": "5"}}),
-    ("[Rank 5] Timeout at NCCL work: 4212, last enqueued NCCL work: 4213, last completed NCCL work: 4211.",
-     {"nccl_work_timeout_summary": {"seq": "4212"}}),
-    ("[PG ID 0 PG GUID 0(default_pg) Rank 5] Received a global timeout from another rank and will start to dump the debug info.",
-     {"nccl_timeout_dump": {}}),
+    (
+        "[Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2664597, OpType=ALLREDUCE, NumelIn=8272897, NumelOut=8272897, Timeout(ms)=600000) ran for 600002 milliseconds before timing out.",
+        {"nccl_watchdog_timeout": {"rank": "2", "seq": "2664597", "op": "ALLREDUCE"}},
+    ),
+    (
+        "[rank368]:[E808 04:21:41.160918398 ProcessGroupNCCL.cpp:655] [Rank 368] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600001 milliseconds before timing out.",
+        {"nccl_watchdog_timeout": {"rank": "368", "op": "ALLREDUCE"}},
+    ),
+    (
+        "[rank368]:[E808 04:21:41.161005534 ProcessGroupNCCL.cpp:2299] [PG ID 0 PG GUID 0(default_pg) Rank 368]  failure detected by watchdog at work sequence id: 5 PG status: last enqueued work: 5, last completed work: 4",
+        {"nccl_work_timeout_summary": {"seq": "5"}},
+    ),
+    (
+        "[Rank 5] Timeout at NCCL work: 4212, last enqueued NCCL work: 4213, last completed NCCL work: 4211.",
+        {"nccl_work_timeout_summary": {"seq": "4212"}},
+    ),
+    (
+        "[PG ID 0 PG GUID 0(default_pg) Rank 5] Received a global timeout from another rank and will start to dump the debug info.",
+        {"nccl_timeout_dump": {}},
+    ),
     ("torch.distributed.DistStoreError: Socket Timeout", {"c10d_store_timeout": {}}),
-    ("[E socket.cpp:957] [c10d] The client socket has timed out after 1800s while trying to connect to (n1, 29500).",
-     {"c10d_store_timeout": {}}),
+    (
+        "[E socket.cpp:957] [c10d] The client socket has timed out after 1800s while trying to connect to (n1, 29500).",
+        {"c10d_store_timeout": {}},
+    ),
     ("RuntimeError: Wait timeout after 1800000ms, keys: /default_pg//cuda//0", {"c10d_store_timeout": {}}),
-    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete",
-     {"gloo_timeout": {}}),
-    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.4]:23456",
-     {"gloo_connection_error": {}}),
-    ("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed.",
-     {"c10d_store_connection_error": {}}),
-    ("[E socket.cpp:1011] [c10d] sendBytes failed on SocketImpl(fd=44, addr=[n2]:40122, remote=[n1]:29500): Broken pipe",
-     {"c10d_store_connection_error": {}}),
-    ("node-2:5776:5902 [0] transport/net_ib.cc:1296 NCCL WARN NET/IB : Got completion from peer 10.2.0.5<33092> with error 12, opcode 0, len 0, vendor err 129 (Recv)",
-     {"nccl_ib_completion_error": {"node": "node-2", "local_rank": "0", "ib_status": "12", "peer": "10.2.0.5<33092>"},
-      "nccl_warn": {"node": "node-2"}}),
-    ("[2026-03-03 12:11:38] tpgds-aihub0007:185303:186751 [1] transport/net_ib.cc:2453 NCCL WARN NET/IB: Got completion from peer 10.99.91.63<51161> with status=4 opcode=32614 len=32614 vendor err 81 (Send) localGid ::ffff:10.99.92.59 remoteGids::ffff:10.99.91.63 hca mlx5_1",
-     {"nccl_ib_completion_error": {"node": "tpgds-aihub0007", "ib_wc_status": "4"}}),
-    ("n1.cluster.example.org:1:2 [7] NCCL WARN NET/IB : Got completion with error 12, opcode 0, len 0, vendor err 129",
-     {"nccl_ib_completion_error": {"node": "n1", "local_rank": "7", "ib_status": "12"}}),
-    ("NET/IB: ibp198s0f0:1 async fatal event on QP: local access violation work queue error", {"nccl_ib_async_event": {}}),
-    ("n4:9:10 [1] NCCL WARN NET/IB : Call to ibv_modify_qp failed with error Connection timed out",
-     {"nccl_ib_verbs_call_failed": {"node": "n4", "verb": "modify_qp"}}),
-    ("n4:9:10 [1] NCCL WARN Net : Connection closed by remote peer n3.cluster<52214>", {"nccl_socket_closed": {"node": "n4"}}),
-    ("RuntimeError: NCCL error in: /opt/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, unhandled system error, NCCL version 2.10.3",
-     {"nccl_result_network": {}}),
-    ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, unhandled cuda error, NCCL version 2.14.3",
-     {"nccl_unhandled_cuda_error": {}}),
+    (
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete",
+        {"gloo_timeout": {}},
+    ),
+    (
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.4]:23456",
+        {"gloo_connection_error": {}},
+    ),
+    (
+        "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed.",
+        {"c10d_store_connection_error": {}},
+    ),
+    (
+        "[E socket.cpp:1011] [c10d] sendBytes failed on SocketImpl(fd=44, addr=[n2]:40122, remote=[n1]:29500): Broken pipe",
+        {"c10d_store_connection_error": {}},
+    ),
+    (
+        "node-2:5776:5902 [0] transport/net_ib.cc:1296 NCCL WARN NET/IB : Got completion from peer 10.2.0.5<33092> with error 12, opcode 0, len 0, vendor err 129 (Recv)",
+        {
+            "nccl_ib_completion_error": {
+                "node": "node-2",
+                "local_rank": "0",
+                "ib_status": "12",
+                "peer": "10.2.0.5<33092>",
+            },
+            "nccl_warn": {"node": "node-2"},
+        },
+    ),
+    (
+        "[2026-03-03 12:11:38] tpgds-aihub0007:185303:186751 [1] transport/net_ib.cc:2453 NCCL WARN NET/IB: Got completion from peer 10.99.91.63<51161> with status=4 opcode=32614 len=32614 vendor err 81 (Send) localGid ::ffff:10.99.92.59 remoteGids::ffff:10.99.91.63 hca mlx5_1",
+        {"nccl_ib_completion_error": {"node": "tpgds-aihub0007", "ib_wc_status": "4"}},
+    ),
+    (
+        "n1.cluster.example.org:1:2 [7] NCCL WARN NET/IB : Got completion with error 12, opcode 0, len 0, vendor err 129",
+        {"nccl_ib_completion_error": {"node": "n1", "local_rank": "7", "ib_status": "12"}},
+    ),
+    (
+        "NET/IB: ibp198s0f0:1 async fatal event on QP: local access violation work queue error",
+        {"nccl_ib_async_event": {}},
+    ),
+    (
+        "n4:9:10 [1] NCCL WARN NET/IB : Call to ibv_modify_qp failed with error Connection timed out",
+        {"nccl_ib_verbs_call_failed": {"node": "n4", "verb": "modify_qp"}},
+    ),
+    (
+        "n4:9:10 [1] NCCL WARN Net : Connection closed by remote peer n3.cluster<52214>",
+        {"nccl_socket_closed": {"node": "n4"}},
+    ),
+    (
+        "RuntimeError: NCCL error in: /opt/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, unhandled system error, NCCL version 2.10.3",
+        {"nccl_result_network": {}},
+    ),
+    (
+        "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, unhandled cuda error, NCCL version 2.14.3",
+        {"nccl_unhandled_cuda_error": {}},
+    ),
     ("ncclUnhandledCudaError: Call to CUDA function failed.", {"nccl_unhandled_cuda_error": {}}),
-    ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.21.5",
-     {"nccl_invalid_usage": {}}),
+    (
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.21.5",
+        {"nccl_invalid_usage": {}},
+    ),
     ("ncclInvalidUsage: This usually reflects invalid usage of NCCL library.", {"nccl_invalid_usage": {}}),
     ("n2:3:4 [0] NCCL WARN Error : ring 0 does not loop back to start (1 != 0)", {"nccl_warn": {"node": "n2"}}),
     # CUDA
-    ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total capacity)",
-     {"cuda_oom_torch": {"tried": "2.00 GiB"}}),
+    (
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total capacity)",
+        {"cuda_oom_torch": {"tried": "2.00 GiB"}},
+    ),
     ("RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED", {"cuda_oom_library": {}}),
-    ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.",
-     {"cuda_oom_xla": {}}),
-    ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[8192,8192]",
-     {"cuda_oom_xla": {}}),
+    (
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.",
+        {"cuda_oom_xla": {}},
+    ),
+    (
+        "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[8192,8192]",
+        {"cuda_oom_xla": {}},
+    ),
     ("CUDA_ERROR_OUT_OF_MEMORY: out of memory", {"cuda_oom_runtime": {}}),
     ("RuntimeError: CUDA error: misaligned address", {"cuda_illegal_access": {"cuda_error": "misaligned address"}}),
     ("RuntimeError: CUDA error: an illegal instruction was encountered", {"cuda_illegal_access": {}}),
-    ("jaxlib.xla_extension.XlaRuntimeError: INTERNAL: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered",
-     {"cuda_illegal_access": {}}),
-    ("n3:1:2 [5] NCCL WARN Cuda failure 700 'an illegal memory access was encountered'", {"cuda_illegal_access": {"node": "n3"}}),
-    ("RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx( handle, opa, opb, m, n, k, &falpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb, &fbeta, c, CUDA_R_16BF, ldc, CUDA_R_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP)`",
-     {"cuda_illegal_library": {}}),
-    ("n7:3311:3391 [5] NCCL WARN Cuda failure 'uncorrectable ECC error encountered'", {"cuda_ecc_uncorrectable": {"node": "n7"}}),
+    (
+        "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered",
+        {"cuda_illegal_access": {}},
+    ),
+    (
+        "n3:1:2 [5] NCCL WARN Cuda failure 700 'an illegal memory access was encountered'",
+        {"cuda_illegal_access": {"node": "n3"}},
+    ),
+    (
+        "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx( handle, opa, opb, m, n, k, &falpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb, &fbeta, c, CUDA_R_16BF, ldc, CUDA_R_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP)`",
+        {"cuda_illegal_library": {}},
+    ),
+    (
+        "n7:3311:3391 [5] NCCL WARN Cuda failure 'uncorrectable ECC error encountered'",
+        {"cuda_ecc_uncorrectable": {"node": "n7"}},
+    ),
     ("RuntimeError: No CUDA GPUs are available", {"cuda_no_gpu_available": {}}),
-    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.",
-     {"nvidia_smi_no_driver": {}}),
+    (
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.",
+        {"nvidia_smi_no_driver": {}},
+    ),
     # application
-    ("omegaconf.errors.ConfigAttributeError: Key 'lr_warmup' is not in struct", {"python_exception": {"exception": "omegaconf.errors.ConfigAttributeError"}}),
-    ("ImportError: cannot import name 'flash_attn_func' from 'flash_attn' (unknown location)", {"python_exception": {"exception": "ImportError"}}),
-    ("json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)", {"python_exception": {"exception": "json.decoder.JSONDecodeError"}}),
-    ("FileNotFoundError: [Errno 2] No such file or directory: '/data/tokenizer.model'", {"python_exception": {"exception": "FileNotFoundError"}}),
-    ("RuntimeError: Error(s) in loading state_dict for GPT: size mismatch for embedding.weight", {"torch_app_runtime_error": {}}),
-    ("RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one.", {"torch_app_runtime_error": {}}),
-    ("RuntimeError: The total norm of order 2.0 for gradients from `parameters` is non-finite, so it cannot be clipped. To disable this error and scale the gradients by the non-finite norm anyway, set `error_if_nonfinite=False`",
-     {"nan_non_finite_norm": {}}),
-    ("RuntimeError: Function 'LogSoftmaxBackward0' returned nan values in its 0th output.", {"nan_anomaly_backward": {}}),
+    (
+        "omegaconf.errors.ConfigAttributeError: Key 'lr_warmup' is not in struct",
+        {"python_exception": {"exception": "omegaconf.errors.ConfigAttributeError"}},
+    ),
+    (
+        "ImportError: cannot import name 'flash_attn_func' from 'flash_attn' (unknown location)",
+        {"python_exception": {"exception": "ImportError"}},
+    ),
+    (
+        "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
+        {"python_exception": {"exception": "json.decoder.JSONDecodeError"}},
+    ),
+    (
+        "FileNotFoundError: [Errno 2] No such file or directory: '/data/tokenizer.model'",
+        {"python_exception": {"exception": "FileNotFoundError"}},
+    ),
+    (
+        "RuntimeError: Error(s) in loading state_dict for GPT: size mismatch for embedding.weight",
+        {"torch_app_runtime_error": {}},
+    ),
+    (
+        "RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one.",
+        {"torch_app_runtime_error": {}},
+    ),
+    (
+        "RuntimeError: The total norm of order 2.0 for gradients from `parameters` is non-finite, so it cannot be clipped. To disable this error and scale the gradients by the non-finite norm anyway, set `error_if_nonfinite=False`",
+        {"nan_non_finite_norm": {}},
+    ),
+    (
+        "RuntimeError: Function 'LogSoftmaxBackward0' returned nan values in its 0th output.",
+        {"nan_anomaly_backward": {}},
+    ),
     ("ValueError: The loss returned in `training_step` is nan.", {"nan_loss_detected": {}, "python_exception": {}}),
-    ("torch.distributed.elastic.multiprocessing.api.SignalException: Process 40001 got signal: 15", {"torchrun_signal_exception": {"signal": "15"}}),
+    (
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 40001 got signal: 15",
+        {"torchrun_signal_exception": {"signal": "15"}},
+    ),
     # storage
-    ("cp: error writing '/ckpt/iter_0001000/optim.pt': No space left on device", {"storage_errno": {"error_text": "No space left on device"}}),
+    (
+        "cp: error writing '/ckpt/iter_0001000/optim.pt': No space left on device",
+        {"storage_errno": {"error_text": "No space left on device"}},
+    ),
     ("OSError: [Errno 122] Disk quota exceeded: '/home/bob/ckpt'", {"storage_errno": {"errno": "122"}}),
     ("OSError: [Errno 30] Read-only file system: '/scratch/out'", {"storage_errno": {"errno": "30"}}),
-    ("2026-11-29 01:00:00,000 - ckpt - ERROR - Failed to save checkpoint at step 5000: timed out", {"checkpoint_save_failed": {}}),
-    ("LustreError: 11-0: scratch-OST0003-osc-ffff8a: operation ost_write to node 10.1.0.3@o2ib failed: rc = -107", {"kernel_lustre_error": {}}),
-    ("Nov 29 01:00:00 n4 kernel: LustreError: 167-0: scratch-MDT0000-mdc-ffff8a: This client was evicted by scratch-MDT0000; in progress operations using this service will fail.",
-     {"kernel_lustre_error": {"node": "n4"}}),
-    ("Nov 29 01:00:00 n4 kernel: blk_update_request: I/O error, dev nvme0n1, sector 123456 op 0x1:(WRITE) flags 0x800 phys_seg 1 prio class 0",
-     {"kernel_block_io_error": {"node": "n4"}}),
-    ("Nov 29 01:00:00 n4 kernel: EXT4-fs error (device nvme0n1p1): ext4_find_entry:1455: inode #2: comm python: reading directory lblock 0",
-     {"kernel_block_io_error": {}}),
+    (
+        "2026-11-29 01:00:00,000 - ckpt - ERROR - Failed to save checkpoint at step 5000: timed out",
+        {"checkpoint_save_failed": {}},
+    ),
+    (
+        "LustreError: 11-0: scratch-OST0003-osc-ffff8a: operation ost_write to node 10.1.0.3@o2ib failed: rc = -107",
+        {"kernel_lustre_error": {}},
+    ),
+    (
+        "Nov 29 01:00:00 n4 kernel: LustreError: 167-0: scratch-MDT0000-mdc-ffff8a: This client was evicted by scratch-MDT0000; in progress operations using this service will fail.",
+        {"kernel_lustre_error": {"node": "n4"}},
+    ),
+    (
+        "Nov 29 01:00:00 n4 kernel: blk_update_request: I/O error, dev nvme0n1, sector 123456 op 0x1:(WRITE) flags 0x800 phys_seg 1 prio class 0",
+        {"kernel_block_io_error": {"node": "n4"}},
+    ),
+    (
+        "Nov 29 01:00:00 n4 kernel: EXT4-fs error (device nvme0n1p1): ext4_find_entry:1455: inode #2: comm python: reading directory lblock 0",
+        {"kernel_block_io_error": {}},
+    ),
     # host memory
-    ("slurmstepd: error: Detected 1 oom-kill event(s) in step 14037828.batch cgroup. Some of your processes may have been killed by the cgroup out-of-memory handler.",
-     {"slurm_oom_kill_event": {"oom_events": "1"}}),
-    ("slurmstepd: error: Detected 1 oom_kill event in StepId=1234.0. Some of the step tasks have been OOM Killed.", {"slurm_oom_kill_event": {}}),
-    ("slurmstepd: error: Job 1234 exceeded memory limit (16777216 > 16384000), being killed", {"slurm_memory_limit_kill": {}}),
+    (
+        "slurmstepd: error: Detected 1 oom-kill event(s) in step 14037828.batch cgroup. Some of your processes may have been killed by the cgroup out-of-memory handler.",
+        {"slurm_oom_kill_event": {"oom_events": "1"}},
+    ),
+    (
+        "slurmstepd: error: Detected 1 oom_kill event in StepId=1234.0. Some of the step tasks have been OOM Killed.",
+        {"slurm_oom_kill_event": {}},
+    ),
+    (
+        "slurmstepd: error: Job 1234 exceeded memory limit (16777216 > 16384000), being killed",
+        {"slurm_memory_limit_kill": {}},
+    ),
     ("slurmstepd: error: Exceeded step memory limit at some point.", {"slurm_memory_limit_exceeded": {}}),
-    ("Nov 29 12:00:00 n3 kernel: oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0-1,global_oom,task_memcg=/system.slice/slurmstepd.scope/job_8812/step_0/user/task_0,task=python,pid=9911,uid=1000",
-     {"kernel_oom_memcg_slurm": {"job": "8812", "node": "n3", "process": "python"}}),
+    (
+        "Nov 29 12:00:00 n3 kernel: oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0-1,global_oom,task_memcg=/system.slice/slurmstepd.scope/job_8812/step_0/user/task_0,task=python,pid=9911,uid=1000",
+        {"kernel_oom_memcg_slurm": {"job": "8812", "node": "n3", "process": "python"}},
+    ),
     # Slurm
-    ("slurmstepd: error: *** JOB 6847502 ON udc-aw29-24b CANCELLED AT 2019-11-07T02:09:10 DUE TO TIME LIMIT ***",
-     {"slurm_cancelled_time_limit": {"slurm_job": "6847502"}}),
-    ("slurmstepd: error: *** STEP 1234.0 CANCELLED AT 2026-11-29T00:00:00 DUE TO TIME LIMIT ***", {"slurm_cancelled_time_limit": {}}),
-    ("slurmstepd: error: *** STEP 1234.0 ON n1 CANCELLED AT 2026-11-29T00:00:00 *** on n1", {"slurm_cancelled_by_user": {}}),
-    ("slurmstepd: error: *** JOB 1234 ON n3 UNCORRECTABLE MEMORY ERROR AT 2026-11-29T00:00:00 ***", {"slurm_uncorrectable_memory_error": {"node": "n3"}}),
-    ("srun: error: n3: tasks 8-15: Exited with exit code 137", {"srun_task_exit_code": {"node": "n3", "tasks": "8-15", "exit_code": "137"}}),
-    ("srun: error: gpu-12.cluster: task 5: Segmentation fault (core dumped)", {"srun_task_crashed": {"node": "gpu-12", "signal_name": "Segmentation fault"}}),
+    (
+        "slurmstepd: error: *** JOB 6847502 ON udc-aw29-24b CANCELLED AT 2019-11-07T02:09:10 DUE TO TIME LIMIT ***",
+        {"slurm_cancelled_time_limit": {"slurm_job": "6847502"}},
+    ),
+    (
+        "slurmstepd: error: *** STEP 1234.0 CANCELLED AT 2026-11-29T00:00:00 DUE TO TIME LIMIT ***",
+        {"slurm_cancelled_time_limit": {}},
+    ),
+    (
+        "slurmstepd: error: *** STEP 1234.0 ON n1 CANCELLED AT 2026-11-29T00:00:00 *** on n1",
+        {"slurm_cancelled_by_user": {}},
+    ),
+    (
+        "slurmstepd: error: *** JOB 1234 ON n3 UNCORRECTABLE MEMORY ERROR AT 2026-11-29T00:00:00 ***",
+        {"slurm_uncorrectable_memory_error": {"node": "n3"}},
+    ),
+    (
+        "srun: error: n3: tasks 8-15: Exited with exit code 137",
+        {"srun_task_exit_code": {"node": "n3", "tasks": "8-15", "exit_code": "137"}},
+    ),
+    (
+        "srun: error: gpu-12.cluster: task 5: Segmentation fault (core dumped)",
+        {"srun_task_crashed": {"node": "gpu-12", "signal_name": "Segmentation fault"}},
+    ),
     ("srun: error: nic5-w052: task 13: Out Of Memory", {"srun_task_oom": {"node": "nic5-w052"}}),
     ("srun: error: Node failure on n[3-4]", {"srun_node_failure_list": {"failed_nodes": "n[3-4]"}}),
     ("srun: forcing job termination", {"srun_step_aborted": {}}),
-    ("[2026-11-29T22:00:30.552] requeue JobId=12210_11(12238) due to failure of node master", {"ctld_requeue_node_failure": {"job": "12210_11", "node": "master"}}),
-    ("[2026-11-29T22:00:30.552] Killing job_id 48 on failed node node03", {"ctld_kill_job_failed_node": {"job": "48", "node": "node03"}}),
-    ("[2026-11-29T22:00:30.552] error: Removing failed node n3 from JobId=8", {"ctld_remove_failed_node": {"node": "n3", "job": "8"}}),
-    ("[2026-11-29T22:00:30.552] node n3 not responding, setting DOWN", {"ctld_node_down_not_responding": {"node": "n3"}}),
-    ("[2026-11-29T22:00:30.552] error: Nodes q2-st-t2large-[1-2] not responding, setting DOWN",
-     {"ctld_nodes_down_not_responding": {"failed_nodes": "q2-st-t2large-[1-2]"}}),
-    ("[2026-11-29T22:00:30.552] validate_node_specs: Node n3 unexpectedly rebooted boot_time=1795900000 last response=1795899000",
-     {"ctld_node_unexpected_reboot": {"node": "n3"}}),
-    ("[2026-11-29T22:00:30.552] error: slurmd error running JobId=1209813 on node(s)=n6: Kill task failed", {"ctld_kill_task_failed": {"job": "1209813", "node": "n6"}}),
+    (
+        "[2026-11-29T22:00:30.552] requeue JobId=12210_11(12238) due to failure of node master",
+        {"ctld_requeue_node_failure": {"job": "12210_11", "node": "master"}},
+    ),
+    (
+        "[2026-11-29T22:00:30.552] Killing job_id 48 on failed node node03",
+        {"ctld_kill_job_failed_node": {"job": "48", "node": "node03"}},
+    ),
+    (
+        "[2026-11-29T22:00:30.552] error: Removing failed node n3 from JobId=8",
+        {"ctld_remove_failed_node": {"node": "n3", "job": "8"}},
+    ),
+    (
+        "[2026-11-29T22:00:30.552] node n3 not responding, setting DOWN",
+        {"ctld_node_down_not_responding": {"node": "n3"}},
+    ),
+    (
+        "[2026-11-29T22:00:30.552] error: Nodes q2-st-t2large-[1-2] not responding, setting DOWN",
+        {"ctld_nodes_down_not_responding": {"failed_nodes": "q2-st-t2large-[1-2]"}},
+    ),
+    (
+        "[2026-11-29T22:00:30.552] validate_node_specs: Node n3 unexpectedly rebooted boot_time=1795900000 last response=1795899000",
+        {"ctld_node_unexpected_reboot": {"node": "n3"}},
+    ),
+    (
+        "[2026-11-29T22:00:30.552] error: slurmd error running JobId=1209813 on node(s)=n6: Kill task failed",
+        {"ctld_kill_task_failed": {"job": "1209813", "node": "n6"}},
+    ),
     ("[2026-11-29T22:00:30.552] Time limit exhausted for JobId=2", {"ctld_time_limit": {"job": "2"}}),
     # progress and context
-    ("[2026-11-29 06:01:00,000] [INFO] [timer.py:264:stop] epoch=0/micro_step=100/global_step=100, RunningAvgSamplesPerSec=101.2",
-     {}),
-    ("[2026-11-29 06:01:00,000] [INFO] [engine.py:1986:_report_progress] steps: 100 loss: 2.1234 iter time (s): 1.011 samples/sec: 506.4",
-     {"progress_deepspeed_steps_loss": {"step": "100"}}),
-    ("[rank0]:[titan] 2026-11-29 06:01:00,000 - root - INFO - step: 100  loss:  2.3456  memory: 60.12GiB(76.01%)  tps: 12,345  mfu: 45.67%",
-     {"progress_torchtitan": {"step": "100"}}),
-    ("2026-11-29 06:01:00,000 INFO saved checkpoint at step 2000 to s3://bucket/run1", {"checkpoint_generic": {"checkpoint": "2000"}}),
+    (
+        "[2026-11-29 06:01:00,000] [INFO] [timer.py:264:stop] epoch=0/micro_step=100/global_step=100, RunningAvgSamplesPerSec=101.2",
+        {},
+    ),
+    (
+        "[2026-11-29 06:01:00,000] [INFO] [engine.py:1986:_report_progress] steps: 100 loss: 2.1234 iter time (s): 1.011 samples/sec: 506.4",
+        {"progress_deepspeed_steps_loss": {"step": "100"}},
+    ),
+    (
+        "[rank0]:[titan] 2026-11-29 06:01:00,000 - root - INFO - step: 100  loss:  2.3456  memory: 60.12GiB(76.01%)  tps: 12,345  mfu: 45.67%",
+        {"progress_torchtitan": {"step": "100"}},
+    ),
+    (
+        "2026-11-29 06:01:00,000 INFO saved checkpoint at step 2000 to s3://bucket/run1",
+        {"checkpoint_generic": {"checkpoint": "2000"}},
+    ),
     ("  successfully saved checkpoint at iteration    1000 to /ckpt", {"checkpoint_megatron": {"checkpoint": "1000"}}),
     ("SLURM_JOBID=4242", {"ctx_slurm_job_id": {"job": "4242"}}),
     ("export SLURM_NODELIST=gpu-[001-004,010]", {"ctx_slurm_nodelist": {"nodes": "gpu-[001-004,010]"}}),
     ("SLURMD_NODENAME=n3", {"ctx_slurmd_nodename": {"node": "n3"}}),
     # other wordings of the world (rules/13-matchers-world.yaml), verbatim from tests/corpus/
-    ("submitit WARNING (2022-07-12 04:18:45,881) - Caught signal SIGHUP on learnfair0293: this job is preempted.",
-     {"preemption_notice": {}}),
-    ("STRAGGLER DETECTION WARNING: Some GPUs have worse relative performance. Affected ranks: [76, 13, 45]",
-     {"straggler_reported": {}}),
+    (
+        "submitit WARNING (2022-07-12 04:18:45,881) - Caught signal SIGHUP on learnfair0293: this job is preempted.",
+        {"preemption_notice": {}},
+    ),
+    (
+        "STRAGGLER DETECTION WARNING: Some GPUs have worse relative performance. Affected ranks: [76, 13, 45]",
+        {"straggler_reported": {}},
+    ),
     ("  what():  CUDA error: uncorrectable NVLink error detected during the execution", {"nvlink_error_text": {}}),
     ("[   39.147720] NVRM: RmInitAdapter failed! (0x26:0xffff:1127)", {"gpu_needs_reset_text": {}}),
-    ("frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, "
-     "std::ratio<1l, 1000l> > >) + 0x1e1 (0x7fe705ea04e1 in /usr/local/lib/python3.10/dist-packages/torch/l",
-     {"nccl_watchdog_frames": {}}),
-    ("kernel: NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149",
-     {"xid_cause_named": {"cause": "149"}}),
+    (
+        "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, "
+        "std::ratio<1l, 1000l> > >) + 0x1e1 (0x7fe705ea04e1 in /usr/local/lib/python3.10/dist-packages/torch/l",
+        {"nccl_watchdog_frames": {}},
+    ),
+    (
+        "kernel: NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149",
+        {"xid_cause_named": {"cause": "149"}},
+    ),
 ]
 
 # lines from healthy jobs and hosts: no matcher that makes an error or fatal symptom may hit them
@@ -476,9 +673,24 @@ def test_positive_cases_carry_their_evidence(t):
 
 def test_tests_cover_every_fault_class():
     classes = {e.get("fault_class") for _, t in book()[3] for e in t["expect"]}
-    wanted = {"gpu_fell_off_bus", "gpu_memory_uncorrectable", "gpu_hardware_other", "nvlink_error", "nccl_timeout",
-              "nccl_network_error", "cuda_oom", "host_oom", "cuda_illegal_access_app", "app_error", "node_failure",
-              "job_time_limit", "preempted", "storage_io_error", "straggler", "unknown"}
+    wanted = {
+        "gpu_fell_off_bus",
+        "gpu_memory_uncorrectable",
+        "gpu_hardware_other",
+        "nvlink_error",
+        "nccl_timeout",
+        "nccl_network_error",
+        "cuda_oom",
+        "host_oom",
+        "cuda_illegal_access_app",
+        "app_error",
+        "node_failure",
+        "job_time_limit",
+        "preempted",
+        "storage_io_error",
+        "straggler",
+        "unknown",
+    }
     assert wanted <= classes, f"fault classes without a positive test: {sorted(wanted - classes)}"
     negatives = [t for _, t in book()[3] if t["expect"] == []]
     assert len(negatives) >= 10

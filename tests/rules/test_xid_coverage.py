@@ -35,9 +35,11 @@ def _catalog_path() -> Path:
     env = os.environ.get("RECOVER_XID_CATALOG")
     if env:
         return Path(env)
-    for cand in (ROOT.parent / "shared" / "reference" / "xid-catalog.csv",
-                 ROOT / "shared" / "reference" / "xid-catalog.csv",
-                 Path("/work/shared/reference/xid-catalog.csv")):
+    for cand in (
+        ROOT.parent / "shared" / "reference" / "xid-catalog.csv",
+        ROOT / "shared" / "reference" / "xid-catalog.csv",
+        Path("/work/shared/reference/xid-catalog.csv"),
+    ):
         if cand.is_file():
             return cand
     pytest.skip("xid-catalog.csv not found (set RECOVER_XID_CATALOG)")
@@ -45,15 +47,15 @@ def _catalog_path() -> Path:
 
 # code -> (resolved action, a phrase that must appear in the CSV's action text to justify it)
 RESOLVED = {
-    48: ("RESET_GPU", "solo -> RESET_GPU"),                     # WORKFLOW_XID_48
-    74: ("RESET_GPU", "GPU reset or node reboot needed"),        # WORKFLOW_NVLINK_ERR
-    151: ("RESTART_BM", "RESTART_VM"),                           # the Slurm node *is* the VM
-    167: ("RESTART_BM", "gpud suggests reboot"),                 # no bucket published
-    168: ("RESTART_BM", "re-attempt boot"),                      # no bucket published
-    169: ("RESET_GPU", "treat like Xid 62 (reset)"),             # no bucket published
-    171: ("RESET_GPU", "follow WORKFLOW_XID_48"),                # companion of 48 (DRAM)
-    172: ("RESET_GPU", "follow WORKFLOW_XID_48"),                # companion of 48 (SRAM)
-    173: ("RESTART_BM", "node-level fatal"),                     # gpud only
+    48: ("RESET_GPU", "solo -> RESET_GPU"),  # WORKFLOW_XID_48
+    74: ("RESET_GPU", "GPU reset or node reboot needed"),  # WORKFLOW_NVLINK_ERR
+    151: ("RESTART_BM", "RESTART_VM"),  # the Slurm node *is* the VM
+    167: ("RESTART_BM", "gpud suggests reboot"),  # no bucket published
+    168: ("RESTART_BM", "re-attempt boot"),  # no bucket published
+    169: ("RESET_GPU", "treat like Xid 62 (reset)"),  # no bucket published
+    171: ("RESET_GPU", "follow WORKFLOW_XID_48"),  # companion of 48 (DRAM)
+    172: ("RESET_GPU", "follow WORKFLOW_XID_48"),  # companion of 48 (SRAM)
+    173: ("RESTART_BM", "node-level fatal"),  # gpud only
 }
 ISOLATE_ACTIONS = {"RESET_GPU", "RESTART_BM"}
 ISOLATE_LISTS = {"xid_fell_off_bus", "xid_memory_fatal", "xid_nvlink_fatal", "xid_hardware_reset"}
@@ -119,7 +121,8 @@ def test_isolate_lists_hold_exactly_reset_and_reboot_codes():
     expected = sorted(c for c in CATALOG if effective_action(c) in ISOLATE_ACTIONS)
     assert isolating == expected, (
         f"isolate but are not RESET_GPU/RESTART_BM: {sorted(set(isolating) - set(expected))}; "
-        f"RESET_GPU/RESTART_BM but do not isolate: {sorted(set(expected) - set(isolating))}")
+        f"RESET_GPU/RESTART_BM but do not isolate: {sorted(set(expected) - set(isolating))}"
+    )
 
 
 def test_literal_buckets_map_where_the_brief_says():

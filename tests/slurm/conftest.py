@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -35,8 +33,6 @@ def slurm() -> SlurmAdapter:
             pytest.fail(why, pytrace=False)
         pytest.skip(why)
     return SlurmAdapter(timeout=20)
-
-
 
 
 def checked(result: CommandResult, argv: list[str]) -> CommandResult:

@@ -31,9 +31,7 @@ SQUEUE = ("squeue", "--json", "--states=all")
 SCONTROL_ALL = ("scontrol", "show", "job", "-o")
 SINFO_JSON = ("sinfo", "--json")
 SINFO_TEXT = ("sinfo", "-N", "-h", "-o", "%N|%T|%P|%E")
-NO_JSON = CommandResult(
-    rc=1, stderr="squeue: unrecognized option '--json'\nTry \"squeue --help\"\n"
-)
+NO_JSON = CommandResult(rc=1, stderr="squeue: unrecognized option '--json'\nTry \"squeue --help\"\n")
 
 
 def recorded(name: str) -> CommandResult:
@@ -64,9 +62,7 @@ def cluster_answers() -> dict[tuple[str, ...], CommandResult]:
         SQUEUE: recorded("squeue.json"),
         SCONTROL_ALL: recorded("scontrol_show_job.txt"),
         (*SCONTROL_ALL, "6"): recorded("scontrol_show_job_one.txt"),
-        (*SCONTROL_ALL, "999"): CommandResult(
-            rc=1, stderr="slurm_load_jobs error: Invalid job id specified\n"
-        ),
+        (*SCONTROL_ALL, "999"): CommandResult(rc=1, stderr="slurm_load_jobs error: Invalid job id specified\n"),
         SINFO_JSON: recorded("sinfo.json"),
         SINFO_TEXT: recorded("sinfo_nodes.txt"),
     }
@@ -359,9 +355,7 @@ def test_a_broken_record_is_skipped_not_fatal():
         {"job_id": 1, "job_state": "RUNNING", "nodes": "n[3-1]", "standard_output": "/x"},
         {"job_id": 2, "job_state": "PENDING", "standard_output": "/y"},
     ]
-    adapter = SlurmAdapter(
-        runner=FakeRunner({SQUEUE: CommandResult(0, json.dumps({"jobs": jobs}))})
-    )
+    adapter = SlurmAdapter(runner=FakeRunner({SQUEUE: CommandResult(0, json.dumps({"jobs": jobs}))}))
     assert [j.job_id for j in adapter.jobs()] == ["2"]
 
 
@@ -377,9 +371,7 @@ def test_a_broken_record_is_skipped_not_fatal():
         ),
         (CommandResult(124, stderr="timed out", timed_out=True), SchedulerUnavailable),
         (
-            CommandResult(
-                1, stderr="squeue: error: Unable to contact slurm controller (connect failure)"
-            ),
+            CommandResult(1, stderr="squeue: error: Unable to contact slurm controller (connect failure)"),
             SchedulerUnavailable,
         ),
         (CommandResult(1, stderr="squeue: error: Invalid user"), CommandFailed),
@@ -409,9 +401,7 @@ PY = sys.executable
 
 
 def test_run_passes_argv_to_the_runner(runner):
-    runner.answers[("scontrol", "update", "NodeName=n2", "State=DRAIN", "Reason=a b")] = (
-        CommandResult(0)
-    )
+    runner.answers[("scontrol", "update", "NodeName=n2", "State=DRAIN", "Reason=a b")] = CommandResult(0)
     result = SlurmAdapter(runner=runner).run(
         ["scontrol", "update", "NodeName=n2", "State=DRAIN", "Reason=a b"], timeout=3
     )
@@ -429,17 +419,13 @@ def test_run_refuses_what_is_not_an_argv_list(argv):
 
 
 def test_run_no_shell():
-    result = SlurmAdapter().run(
-        [PY, "-c", "import sys; print(sys.argv[1:])", "$HOME; echo hi", "*"]
-    )
+    result = SlurmAdapter().run([PY, "-c", "import sys; print(sys.argv[1:])", "$HOME; echo hi", "*"])
     assert result.rc == 0
     assert result.stdout.strip() == "['$HOME; echo hi', '*']"
 
 
 def test_run_exit_status_and_streams():
-    result = subprocess_runner(
-        [PY, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"], 10
-    )
+    result = subprocess_runner([PY, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"], 10)
     assert (result.rc, result.stdout, result.stderr, result.timed_out) == (
         3,
         "out\n",
@@ -450,9 +436,7 @@ def test_run_exit_status_and_streams():
 
 
 def test_run_timeout_gives_124():
-    result = subprocess_runner(
-        [PY, "-c", "import time; print('started', flush=True); time.sleep(30)"], 0.5
-    )
+    result = subprocess_runner([PY, "-c", "import time; print('started', flush=True); time.sleep(30)"], 0.5)
     assert result.rc == 124 and result.timed_out
     assert result.duration_s < 10
 
@@ -465,9 +449,7 @@ def test_run_missing_program_gives_127():
 
 def test_missing_slurm_is_unavailable():
     adapter = SlurmAdapter(
-        runner=lambda argv, timeout: subprocess_runner(
-            ["/nonexistent/" + argv[0], *argv[1:]], timeout
-        )
+        runner=lambda argv, timeout: subprocess_runner(["/nonexistent/" + argv[0], *argv[1:]], timeout)
     )
     with pytest.raises(SchedulerUnavailable, match="not found"):
         adapter.nodes()
@@ -478,8 +460,15 @@ def test_missing_slurm_is_unavailable():
 
 def test_an_errors_entry_is_an_outage_not_an_empty_cluster():
     # what 22.05 prints, with exit status 0, while slurmctld is away
-    down = CommandResult(0, stdout=json.dumps({"jobs": [], "errors": [
-        {"error": "Unable to contact slurm controller (connect failure)", "error_number": 1}]}))
+    down = CommandResult(
+        0,
+        stdout=json.dumps(
+            {
+                "jobs": [],
+                "errors": [{"error": "Unable to contact slurm controller (connect failure)", "error_number": 1}],
+            }
+        ),
+    )
     adapter = SlurmAdapter(runner=FakeRunner({SQUEUE: down, SINFO_JSON: down}))
     with pytest.raises(SchedulerUnavailable, match="Unable to contact"):
         adapter.jobs()
@@ -487,10 +476,12 @@ def test_an_errors_entry_is_an_outage_not_an_empty_cluster():
         adapter.nodes()
 
 
-DETAIL = ("JobId=41 JobName=train UserId=ann(1000) JobState=RUNNING Reason=None Requeue=0 Restarts=2 "
-          "ReqNodeList=n1 ExcNodeList=n[7-8] NodeList=n[1-2] JOB_GRES=gpu:4 "
-          "Nodes=n1 CPU_IDs=0-1 Mem=0 GRES=gpu:2(IDX:0-1) Nodes=n2 CPU_IDs=0 Mem=0 GRES=gpu:a100:2(IDX:1,3) "
-          "MinCPUsNode=1 StdOut=/w/41.out StdErr=/w/41.out")
+DETAIL = (
+    "JobId=41 JobName=train UserId=ann(1000) JobState=RUNNING Reason=None Requeue=0 Restarts=2 "
+    "ReqNodeList=n1 ExcNodeList=n[7-8] NodeList=n[1-2] JOB_GRES=gpu:4 "
+    "Nodes=n1 CPU_IDs=0-1 Mem=0 GRES=gpu:2(IDX:0-1) Nodes=n2 CPU_IDs=0 Mem=0 GRES=gpu:a100:2(IDX:1,3) "
+    "MinCPUsNode=1 StdOut=/w/41.out StdErr=/w/41.out"
+)
 
 
 def test_job_detail_reads_the_live_attempt_exclusions_requirements_and_gpus():
@@ -504,7 +495,9 @@ def test_job_detail_reads_the_live_attempt_exclusions_requirements_and_gpus():
 
 def test_job_detail_of_an_unknown_job_is_none_and_an_outage_raises():
     argv = ("scontrol", "show", "job", "-d", "-o", "9")
-    gone = SlurmAdapter(runner=FakeRunner({argv: CommandResult(1, stderr="slurm_load_jobs error: Invalid job id specified")}))
+    gone = SlurmAdapter(
+        runner=FakeRunner({argv: CommandResult(1, stderr="slurm_load_jobs error: Invalid job id specified")})
+    )
     assert gone.job_detail("9") is None
     away = SlurmAdapter(runner=FakeRunner({argv: CommandResult(1, stderr="Unable to contact slurm controller")}))
     with pytest.raises(SchedulerUnavailable):

@@ -61,12 +61,8 @@ def test_error_is_a_value_error():
 
 # A generated list of (prefix, [(first, last, width)]) written as a hostlist expression must
 # expand to exactly the names built directly.
-_range = st.tuples(st.integers(0, 50), st.integers(0, 5), st.integers(1, 3)).map(
-    lambda t: (t[0], t[0] + t[1], t[2])
-)
-_group = st.tuples(
-    st.from_regex(r"[a-z][a-z0-9-]{0,6}", fullmatch=True), st.lists(_range, min_size=1, max_size=3)
-)
+_range = st.tuples(st.integers(0, 50), st.integers(0, 5), st.integers(1, 3)).map(lambda t: (t[0], t[0] + t[1], t[2]))
+_group = st.tuples(st.from_regex(r"[a-z][a-z0-9-]{0,6}", fullmatch=True), st.lists(_range, min_size=1, max_size=3))
 
 
 @given(st.lists(_group, min_size=1, max_size=4))

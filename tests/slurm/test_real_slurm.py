@@ -51,9 +51,7 @@ def test_running_job_has_its_node_and_expanded_output(slurm: SlurmAdapter, jobs,
     [("exit 1", 1, None), ("exit 3", 3, None), ("kill -9 $$", 0, 9)],
     ids=["exit-1", "exit-3", "sigkill"],
 )
-def test_failed_job_reports_program_exit_status(
-    slurm: SlurmAdapter, jobs, wait_for, script, exit_code, signal
-):
+def test_failed_job_reports_program_exit_status(slurm: SlurmAdapter, jobs, wait_for, script, exit_code, signal):
     job_id = jobs.submit(script, "--no-requeue")
     job = wait_for(f"job {job_id} FAILED", lambda: job_in(slurm, job_id, "FAILED"), 20)
     assert (job.exit_code, job.signal) == (exit_code, signal)  # not the raw 256 of squeue --json
@@ -62,9 +60,7 @@ def test_failed_job_reports_program_exit_status(
 
 def test_drain_and_resume(slurm: SlurmAdapter, nodes, wait_for):
     name = "n2" if "n2" in usable_nodes(slurm) else usable_nodes(slurm)[0]
-    nodes.drain(
-        name, "recover test"
-    )  # adapter.run(["scontrol", "update", ..., "State=DRAIN", ...])
+    nodes.drain(name, "recover test")  # adapter.run(["scontrol", "update", ..., "State=DRAIN", ...])
 
     drained = wait_for(f"{name} drained", lambda: (n := node(slurm, name)).drained and n, 10)
     assert "DRAIN" in drained.flags and drained.state in ("drained", "draining")
@@ -72,9 +68,7 @@ def test_drain_and_resume(slurm: SlurmAdapter, nodes, wait_for):
 
     nodes.resume(name)
     # RESUME passes through "idle*" (not responding) for a moment
-    back = wait_for(
-        f"{name} back in service", lambda: (n := node(slurm, name)).flags == () and n, 15
-    )
+    back = wait_for(f"{name} back in service", lambda: (n := node(slurm, name)).flags == () and n, 15)
     assert back.state in ("idle", "mixed", "allocated") and not back.drained and not back.down
     assert back.reason == ""
 
@@ -110,15 +104,11 @@ def test_node_death_is_seen(slurm: SlurmAdapter, jobs, nodes, wait_for):
     victim = running.nodes[0]
 
     nodes.kill(victim)
-    dead = wait_for(
-        f"{victim} DOWN", lambda: (n := node(slurm, victim)).state == "down" and n, 45, every=1
-    )
+    dead = wait_for(f"{victim} DOWN", lambda: (n := node(slurm, victim)).state == "down" and n, 45, every=1)
     assert dead.down and "NOT_RESPONDING" in dead.flags and dead.reason == "Not responding"
     # slurmctld requeued the job that ran there
     requeued = slurm.job(job_id)
-    assert (
-        requeued is not None and requeued.attempt == 1 and requeued.state in ("PENDING", "RUNNING")
-    )
+    assert requeued is not None and requeued.attempt == 1 and requeued.state in ("PENDING", "RUNNING")
 
     nodes.start(victim)
     back = wait_for(
@@ -138,9 +128,7 @@ def test_text_fallback_agrees_with_json(slurm: SlurmAdapter, jobs, wait_for):
     assert {n.name: n.state for n in text.nodes()} == {n.name: n.state for n in slurm.nodes()}
 
 
-@pytest.mark.parametrize(
-    "expression", ["n[1-3,5]", "gpu-[01-04],login1", "r[1-2]n[08-10]", "n[5,1-2],n1"]
-)
+@pytest.mark.parametrize("expression", ["n[1-3,5]", "gpu-[01-04],login1", "r[1-2]n[08-10]", "n[5,1-2],n1"])
 def test_hostlist_matches_scontrol(run_ok, expression):
     argv = ["scontrol", "show", "hostnames", expression]
     assert expand_hostlist(expression) == run_ok(argv).stdout.split()

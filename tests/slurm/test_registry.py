@@ -55,9 +55,7 @@ def test_missing_module_is_a_clear_error():
     register("ghost", "scheduler_adapters.no_such_module:Ghost")
     with pytest.raises(
         UnknownAdapter,
-        match=re.escape(
-            "'ghost' is not available: module scheduler_adapters.no_such_module is missing"
-        ),
+        match=re.escape("'ghost' is not available: module scheduler_adapters.no_such_module is missing"),
     ):
         get_adapter("ghost")
 
