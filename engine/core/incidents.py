@@ -25,7 +25,6 @@ from engine.core.linefacts import ClusterContext
 from engine.facts import NODE_RE
 from engine.core.policy import Decision, GuardContext, decide, fingerprint, isolate_settings
 from engine.core.progress import ProgressTracker
-from engine.rulebook.schema import parse_duration
 from engine.core.rete import ReteNetwork, ReteSession
 from engine.rulebook.compile import CompiledRule, CompiledRulebook, Template
 from engine.rulebook.conditions import evaluate
@@ -115,8 +114,7 @@ class Engine:
         self.cluster = cluster or ClusterContext()
         self.on_close = on_close
         self.settle = float(compiled.policy.get("settle", 120.0))
-        cascade = compiled.policy.get("cascade", 900.0)
-        self.cascade = float((parse_duration(cascade) if isinstance(cascade, str) else cascade) or 0.0)
+        self.cascade = float(compiled.policy.get("cascade", 900.0))  # seconds: the compiler parsed it
         self.recent: dict[str, _Open] = {}
         hang = compiled.policy.get("hang")
         self.fact_ttl = (

@@ -17,12 +17,10 @@ the store keeps and ``explain`` prints: "why did it not restart?" is answered wi
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from engine.rulebook.compile import CompiledRulebook
-from engine.rulebook.schema import parse_duration
 
 __all__ = ["Decision", "GuardContext", "decide", "DEFAULT_GUARDS", "fingerprint", "isolate_settings"]
 
@@ -64,7 +62,7 @@ class GuardContext:
     job: str | None = None
     attempt: int | None = None
     incident: int | None = None
-    now: float = field(default_factory=time.time)  # engine time: wall time live, the logs' time in replay
+    now: float = 0.0  # engine time, given by the caller: wall time live, the logs' own time in replay
     history: Sequence[
         Mapping[str, Any]
     ] = ()  # earlier closed incidents of this job: {attempt, decision, fault_class, fingerprint, closed_at}
@@ -88,10 +86,7 @@ def fingerprint(fault_class: str, nodes: Sequence[str], rule: str | None) -> str
 
 def _guard_cfg(compiled: CompiledRulebook, name: str) -> dict[str, Any]:
     cfg = dict(DEFAULT_GUARDS.get(name, {}))
-    cfg.update(dict(compiled.policy.get(name, {}) or {}))
-    for key in ("window", "drain_retry_for"):
-        if key in cfg and not isinstance(cfg[key], (int, float)):
-            cfg[key] = parse_duration(cfg[key]) or DEFAULT_GUARDS.get(name, {}).get(key, 3600.0)
+    cfg.update(dict(compiled.policy.get(name, {}) or {}))  # durations are seconds: the compiler parsed them
     return cfg
 
 

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 from engine.facts import Fact
-from engine.rulebook.schema import parse_duration
 
 __all__ = ["ProgressTracker", "HANG_DEFAULTS", "STRAGGLER_DEFAULTS"]
 
@@ -63,10 +62,7 @@ _SPEED = (
 def _cfg(raw: Any, defaults: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(defaults)
     if isinstance(raw, Mapping):
-        out.update(raw)
-    for key in ("bound", "min_bound", "duration", "fact_ttl"):
-        if key in out and isinstance(out[key], str):
-            out[key] = parse_duration(out[key])
+        out.update(raw)  # durations are seconds already: the compiler parsed them
     return out
 
 

@@ -336,4 +336,24 @@ def compile_rulebook(book: Rulebook) -> tuple[CompiledRulebook, list[Diagnostic]
     from engine.rulebook.lint import lint  # the cross-reference checks need the whole layered book
 
     diags.extend(lint(book, compiled_rules))
-    return CompiledRulebook(book, tuple(compiled_rules), MappingProxyType(actions), frozen(policy)), diags
+    return CompiledRulebook(book, tuple(compiled_rules), MappingProxyType(actions), frozen(_seconds(policy))), diags
+
+
+def _seconds(policy: dict[str, Any]) -> dict[str, Any]:
+    """Every duration of the policy in seconds, parsed once here: the core reads numbers, never
+    '10m' (the schema has already refused what does not parse)."""
+    from engine.rulebook.schema import GUARD_KEYS, parse_duration
+
+    out = dict(policy)
+    for key in ("settle", "cascade"):
+        if isinstance(out.get(key), str):
+            out[key] = parse_duration(out[key])
+    for guard, keys in GUARD_KEYS.items():
+        cfg = out.get(guard)
+        if isinstance(cfg, Mapping):
+            cfg = dict(cfg)
+            for k, kind in keys.items():
+                if kind == "dur" and isinstance(cfg.get(k), str):
+                    cfg[k] = parse_duration(cfg[k])
+            out[guard] = cfg
+    return out

@@ -86,3 +86,28 @@ def test_the_overlay_changes_what_it_says_and_nothing_else():
     changed = {k for k in base["trees"] if k in site["trees"] and base["trees"][k] != site["trees"][k]}
     assert changed == {"symptom.widget"}  # its list grew by one code
     assert site["model"]["lists"]["bad_codes"] != base["model"]["lists"]["bad_codes"]
+
+
+def test_policy_durations_are_parsed_once_by_the_compiler(tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text(
+        "policy:\n  settle: 90s\n  cascade: 20m\n  retry: {window: 2h}\n  blast_radius: {window: 30m}\n"
+        "  isolate: {drain_retry_for: 5m}\n  hang: {min_bound: 10m}\n  straggler: {duration: 1m}\n"
+    )
+    policy = load_rulebook([str(site)]).compiled.policy
+    assert (policy["settle"], policy["cascade"]) == (90.0, 1200.0)
+    assert policy["retry"]["window"] == 7200.0 and policy["blast_radius"]["window"] == 1800.0
+    assert policy["isolate"]["drain_retry_for"] == 300.0
+    assert policy["hang"]["min_bound"] == 600.0 and policy["straggler"]["duration"] == 60.0
+    core = Path(__file__).resolve().parents[2] / "engine" / "core"
+    assert not [p.name for p in core.glob("*.py") if "parse_duration" in p.read_text()]  # the core reads numbers
+
+
+def test_the_core_never_reads_the_wall_clock():
+    core = Path(__file__).resolve().parents[2] / "engine" / "core"
+    readers = [
+        p.name
+        for p in core.glob("*.py")
+        if any(c in p.read_text() for c in ("time.time(", "time.monotonic(", "datetime.now("))
+    ]
+    assert not readers, f"engine/core must take time from its facts: {readers}"
