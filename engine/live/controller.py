@@ -316,7 +316,7 @@ class Controller:
     def _head_of(t: Tailed) -> str | None:
         """The fingerprint of the followed file's first bytes, taken once per inode (and again while
         the file is still shorter than the fingerprint's span)."""
-        from engine.sources.follow import HEAD_BYTES, file_head
+        from engine.sources.files import HEAD_BYTES, file_head
 
         cached = t.meta.get("head")
         if cached is not None and cached[0] == t.inode and cached[1].startswith(f"{HEAD_BYTES}:"):

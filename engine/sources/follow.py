@@ -26,13 +26,13 @@ import fnmatch
 import glob
 import logging
 import os
-import stat
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping
 
+from engine.sources.files import file_head, open_regular
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
@@ -58,7 +58,6 @@ HANDOFF_MAX = 1024
 #: the rest are closed, least recently read first, and opened again at their position when
 #: they change or at the next rescan)
 MAX_OPEN = 512
-_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def _default_max_open() -> int:
@@ -71,21 +70,6 @@ def _default_max_open() -> int:
     if soft == resource.RLIM_INFINITY:
         return MAX_OPEN
     return max(16, min(MAX_OPEN, int(soft) // 2))
-
-
-def open_regular(path: str) -> tuple[int, os.stat_result]:
-    """Open a file to read only if it is a regular file and the name is not a symbolic link
-    (O_NOFOLLOW: a link to /dev/zero or out of the folder is refused; O_NONBLOCK: a FIFO never
-    blocks the opener); checked with fstat on what was opened. Raises OSError."""
-    fd = os.open(path, _OPEN_FLAGS)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end
-            raise OSError(0, "not a regular file")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, st
 
 
 def glob_base(pattern: str) -> str:
@@ -153,26 +137,6 @@ class _Handler(FileSystemEventHandler):
         for p in (getattr(event, "src_path", None), getattr(event, "dest_path", None)):
             if p:
                 self.follower._mark(os.fsdecode(p))
-
-
-HEAD_BYTES = 256
-
-
-def file_head(path: str, length: int = HEAD_BYTES) -> str | None:
-    """A fingerprint of a file's first ``length`` bytes (fewer if it is shorter): "N:hash"."""
-    import hashlib
-
-    try:
-        fd, _ = open_regular(path)
-    except OSError:
-        return None
-    try:
-        data = os.pread(fd, length, 0)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return f"{len(data)}:{hashlib.blake2b(data, digest_size=8).hexdigest()}"
 
 
 def same_head(path: str, head: str) -> bool | None:

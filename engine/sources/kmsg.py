@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from engine.facts import Fact, FactError
 from engine.core.linefacts import FileContext, HitConverter, StreamFacts, normalize_pci
-from engine.sources.spool import file_head
+from engine.sources.files import fd_head
 
 logger = logging.getLogger(__name__)
 
@@ -242,7 +242,7 @@ class _FileFollower:
                 "dev": c.dev,
                 "offset": c.line_start,
                 "gen": self.gen,
-                "head": file_head(c.fd, c.line_start),
+                "head": fd_head(c.fd, c.line_start),
             }
         if self._saved is not None:
             return dict(self._saved)
@@ -267,7 +267,7 @@ class _FileFollower:
         except OSError:
             return False
         offset = max(0, _int(saved.get("offset")))
-        return size < offset or file_head(c.fd, offset) == head  # shorter: truncated in place
+        return size < offset or fd_head(c.fd, offset) == head  # shorter: truncated in place
 
     def _find_rotated(self, ino: int, dev: int) -> str | None:
         directory, base = os.path.split(self.path)

@@ -19,48 +19,31 @@ from __future__ import annotations
 from engine.errors import SpoolError
 
 import errno
-import hashlib
 import json
 import logging
 import os
 import re
-import stat
 import time
 from collections import OrderedDict
 from typing import Any, Iterable, Mapping
 
+from engine.sources.files import NOT_REGULAR, fd_head, open_regular
 from engine.facts import NODE_RE, DERIVED_KINDS, Fact
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SpoolWriter", "SpoolReader", "SpoolError", "NODE_RE", "file_head"]
+__all__ = ["SpoolWriter", "SpoolReader", "SpoolError", "NODE_RE"]
 
 #: node names that may become a spool file name
 _FILE_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,127}\.jsonl)(?:\.([1-9][0-9]{0,5}))?$")
 
 
 #: how many leading bytes of a file identify it next to its inode (inode numbers are re-used)
-HEAD_BYTES = 256
-
-
-def file_head(fd: int, offset: int) -> str:
-    """A short hash of the first ``min(offset, HEAD_BYTES)`` bytes of an append-only file: with
-    the inode it tells the file we were reading from a new file that re-uses its inode number.
-    Those bytes were already read, so they cannot change while the file is the same."""
-    n = max(0, min(int(offset), HEAD_BYTES))
-    if n == 0:
-        return ""
-    try:
-        data = os.pread(fd, n, 0)
-    except OSError:
-        return ""
-    return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
 #: kinds an agent never writes: what runs where is the scheduler's to say, and conclusions are the
 #: rules' to draw
 REFUSED_KINDS = frozenset({"job", "node"}) | DERIVED_KINDS
-_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def _recent_ids(paths: list[str], budget: int, window: int) -> list[str]:
@@ -343,19 +326,12 @@ class SpoolReader:
         for _, name in files:
             path = os.path.join(self.spool_dir, name)
             try:
-                fd = os.open(path, _OPEN_FLAGS)
+                fd, st = open_regular(path)
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
                     self._refuse_file(name, "a symbolic link")
-                continue
-            try:
-                st = os.fstat(fd)
-            except OSError:
-                os.close(fd)
-                continue
-            if not stat.S_ISREG(st.st_mode):  # a FIFO, a device: never read (it would block or never end)
-                os.close(fd)
-                self._refuse_file(name, "not a regular file")
+                elif exc.strerror == NOT_REGULAR:  # a FIFO, a device: never read (it would block or never end)
+                    self._refuse_file(name, NOT_REGULAR)
                 continue
             opened.append((fd, st.st_ino, st.st_size, name))
         # the names must still point at what was opened, else a rotation happened in between
@@ -390,7 +366,7 @@ class SpoolReader:
                 tail = os.pread(fd, min(size, self.max_line + 1), max(0, size - self.max_line - 1))
                 nl = tail.rfind(b"\n")
                 end = size - len(tail) + nl + 1 if nl >= 0 else 0
-                self.offsets[base] = (ino, end, file_head(fd, end))
+                self.offsets[base] = (ino, end, fd_head(fd, end))
             except OSError:
                 pass
             finally:
@@ -434,7 +410,7 @@ class SpoolReader:
                     self.stats["truncations"] += 1
                     start_index, start_off = i, 0
                     break
-                if saved[2] is None or file_head(fd, saved[1]) == saved[2]:
+                if saved[2] is None or fd_head(fd, saved[1]) == saved[2]:
                     start_index, start_off = i, saved[1]
                     break
                 # same inode number, other content: a new file that re-uses the number
@@ -450,7 +426,7 @@ class SpoolReader:
             live = name == base and i == len(opened) - 1
             off = start_off if i == start_index else 0
             off, done, budget = self._read_file(fd, off, live, out, budget, base[: -len(".jsonl")])
-            self.offsets[base] = (ino, off, file_head(fd, off))
+            self.offsets[base] = (ino, off, fd_head(fd, off))
             if not done:
                 break
         return budget

@@ -159,7 +159,8 @@ def test_store_that_refuses_writes_loses_nothing(live):
 def test_a_new_file_with_the_old_inode_number_is_read_from_the_start(tmp_path):
     """Saved offsets carry a fingerprint of the file's first bytes: a file deleted and re-created
     while the controller was down (the new one may get the same inode number) starts at 0."""
-    from engine.sources.follow import Follower, file_head
+    from engine.sources.files import file_head
+    from engine.sources.follow import Follower
     from engine.store import Store
 
     log = tmp_path / "slurm-1.out"
