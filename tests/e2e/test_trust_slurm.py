@@ -86,7 +86,19 @@ def test_a_printed_nodelist_does_not_move_a_genuine_xid_to_the_attacker(h):
     )
     h.inject_xid(bad)  # a genuine Xid, from the victim node's kernel log through its agent
     wait_for(f"{bad} drained", lambda: h.node(bad).drained, 40)
-    again = wait_for("victim requeued", lambda: (j := h.slurm.job(victim)) and j.attempt >= 1 and j, 60)
+    # right after the requeue Slurm still shows the old attempt COMPLETING on its old nodes, and the
+    # exclude waits for it to finish: the end state is what a careful admin would have left
+    again = wait_for(
+        f"victim requeued away from {bad}",
+        lambda: (
+            (j := h.slurm.job(victim))
+            and j.attempt >= 1
+            and j.state != "COMPLETING"
+            and (bad in j.excluded_nodes or bad not in j.nodes)
+            and j
+        ),
+        90,
+    )
     assert bad in again.excluded_nodes or bad not in again.nodes
     atk = h.slurm.job(attacker)
     assert atk.attempt == 0 and tuple(atk.nodes) == tuple(a.nodes), (atk, h.actions())
