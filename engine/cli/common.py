@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import sys
 from typing import List, Optional
+from pathlib import Path
+
 import typer
 
 
@@ -138,3 +140,18 @@ def _since(text: Optional[str]) -> Optional[float]:
         _err(f"{text!r}: not a date, a number of seconds or a duration")
         raise typer.Exit(2)
     return time.time() - ago
+
+
+def _open_store(db: Optional[str], readonly: bool = False):
+    """The store at --db; exit 2 when it does not exist (never create an empty one by mistake)."""
+    from engine.store import Store, StoreError
+
+    path = _db(db)
+    if path != ":memory:" and not Path(path).is_file():
+        _err(f"{path}: no such database (give --db FILE or set RECOVER_DB)")
+        raise typer.Exit(2)
+    try:
+        return Store(path, readonly=readonly)
+    except StoreError as exc:
+        _err(str(exc))
+        raise typer.Exit(2)

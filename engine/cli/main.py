@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import List, Optional
 import typer
 from engine.cli.common import (
+    _open_store,
     app,
     rules_app,
     RulesOpt,
@@ -137,13 +138,7 @@ def incidents(
     ),
 ) -> None:
     """List incidents."""
-    from engine.store import Store, StoreError
-
-    try:
-        store = Store(_db(db), readonly=True)
-    except StoreError as exc:
-        _err(str(exc))
-        raise typer.Exit(2)
+    store = _open_store(db, readonly=True)
     if errors:
         quarantined = store.quarantined()
         for q in quarantined:
@@ -172,13 +167,8 @@ def explain(
 ) -> None:
     """Show the chain from evidence to decision for one incident."""
     from engine.ops.explain import ExplainError, build, render_text
-    from engine.store import Store, StoreError
 
-    try:
-        store = Store(_db(db), readonly=True)
-    except StoreError as exc:
-        _err(str(exc))
-        raise typer.Exit(2)
+    store = _open_store(db, readonly=True)
     try:
         report = build(store, int(incident.removeprefix("INC-").removeprefix("#")))
     except (ValueError, ExplainError) as exc:

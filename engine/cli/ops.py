@@ -16,25 +16,11 @@ import typer
 
 logger = logging.getLogger(__name__)
 
+from engine.cli.common import _open_store
+
 __all__ = ["register"]
 
 _SOURCES = ("job", "kernel", "slurm", "any")
-
-
-def _open_store(db: Optional[str], readonly: bool = False):
-    """The store at --db; exit 2 when it does not exist (never create an empty one by mistake)."""
-    from engine.cli.common import _db, _err
-    from engine.store import Store, StoreError
-
-    path = _db(db)
-    if path != ":memory:" and not Path(path).is_file():
-        _err(f"{path}: no such database (give --db FILE or set RECOVER_DB)")
-        raise typer.Exit(2)
-    try:
-        return Store(path, readonly=readonly)
-    except StoreError as exc:
-        _err(str(exc))
-        raise typer.Exit(2)
 
 
 def _default_reviewer() -> Optional[str]:

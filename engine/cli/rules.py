@@ -218,7 +218,7 @@ def rules_diff(
 ) -> None:
     """Re-evaluate the stored evidence of past incidents with a candidate rulebook and list every incident
     whose fault class, nodes or decision would change. Exit 0 when nothing changes, 1 otherwise."""
-    from engine.cli.ops import _open_store
+    from engine.cli.common import _open_store
     from engine.ops.rulediff import diff_store
 
     if not candidate:

@@ -283,9 +283,9 @@ class Actuator:
         # pages keep only characters safe everywhere (see actions.safe_reason): no ; or |
         return " / ".join(parts) or "nothing to do"
 
-    def _rerender(self, action: dict, inc, **extra) -> bool:
-        """Render the action again with what is known now (live exclusions, the outcome so far)."""
-        plan, problems = plan_actions(
+    def _plan(self, inc, names: tuple[str, ...], **extra):
+        """Plan some of a stored incident's actions again, with what is known now."""
+        return plan_actions(
             self.compiled,
             inc.decision or "stop",
             inc.id,
@@ -293,10 +293,13 @@ class Actuator:
             inc.attempt,
             inc.nodes,
             inc.fault_class or "unknown",
-            names=(action["action"],),
-            reason=inc.reason or "",
+            names=names,
             **extra,
         )
+
+    def _rerender(self, action: dict, inc, **extra) -> bool:
+        """Render the action again with what is known now (live exclusions, the outcome so far)."""
+        plan, problems = self._plan(inc, (action["action"],), reason=inc.reason or "", **extra)
         mine = [p for p in plan if p.target == action["target"]]
         if not mine:
             logger.warning("action %s could not be rendered again: %s", action["id"], "; ".join(problems))
@@ -523,16 +526,7 @@ class Actuator:
         )
         self._note_incident(inc, "required_node", why)
         if self.compiled.actions.get("keep_held") is not None:
-            plan, _ = plan_actions(
-                self.compiled,
-                inc.decision or "stop",
-                inc.id,
-                inc.job,
-                inc.attempt,
-                inc.nodes,
-                inc.fault_class or "unknown",
-                names=("keep_held",),
-            )
+            plan, _ = self._plan(inc, ("keep_held",))
             for p in plan:
                 self.store.add_action(inc.id, p.idem_key, p.name, p.target, p.argv, "act", "planned", note=why)
         self._page(inc, why, "required-node")
