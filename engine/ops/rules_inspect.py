@@ -24,7 +24,7 @@ from engine.core.policy import DEFAULT_GUARDS
 from engine.core.progress import HANG_DEFAULTS, STRAGGLER_DEFAULTS
 from engine.core.replay import Input, matcher_specs, matchers_for, replay_inputs
 from engine.core.rete import ReteNetwork
-from engine.rulebook.compile import DEFAULT_POLICY, CompiledRulebook
+from engine.rulebook.compile import CompiledRulebook
 from engine.rulebook.conditions import AllOf, AnyOf, Cmp, ListRef, MacroRef, Same
 from engine.store import Store
 
@@ -152,10 +152,11 @@ def effective_rulebook(compiled: CompiledRulebook) -> dict[str, Any]:
         for a in book.actions.values()
     ]
     policy = []
-    builtin = {**DEFAULT_POLICY, **DEFAULT_GUARDS, "hang": HANG_DEFAULTS, "straggler": STRAGGLER_DEFAULTS}
+    # the guards' own defaults; every other default is in the shipped rules/50-policy.yaml
+    builtin = {**DEFAULT_GUARDS, "hang": HANG_DEFAULTS, "straggler": STRAGGLER_DEFAULTS}
     for key in list(compiled.policy) + [k for k in builtin if k not in compiled.policy]:
         value = compiled.policy.get(key)
-        if key in builtin and key not in DEFAULT_POLICY:  # guard settings: the guard merges its defaults the same way
+        if key in builtin:  # guard settings: the guard merges its defaults the same way
             value = {**builtin[key], **dict(value or {})}
         marks = book.origins.get(("policy", key), ())
         policy.append(

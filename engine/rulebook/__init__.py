@@ -34,6 +34,7 @@ __all__ = [
     "RulebookError",
     "default_rule_files",
     "fault_class_files",
+    "policy_files",
     "Diagnostic",
     "CompiledRulebook",
 ]
@@ -60,6 +61,13 @@ def fault_class_files() -> list[Path]:
     """The shipped fault class declarations: loaded even with ``defaults=False`` (--no-defaults),
     because they are the vocabulary every rulebook, report and test speaks, not rules."""
     return [p for p in default_rule_files() if p.name.endswith("fault-classes.yaml")]
+
+
+def policy_files() -> list[Path]:
+    """The shipped policy (rules/50-policy.yaml): the one place the policy's defaults live. Loaded
+    even with ``defaults=False``, before the site's files, so a rulebook that says nothing of the
+    policy gets the shipped settle window, isolation and plans."""
+    return [p for p in default_rule_files() if p.name.endswith("-policy.yaml")]
 
 
 def default_rule_files() -> list[Path]:
@@ -99,8 +107,10 @@ def load_rulebook(
 ) -> LoadResult:
     """``overlays``: (name, YAML text) layers after the files (e.g. autonomy from recover.toml)."""
     diags: list[Diagnostic] = []
-    files = (default_rule_files() if defaults else fault_class_files()) + _expand(paths, diags)
+    base = [] if defaults else fault_class_files() + policy_files()
+    files = (default_rule_files() if defaults else base) + _expand(paths, diags)
     models: list[FileModel] = []
+    inherited: dict[str, tuple[str, ...]] = {}
     for path in files:
         name = _display(path)
         try:
@@ -119,6 +129,8 @@ def load_rulebook(
         model, file_diags = check_file(tree, name)
         diags.extend(file_diags)
         models.append(model)
+        if path in base:
+            inherited.update({k: tuple(v) for k, v in dict(model.policy.get("plans") or {}).items()})
     for name, text in overlays:
         tree, problems = load_marked(text, name)
         diags.extend(Diagnostic(p.mark, p.code, p.message) for p in problems)
@@ -127,7 +139,7 @@ def load_rulebook(
         models.append(model)
     book, layer_diags = layer(models)
     diags.extend(layer_diags)
-    compiled, compile_diags = compile_rulebook(book)
+    compiled, compile_diags = compile_rulebook(book, inherited)
     diags.extend(compile_diags)
     has_errors = any(d.severity == "error" for d in diags)
     return LoadResult(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import jinja2
 from jinja2 import meta
@@ -19,7 +19,7 @@ from engine.rulebook.conditions import aliases_used, references, resolve
 from engine.rulebook.model import BUILTIN_FAULT_CLASSES, DECISIONS, Diagnostic, FaultClass, Rule, Rulebook, frozen
 from engine.rulebook.yamlmarks import Mark
 
-__all__ = ["CompiledRulebook", "Template", "compile_rulebook", "ACTION_VARS", "DEFAULT_POLICY", "jinja_env"]
+__all__ = ["CompiledRulebook", "Template", "compile_rulebook", "ACTION_VARS", "jinja_env"]
 
 ACTION_VARS = frozenset(
     {
@@ -38,20 +38,6 @@ ACTION_VARS = frozenset(
         "alert",
     }
 )
-#: policy defaults; ``decisions`` and ``priorities`` start from the declared fault classes
-DEFAULT_POLICY: Mapping[str, Any] = {
-    "settle": 120.0,
-    "decisions": {"unknown": "restart"},
-    "priorities": {"unknown": 0},
-    # requeue before exclude: Slurm changes ExcNodeList only on a pending job
-    "plans": {
-        "restart": ("requeue",),
-        "isolate_and_restart": ("drain", "requeue", "exclude"),
-        "stop": ("notify",),
-        "observe": (),
-    },
-}
-
 #: the sources that may make node-level claims (a Xid naming a node): the kernel's log (read by
 #: the node agents) and Slurm's own daemons; never a job's output, which its user writes
 NODE_CLAIM_SOURCES = frozenset({"kernel", "slurm"})
@@ -151,7 +137,13 @@ def _compile_template(
         return None
 
 
-def compile_rulebook(book: Rulebook) -> tuple[CompiledRulebook, list[Diagnostic]]:
+def compile_rulebook(
+    book: Rulebook, inherited_plans: Mapping[str, Sequence[str]] | None = None
+) -> tuple[CompiledRulebook, list[Diagnostic]]:
+    """``inherited_plans``: the plans of the shipped policy file when it is loaded under
+    --no-defaults as the policy's defaults (see ``engine.rulebook.policy_files``); a plan left as
+    shipped may name an action such a rulebook does not define (the planner then says so for that
+    incident), every other plan must name defined actions."""
     from engine.core.matching import check_pattern  # the scanner owns what a valid pattern is
 
     diags: list[Diagnostic] = []
@@ -290,7 +282,9 @@ def compile_rulebook(book: Rulebook) -> tuple[CompiledRulebook, list[Diagnostic]
                 name, tuple(argv), action.per, action.scheduler, action.verify, action.timeout, action.mark
             )
 
-    policy = {key: (dict(value) if isinstance(value, Mapping) else value) for key, value in DEFAULT_POLICY.items()}
+    # the policy's defaults are the shipped rules/50-policy.yaml, always loaded (see load_rulebook);
+    # decisions and priorities start from the declared fault classes
+    policy: dict[str, Any] = {"decisions": {}, "priorities": {}, "plans": {}}
     policy["decisions"].update(class_decisions)
     policy["priorities"].update(class_priorities)
     # a class's retry budget is the default of policy.retry.per_class, which may still change it
@@ -305,7 +299,10 @@ def compile_rulebook(book: Rulebook) -> tuple[CompiledRulebook, list[Diagnostic]
         else:
             policy[key] = value
     pmark = Mark(book.files[-1] if book.files else "?", 1, 1)
-    for dec, names in dict(book.policy.get("plans", {})).items():  # the built-in plans may name absent actions
+    inherited = inherited_plans or {}
+    for dec, names in dict(book.policy.get("plans", {})).items():
+        if dec in inherited and tuple(names) == tuple(inherited[dec]):
+            continue
         for n in names:
             if n not in book.actions:
                 marks = book.origins.get(("policy", "plans"), (pmark,))

@@ -82,8 +82,10 @@ def test_effective_rulebook_says_where_each_item_came_from(site):
     }
     assert {m["name"]: m["where"] for m in doc["macros"]} == {"nccl": {"matcher": "nccl_timeout"}}
     policy = {p["key"]: p for p in doc["policy"]}
-    assert policy["settle"]["value"] == 300.0 and policy["settle"]["defined_at"] == f"{site[2]}:20:11"
-    assert policy["plans"]["defined_at"] == "built-in default"
+    # the policy's defaults are the shipped policy file, loaded under --no-defaults too
+    assert policy["settle"]["value"] == 300.0 and policy["settle"]["defined_at"].startswith("rules/50-policy.yaml:")
+    assert policy["settle"]["overridden_by"] == [f"{site[2]}:20:11"]
+    assert policy["plans"]["defined_at"].startswith("rules/50-policy.yaml:")
     assert policy["blast_radius"]["value"]["max_drains"] == 4  # guard defaults are shown, not hidden
     assert sorted(a["name"] for a in doc["actions"]) == ["drain", "exclude", "notify", "requeue"]
 
