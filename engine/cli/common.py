@@ -2,6 +2,7 @@
 here imports a command module."""
 
 from __future__ import annotations
+import contextlib
 import logging
 import sys
 from typing import List, Optional
@@ -142,6 +143,26 @@ def _since(text: Optional[str]) -> Optional[float]:
     return time.time() - ago
 
 
+@contextlib.contextmanager
+def _exit_on(*kinds: type[BaseException]):
+    """A usage error of one of these kinds (a bad review value, a database that cannot be opened)
+    is its one-line message on stderr and exit 2."""
+    try:
+        yield
+    except kinds as exc:
+        _err(str(exc))
+        raise typer.Exit(2)
+
+
+def _write_or_exit(path: str, text: str, what: str = "") -> None:
+    """Write an output file the user named; a failure is one line on stderr and exit 2."""
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        _err(f"{what}{path}: {exc.strerror or exc}")
+        raise typer.Exit(2)
+
+
 def _open_store(db: Optional[str], readonly: bool = False):
     """The store at --db; exit 2 when it does not exist (never create an empty one by mistake)."""
     from engine.store import Store, StoreError
@@ -150,8 +171,5 @@ def _open_store(db: Optional[str], readonly: bool = False):
     if path != ":memory:" and not Path(path).is_file():
         _err(f"{path}: no such database (give --db FILE or set RECOVER_DB)")
         raise typer.Exit(2)
-    try:
+    with _exit_on(StoreError):
         return Store(path, readonly=readonly)
-    except StoreError as exc:
-        _err(str(exc))
-        raise typer.Exit(2)

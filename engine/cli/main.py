@@ -24,6 +24,7 @@ from engine.cli.common import (
     _rule_args,
     _load_or_exit,
     _setup_logging,
+    _exit_on,
 )  # noqa: F401
 from engine.cli import rules as _rules  # noqa: F401  (registers the rules commands)
 
@@ -56,11 +57,8 @@ def replay(
         _err(f"{p}: no such file")
     if missing:
         raise typer.Exit(2)
-    try:
+    with _exit_on(StoreError):
         store = Store(_db(db))
-    except StoreError as exc:
-        _err(str(exc))
-        raise typer.Exit(2)
     on_bytes = None
     bar = None
     if progress and sys.stderr.isatty():

@@ -16,7 +16,7 @@ import typer
 
 logger = logging.getLogger(__name__)
 
-from engine.cli.common import _open_store
+from engine.cli.common import _exit_on, _open_store, _write_or_exit
 
 __all__ = ["register"]
 
@@ -144,11 +144,8 @@ def _register_review(app: typer.Typer) -> None:
                 _err(f"{import_file}: not UTF-8 text (byte {exc.start})")
                 raise typer.Exit(2)
             store = _open_store(db)
-            try:
+            with _exit_on(ReviewError):
                 rows, problems = parse_import(text, import_file)
-            except ReviewError as exc:
-                _err(str(exc))
-                raise typer.Exit(2)
             result = import_reviews(store, rows)
             rejected = sorted(problems + result.rejected, key=lambda p: p.line)
             for p in rejected:
@@ -174,17 +171,11 @@ def _register_review(app: typer.Typer) -> None:
         if agree == disagree:
             _err("give exactly one of --agree or --disagree")
             raise typer.Exit(2)
-        try:
+        with _exit_on(ReviewError):
             inc = parse_incident_id(incident)
-        except ReviewError as exc:
-            _err(str(exc))
-            raise typer.Exit(2)
         store = _open_store(db)
-        try:
+        with _exit_on(ReviewError):
             rid = record_review(store, inc, "agree" if agree else "disagree", did, by or _default_reviewer())
-        except ReviewError as exc:
-            _err(str(exc))
-            raise typer.Exit(2)
         row = store.incident(inc)
         rec = store.reviews(inc)[-1]
         if json_out:
@@ -227,19 +218,12 @@ def _register_review(app: typer.Typer) -> None:
         if not 0.0 < min_agreement <= 1.0:
             _err("--min-agreement is a fraction between 0 and 1, e.g. 0.95")
             raise typer.Exit(2)
-        try:
+        with _exit_on(ReviewError):
             since_t = parse_since(since)
-        except ReviewError as exc:
-            _err(str(exc))
-            raise typer.Exit(2)
         store = _open_store(db, readonly=True)
         rep = build_report(store, since_t, Thresholds(min_reviewed, min_agreement))
         if html is not None:
-            try:
-                Path(html).write_text(render_html(rep), encoding="utf-8")
-            except OSError as exc:
-                _err(f"{html}: {exc.strerror or exc}")
-                raise typer.Exit(2)
+            _write_or_exit(html, render_html(rep))
         if json_out:
             typer.echo(json.dumps(rep, default=str))
         elif html is not None:
@@ -260,18 +244,13 @@ def _register_rules(rules_app: typer.Typer) -> None:
         output: Optional[str] = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
     ) -> None:
         """Print the JSON Schema (draft 2020-12) of a rulebook file, for editors (yaml-language-server)."""
-        from engine.cli.common import _err
         from engine.ops.schema_json import rulebook_schema
 
         text = json.dumps(rulebook_schema(), indent=2) + "\n"
         if output is None:
             typer.echo(text, nl=False)
             return
-        try:
-            Path(output).write_text(text, encoding="utf-8")
-        except OSError as exc:
-            _err(f"{output}: {exc.strerror or exc}")
-            raise typer.Exit(2)
+        _write_or_exit(output, text)
         typer.echo(f"wrote {output}")
 
     @rules_app.command("show")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 import json
-from pathlib import Path
 from typing import List, Optional
 import typer
 from engine.cli.common import (
@@ -17,6 +16,7 @@ from engine.cli.common import (
     _rule_args,
     _load_or_exit,
     _since,
+    _write_or_exit,
 )  # noqa: F401
 
 
@@ -135,11 +135,7 @@ def rules_test(
     else:
         typer.echo(summary)
     if junit:
-        try:
-            Path(junit).write_text(junit_xml(outcomes, disabled))
-        except OSError as exc:
-            _err(f"cannot write {junit}: {exc.strerror or exc}")
-            raise typer.Exit(2)
+        _write_or_exit(junit, junit_xml(outcomes, disabled), "cannot write ")
     raise typer.Exit(1 if failed else 0)
 
 

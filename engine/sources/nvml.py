@@ -283,6 +283,11 @@ class NvmlPoller:
             dev.logged.add(key)
             logger.log(level, msg, *args)
 
+    def _link_counter(self, dev: _Device, link: int, const: str, fallback: int) -> Any:
+        """One NVLink error counter of one link (the constant's number when the binding lacks it)."""
+        kind = getattr(self.nv, const, fallback)
+        return self._call(dev, "nvmlDeviceGetNvLinkErrorCounter", link, kind, skip_key=(link, const), link=True)
+
     def _call(self, dev: _Device, fn_name: str, *args: Any, skip_key: Any = None, link: bool = False) -> Any:
         key = (fn_name, skip_key)
         if key in dev.unsupported:
@@ -437,38 +442,18 @@ class NvmlPoller:
             if st is _SKIP:
                 continue
             self._link_state(dev, link, bool(_int(st)), now, out)
-            replay = self._call(
-                dev,
-                "nvmlDeviceGetNvLinkErrorCounter",
-                link,
-                getattr(nv, "NVML_NVLINK_ERROR_DL_REPLAY", 0),
-                skip_key=(link, 0),
-                link=True,
-            )
-            if replay is not _SKIP:
-                self._counter(dev, "nvlink_replay", replay, now, out, link=link)
-            recov = self._call(
-                dev,
-                "nvmlDeviceGetNvLinkErrorCounter",
-                link,
-                getattr(nv, "NVML_NVLINK_ERROR_DL_RECOVERY", 1),
-                skip_key=(link, 1),
-                link=True,
-            )
-            if recov is not _SKIP:
-                self._counter(dev, "nvlink_recovery", recov, now, out, link=link)
+            for counter, const, fallback in (
+                ("nvlink_replay", "NVML_NVLINK_ERROR_DL_REPLAY", 0),
+                ("nvlink_recovery", "NVML_NVLINK_ERROR_DL_RECOVERY", 1),
+            ):
+                v = self._link_counter(dev, link, const, fallback)
+                if v is not _SKIP:
+                    self._counter(dev, counter, v, now, out, link=link)
             crc = None
-            for ctr in ("NVML_NVLINK_ERROR_DL_CRC_FLIT", "NVML_NVLINK_ERROR_DL_CRC_DATA"):
-                cv = self._call(
-                    dev,
-                    "nvmlDeviceGetNvLinkErrorCounter",
-                    link,
-                    getattr(nv, ctr, 2 if ctr.endswith("FLIT") else 3),
-                    skip_key=(link, ctr),
-                    link=True,
-                )
-                if cv is not _SKIP:
-                    crc = (crc or 0) + _int(cv)
+            for const, fallback in (("NVML_NVLINK_ERROR_DL_CRC_FLIT", 2), ("NVML_NVLINK_ERROR_DL_CRC_DATA", 3)):
+                v = self._link_counter(dev, link, const, fallback)
+                if v is not _SKIP:
+                    crc = (crc or 0) + _int(v)
             if crc is not None:
                 self._counter(dev, "nvlink_crc", crc, now, out, link=link)
         # PCIe replays
