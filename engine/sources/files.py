@@ -5,6 +5,9 @@ so a file re-created under the same name (even with the same inode number) is to
     fd, st = open_regular(path)          # OSError for a link, a FIFO, a device, a missing file
     fd_head(fd, offset)                  # hash of the bytes before offset (at most HEAD_BYTES)
     file_head(path)                      # "N:hash" of the first HEAD_BYTES bytes, None if unreadable
+    fd_file_head(fd, n)                  # the same of an open file's first n bytes
+
+Reading such a file across rotation and truncation is ``engine.sources.tail``'s.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import hashlib
 import os
 import stat
 
-__all__ = ["OPEN_FLAGS", "HEAD_BYTES", "NOT_REGULAR", "open_regular", "fd_head", "file_head"]
+__all__ = ["OPEN_FLAGS", "HEAD_BYTES", "NOT_REGULAR", "open_regular", "fd_head", "file_head", "fd_file_head"]
 
 #: O_NOFOLLOW: a link to /dev/zero or out of the folder is refused (ELOOP); O_NONBLOCK: opening a
 #: FIFO never blocks the opener
@@ -53,14 +56,19 @@ def fd_head(fd: int, offset: int) -> str:
     return got[1] if got else ""
 
 
+def fd_file_head(fd: int, length: int = HEAD_BYTES) -> str | None:
+    """A fingerprint of an open file's first ``length`` bytes (fewer if it is shorter): "N:hash"."""
+    got = _digest(fd, length)
+    return f"{got[0]}:{got[1]}" if got else None
+
+
 def file_head(path: str, length: int = HEAD_BYTES) -> str | None:
-    """A fingerprint of a file's first ``length`` bytes (fewer if it is shorter): "N:hash"."""
+    """``fd_file_head`` of the regular file at ``path``; None if it cannot be read."""
     try:
         fd, _ = open_regular(path)
     except OSError:
         return None
     try:
-        got = _digest(fd, length)
+        return fd_file_head(fd, length)
     finally:
         os.close(fd)
-    return f"{got[0]}:{got[1]}" if got else None

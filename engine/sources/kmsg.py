@@ -7,8 +7,9 @@ reaches the same facts, fault classes and decisions whichever side of the spool 
 There is no second parser here.
 
 * ``KernelLineFacts``: one kernel-log line → its facts (``xid``, ``log``).
-* ``KernelLogSource``: follows a kernel-log file (rotation, truncation, persisted byte offset and
-  line number) or ``/dev/kmsg`` (sequence numbers, per boot) and returns facts whose ids depend
+* ``KernelLogSource``: follows a kernel-log file (``tail.LineTail``: rotation, truncation,
+  persisted byte offset; line numbers are counted here) or ``/dev/kmsg`` (its records are parsed
+  here: sequence numbers, per boot) and returns facts whose ids depend
   only on where the line was read, so a line read twice yields the same ``Fact.id``. Their
   origin is ``PATH:LINE`` (a line number, as ``explain`` shows it) or ``kmsg:NODE:SEQ``.
 
@@ -32,7 +33,7 @@ from typing import Any, Callable
 
 from engine.facts import Fact, FactError
 from engine.core.linefacts import FileContext, HitConverter, StreamFacts, normalize_pci
-from engine.sources.files import fd_head
+from engine.sources.tail import LineTail, TailFile, int_or_zero
 
 logger = logging.getLogger(__name__)
 
@@ -170,267 +171,6 @@ def _boot_time() -> float:
         return time.time() - time.monotonic()
 
 
-class _Cursor:
-    """Reading state of one open file: the next byte to read and the start of the unfinished line."""
-
-    __slots__ = ("fd", "ino", "dev", "read_pos", "line_start", "buf", "skipping")
-
-    def __init__(self, fd: int, ino: int, dev: int, offset: int) -> None:
-        self.fd, self.ino, self.dev = fd, ino, dev
-        self.read_pos = self.line_start = offset
-        self.buf = bytearray()  # head of the unfinished line
-        self.skipping = False  # inside an over-long line whose head was already returned
-
-    def reset(self) -> None:
-        self.read_pos = self.line_start = 0
-        self.buf.clear()
-        self.skipping = False
-
-    def close(self) -> None:
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
-
-
-def _open_cursor(path: str) -> tuple[_Cursor, int] | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-    except OSError:
-        os.close(fd)
-        return None
-    return _Cursor(fd, st.st_ino, st.st_dev, 0), st.st_size
-
-
-class _FileFollower:
-    """Complete lines of a growing file, across rotation (rename) and truncation (copytruncate).
-
-    ``position()`` names the inode and the byte offset of the first byte not yet returned as
-    part of a complete line; a partial last line is re-read after a restart. A rotated file is
-    read to its end (its last line even without a newline) before the new file is started.
-    """
-
-    def __init__(
-        self,
-        path: str,
-        position: dict[str, Any] | None = None,
-        replay: bool = False,
-        max_line: int = 65536,
-        chunk: int = 1 << 20,
-    ) -> None:
-        self.path = os.path.abspath(path)
-        self.replay = replay
-        self.max_line = max_line
-        self.chunk = chunk
-        self.gen = 0  # bumped on truncation, so re-used offsets give new fact ids
-        self.cut_lines = 0
-        self.cur: _Cursor | None = None
-        self.drain: _Cursor | None = None
-        self._saved = position if isinstance(position, dict) and _int(position.get("ino")) else None
-        self._started = False
-
-    def position(self) -> dict[str, Any]:
-        c = self.drain or self.cur
-        if c is not None:
-            return {
-                "path": self.path,
-                "ino": c.ino,
-                "dev": c.dev,
-                "offset": c.line_start,
-                "gen": self.gen,
-                "head": fd_head(c.fd, c.line_start),
-            }
-        if self._saved is not None:
-            return dict(self._saved)
-        return {"path": self.path, "ino": 0, "dev": 0, "offset": 0, "gen": self.gen}
-
-    def close(self) -> None:
-        for c in (self.cur, self.drain):
-            if c is not None:
-                c.close()
-        self.cur = self.drain = None
-
-    @staticmethod
-    def _same_file(c: _Cursor, saved: dict[str, Any]) -> bool:
-        """The saved inode and the bytes before the saved offset match (inode numbers are re-used)."""
-        if c.ino != _int(saved.get("ino")) or c.dev != _int(saved.get("dev")):
-            return False
-        head = saved.get("head")
-        if not isinstance(head, str):
-            return True
-        try:
-            size = os.fstat(c.fd).st_size
-        except OSError:
-            return False
-        offset = max(0, _int(saved.get("offset")))
-        return size < offset or fd_head(c.fd, offset) == head  # shorter: truncated in place
-
-    def _find_rotated(self, ino: int, dev: int) -> str | None:
-        directory, base = os.path.split(self.path)
-        try:
-            names = os.listdir(directory or ".")
-        except OSError:
-            return None
-        for name in sorted(names):
-            if name == base or not name.startswith(base):
-                continue
-            candidate = os.path.join(directory, name)
-            try:
-                st = os.stat(candidate)
-            except OSError:
-                continue
-            if st.st_ino == ino and st.st_dev == dev:
-                return candidate
-        return None
-
-    def _start(self) -> None:
-        opened = _open_cursor(self.path)
-        saved = self._saved
-        if saved is None:
-            if opened is None:
-                self._started = True  # it does not exist yet: all it will hold is new
-                return
-            cur, size = opened
-            if not (self._started or self.replay):
-                cur.read_pos = cur.line_start = size  # first start: only what is written from now on
-            self.cur, self._started = cur, True
-            return
-        ino, dev, offset = _int(saved.get("ino")), _int(saved.get("dev")), max(0, _int(saved.get("offset")))
-        self.gen = _int(saved.get("gen"))
-        if opened is not None and self._same_file(opened[0], saved):
-            cur, size = opened
-            if offset > size:
-                logger.warning("%s: shorter than the saved offset (truncated while away); reading from 0", self.path)
-                offset, self.gen = 0, self.gen + 1
-            cur.read_pos = cur.line_start = offset
-            self.cur = cur
-        else:
-            old = self._find_rotated(ino, dev)
-            old_cur = _open_cursor(old) if old else None
-            if old_cur is not None and not self._same_file(old_cur[0], saved):
-                old_cur[0].close()
-                old_cur = None
-            if old_cur is not None:
-                self.drain = old_cur[0]
-                self.drain.read_pos = self.drain.line_start = offset
-            elif opened is None:
-                return  # neither the file nor its rotated copy is there yet: try again later
-            else:
-                logger.warning(
-                    "%s: rotated away while the agent was down; unread lines of the old file are lost", self.path
-                )
-            self.cur = opened[0] if opened else None
-        self._saved, self._started = None, True
-
-    def read(self) -> list[tuple[int, int, int, bytes]]:
-        """New complete lines as ``(ino, gen, offset, line_bytes)``."""
-        out: list[tuple[int, int, int, bytes]] = []
-        budget = self.chunk
-        if not self._started:
-            self._start()
-            if not self._started:
-                return out
-        if self.drain is not None:
-            used, eof = self._read(self.drain, out, budget)
-            budget -= used
-            if not eof:
-                return out
-            self._flush(self.drain, out)
-            self._saved = self._end_of(self.drain)
-            self.drain.close()
-            self.drain = None
-        if self.cur is None:
-            opened = _open_cursor(self.path)
-            if opened is None:
-                return out
-            self.cur, self._saved = opened[0], None
-        cur = self.cur
-        try:
-            st = os.stat(self.path)
-            rotated = st.st_ino != cur.ino or st.st_dev != cur.dev
-        except OSError:
-            rotated = True
-        if not rotated and st.st_size < cur.read_pos:
-            logger.info("%s: truncated; reading from the start", self.path)
-            self.gen += 1
-            cur.reset()
-        used, eof = self._read(cur, out, budget)
-        if rotated and eof:
-            # the old inode is complete: finish it, then follow the new file from its start
-            self._flush(cur, out)
-            self._saved = self._end_of(cur)
-            cur.close()
-            self.cur = None
-            opened = _open_cursor(self.path)
-            if opened is not None:
-                self.cur, self._saved = opened[0], None
-                self._read(self.cur, out, max(0, budget - used))
-        return out
-
-    def _end_of(self, c: _Cursor) -> dict[str, Any]:
-        return {"path": self.path, "ino": c.ino, "dev": c.dev, "offset": c.read_pos, "gen": self.gen}
-
-    def _read(self, c: _Cursor, out: list, budget: int) -> tuple[int, bool]:
-        used = 0
-        while used < budget:
-            try:
-                data = os.pread(c.fd, min(65536, budget - used), c.read_pos)
-            except OSError as exc:
-                logger.debug("%s: read failed: %s", self.path, exc)
-                return used, True
-            if not data:
-                return used, True
-            used += len(data)
-            self._split(c, data, out)
-        return used, False
-
-    def _split(self, c: _Cursor, data: bytes, out: list) -> None:
-        data_start = c.read_pos
-        c.read_pos += len(data)
-        pos = 0
-        while True:
-            nl = data.find(b"\n", pos)
-            if nl < 0:
-                break
-            if not c.skipping:
-                line = bytes(c.buf) + data[pos : min(nl, pos + self.max_line + 1)]
-                if len(line) > self.max_line:
-                    self.cut_lines += 1
-                    line = line[: self.max_line]
-                out.append((c.ino, self.gen, c.line_start, line))
-            c.skipping = False
-            c.buf.clear()
-            c.line_start = data_start + nl + 1
-            pos = nl + 1
-        if not c.skipping:
-            c.buf += data[pos : pos + self.max_line + 1]
-            if len(c.buf) > self.max_line:
-                # an over-long line: return its head now, drop the rest up to its newline
-                self.cut_lines += 1
-                out.append((c.ino, self.gen, c.line_start, bytes(c.buf[: self.max_line])))
-                c.buf.clear()
-                c.skipping = True
-
-    def _flush(self, c: _Cursor, out: list) -> None:
-        """The file will not grow any more: its unfinished last line is a line."""
-        if c.buf and not c.skipping:
-            out.append((c.ino, self.gen, c.line_start, bytes(c.buf)))
-        c.buf.clear()
-        c.skipping = False
-        c.line_start = c.read_pos
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
-
-
 class _KmsgReader:
     """Records of ``/dev/kmsg`` (``prio,seq,usec,flags;message``), one per ``read``.
 
@@ -450,7 +190,7 @@ class _KmsgReader:
         self._skip_to = -1
         self._from_start = replay
         if saved is not None and saved.get("boot_id") == self.boot_id:
-            self._skip_to = _int(saved.get("seq"))
+            self._skip_to = int_or_zero(saved.get("seq"))
             self.last_seq = self._skip_to
             self._from_start = True
         elif saved is not None:
@@ -569,13 +309,13 @@ class KernelLogSource:
         saved_line = position.get("line") if position else None
         if isinstance(saved_line, list) and len(saved_line) == 4 and all(isinstance(x, int) for x in saved_line):
             self._line_at = (saved_line[0], saved_line[1], saved_line[2], saved_line[3])
-        self._file: _FileFollower | None = None
+        self._file: LineTail | None = None
         self._kmsg: _KmsgReader | None = None
         if kmsg:
             self._kmsg = _KmsgReader(kmsg_path, position, replay)
             self.name = f"kmsg:{node}"
         else:
-            self._file = _FileFollower(str(path), position, replay)
+            self._file = LineTail(str(path), position, replay)
             self.name = str(path)
 
     def open(self) -> None:
@@ -606,24 +346,23 @@ class KernelLogSource:
     def _count_lines(self, ino: int, start: int, end: int) -> int:
         assert self._file is not None
         try:
-            fd = os.open(self._file.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            f = TailFile.open(self._file.path, start)
         except OSError:
             return 0
         try:
-            if os.fstat(fd).st_ino != ino:
+            if f.ino != ino:
                 return 0  # the file was rotated away: numbers restart with the new one
-            count, pos = 0, start
-            while pos < end:
-                data = os.pread(fd, min(1 << 20, end - pos), pos)
+            count = 0
+            while f.pos < end:
+                data = f.read(min(1 << 20, end - f.pos))
                 if not data:
                     break
                 count += data.count(b"\n")
-                pos += len(data)
             return count
         except OSError:
             return 0
         finally:
-            os.close(fd)
+            f.close()
 
     def commit(self) -> dict[str, Any]:
         """Persist the current position (call after the facts from ``poll()`` are stored)."""

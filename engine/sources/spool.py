@@ -27,7 +27,8 @@ import time
 from collections import OrderedDict
 from typing import Any, Iterable, Mapping
 
-from engine.sources.files import NOT_REGULAR, fd_head, open_regular
+from engine.sources.files import NOT_REGULAR
+from engine.sources.tail import NOT_REGULAR_FILE, OTHER, TRUNCATED, Lines, TailFile, open_failure
 from engine.facts import NODE_RE, DERIVED_KINDS, Fact
 
 logger = logging.getLogger(__name__)
@@ -36,9 +37,6 @@ __all__ = ["SpoolWriter", "SpoolReader", "SpoolError", "NODE_RE"]
 
 #: node names that may become a spool file name
 _FILE_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,127}\.jsonl)(?:\.([1-9][0-9]{0,5}))?$")
-
-
-#: how many leading bytes of a file identify it next to its inode (inode numbers are re-used)
 
 
 #: kinds an agent never writes: what runs where is the scheduler's to say, and conclusions are the
@@ -80,6 +78,11 @@ def _recent_ids(paths: list[str], budget: int, window: int) -> list[str]:
     for ids in reversed(found):
         out.extend(ids)
     return out[-window:]
+
+
+def _close_all(opened: list[tuple[TailFile, int, str]]) -> None:
+    for f, _, _ in opened:
+        f.close()
 
 
 class SpoolWriter:
@@ -320,29 +323,29 @@ class SpoolReader:
             files.sort(reverse=True)  # oldest (highest number) first, the live file last
         return groups
 
-    def _open_group(self, base: str, files: list[tuple[int, str]]) -> list[tuple[int, int, int, str]] | None:
-        """Open every file of a node; ``None`` when a rotation moved them meanwhile."""
-        opened: list[tuple[int, int, int, str]] = []
+    def _open_group(self, base: str, files: list[tuple[int, str]]) -> list[tuple[TailFile, int, str]] | None:
+        """Open every file of a node (with its size now), oldest first; ``None`` when a rotation
+        moved them meanwhile."""
+        opened: list[tuple[TailFile, int, str]] = []
         for _, name in files:
-            path = os.path.join(self.spool_dir, name)
             try:
-                fd, st = open_regular(path)
+                f = TailFile.open(os.path.join(self.spool_dir, name))
             except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    self._refuse_file(name, "a symbolic link")
-                elif exc.strerror == NOT_REGULAR:  # a FIFO, a device: never read (it would block or never end)
-                    self._refuse_file(name, NOT_REGULAR)
+                if open_failure(exc) == NOT_REGULAR_FILE:  # a FIFO, a device: never read (it would block or never end)
+                    self._refuse_file(name, "a symbolic link" if exc.errno == errno.ELOOP else NOT_REGULAR)
                 continue
-            opened.append((fd, st.st_ino, st.st_size, name))
-        # the names must still point at what was opened, else a rotation happened in between
-        for fd, ino, _, name in opened:
             try:
-                same = os.lstat(os.path.join(self.spool_dir, name)).st_ino == ino
+                opened.append((f, f.size(), name))
+            except OSError:
+                f.close()
+        # the names must still point at what was opened, else a rotation happened in between
+        for f, _, _ in opened:
+            try:
+                same = os.lstat(f.path).st_ino == f.ino
             except OSError:
                 same = False
             if not same:
-                for f in opened:
-                    os.close(f[0])
+                _close_all(opened)
                 return None
         return opened
 
@@ -361,17 +364,17 @@ class SpoolReader:
             opened = self._open_group(base, [f for f in files if f[1] == base])
             if not opened:
                 continue
-            fd, ino, size, _ = opened[-1]
+            f, size, _ = opened[-1]
             try:
-                tail = os.pread(fd, min(size, self.max_line + 1), max(0, size - self.max_line - 1))
+                f.pos = max(0, size - self.max_line - 1)
+                tail = f.read(min(size, self.max_line + 1))
                 nl = tail.rfind(b"\n")
                 end = size - len(tail) + nl + 1 if nl >= 0 else 0
-                self.offsets[base] = (ino, end, fd_head(fd, end))
+                self.offsets[base] = (f.ino, end, f.head(end))
             except OSError:
                 pass
             finally:
-                for f in opened:
-                    os.close(f[0])
+                _close_all(opened)
 
     # -- reading ------------------------------------------------------------------------------
     def read(self, max_bytes: int | None = None) -> list[Fact]:
@@ -390,30 +393,28 @@ class SpoolReader:
             try:
                 budget = self._read_group(base, opened, out, budget)
             finally:
-                for f in opened:
-                    os.close(f[0])
+                _close_all(opened)
             if budget is not None and budget <= 0:
                 break
         return out
 
     def _read_group(
-        self, base: str, opened: list[tuple[int, int, int, str]], out: list[Fact], budget: int | None
+        self, base: str, opened: list[tuple[TailFile, int, str]], out: list[Fact], budget: int | None
     ) -> int | None:
         saved = self.offsets.get(base)
         start_index, start_off = 0, 0
         if saved is not None:
-            for i, (fd, ino, size, _) in enumerate(opened):
-                if ino != saved[0]:
-                    continue
-                if size < saved[1]:
+            for i, (f, _, _) in enumerate(opened):
+                found = f.identify(saved[1], saved[2], saved[0])
+                if found == TRUNCATED:
                     logger.warning("spool %s: file shorter than the saved offset; reading it from 0", base)
                     self.stats["truncations"] += 1
                     start_index, start_off = i, 0
                     break
-                if saved[2] is None or fd_head(fd, saved[1]) == saved[2]:
+                if found != OTHER:
                     start_index, start_off = i, saved[1]
                     break
-                # same inode number, other content: a new file that re-uses the number
+                # another inode, or the same number re-used by a new file
             else:
                 # the file we were in is gone: everything still here is newer than it
                 self.stats["lost_files"] += 1
@@ -422,71 +423,47 @@ class SpoolReader:
                     base,
                 )
         for i in range(start_index, len(opened)):
-            fd, ino, _, name = opened[i]
+            f, _, name = opened[i]
             live = name == base and i == len(opened) - 1
-            off = start_off if i == start_index else 0
-            off, done, budget = self._read_file(fd, off, live, out, budget, base[: -len(".jsonl")])
-            self.offsets[base] = (ino, off, fd_head(fd, off))
+            f.pos = start_off if i == start_index else 0
+            off, done, budget = self._read_file(f, live, out, budget, base[: -len(".jsonl")])
+            self.offsets[base] = (f.ino, off, f.head(off))
             if not done:
                 break
         return budget
 
     def _read_file(
-        self, fd: int, off: int, live: bool, out: list[Fact], budget: int | None, node: str = ""
+        self, f: TailFile, live: bool, out: list[Fact], budget: int | None, node: str = ""
     ) -> tuple[int, bool, int | None]:
-        """Lines from ``off``; returns (next offset, reached the end, budget left)."""
-        pending = bytearray()
-        skipping = False
-        line_start = off
-        pos = off
+        """Lines from ``f.pos``; returns (next offset, reached the end, budget left)."""
+        lines = Lines(self.max_line, f.pos)
         while True:
-            if budget is not None and budget <= 0 and not pending and not skipping:
-                return line_start, False, budget  # the budget is checked at line boundaries only
+            if budget is not None and budget <= 0 and not lines.partial:
+                return lines.start, False, budget  # the budget is checked at line boundaries only
             want = 1 << 20 if budget is None else min(1 << 20, max(budget, 65536))
             try:
-                data = os.pread(fd, want, pos)
+                data = f.read(want)
             except OSError as exc:
                 logger.warning("spool: read failed: %s", exc)
-                return line_start, False, budget
+                return lines.start, False, budget
             if not data:
                 break
             if budget is not None:
                 budget -= len(data)
-            data_start = pos
-            pos += len(data)
-            i = 0
-            while True:
-                nl = data.find(b"\n", i)
-                if nl < 0:
-                    break
-                if skipping:
-                    skipping = False
-                else:
-                    pending += data[i:nl]
-                    self._line(bytes(pending), out, node)
-                pending.clear()
-                i = nl + 1
-                line_start = data_start + i
-            if not skipping:
-                pending += data[i:]
-                if len(pending) > self.max_line:
-                    self.stats["lines"] += 1
-                    self.stats["garbage"] += 1
-                    pending.clear()
-                    skipping = True
-        if pending or skipping:
-            if live:
-                return line_start, True, budget  # wait for the rest of the line
-            if pending:
-                self._line(bytes(pending), out, node)  # a rotated file will not grow: judge it now
-            line_start = pos
-        return line_start, True, budget
+            for _, raw, cut in lines.feed(data):
+                self._line(raw, out, node, cut)
+        if lines.partial and live:
+            return lines.start, True, budget  # wait for the rest of the line
+        last = lines.flush()  # a rotated file will not grow: its last line is judged now
+        if last is not None:
+            self._line(last[1], out, node, last[2])
+        return lines.start, True, budget
 
-    def _line(self, raw: bytes, out: list[Fact], node: str = "") -> None:
-        if not raw.strip():
+    def _line(self, raw: bytes, out: list[Fact], node: str = "", cut: bool = False) -> None:
+        if not raw.strip() and not cut:
             return
         self.stats["lines"] += 1
-        if len(raw) > self.max_line:
+        if cut:  # longer than max_line
             self.stats["garbage"] += 1
             return
         try:

@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.facts import Fact
-from engine.sources.kmsg import KernelLineFacts, KernelLogSource, _FileFollower, default_rulebook, normalize_pci
+from engine.sources.kmsg import KernelLineFacts, KernelLogSource, default_rulebook, normalize_pci
+from engine.sources.tail import LineTail
 from engine.sources.spool import SpoolReader
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -83,7 +84,7 @@ def test_follower_returns_exactly_the_complete_lines(chunks):
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "kern.log")
         open(path, "wb").close()
-        fol = _FileFollower(path, max_line=1 << 20)
+        fol = LineTail(path, max_line=1 << 20)
         fol.read()
         got: list[bytes] = []
         written = b""
