@@ -10,6 +10,9 @@ is the scanner's: the start of the first line not yet complete, so a restart tha
 saved position neither repeats nor skips a line. A file that cannot be read (gone, unreadable,
 not a regular file) is logged once, counted in ``stats`` and tried again; ``health()`` says how
 many are in that state. One thread reads (``read_ready``); watchdog's only marks paths dirty.
+Opening, identifying a file and telling rotation from truncation is ``engine.sources.tail``'s;
+what is this module's own is the globbing, the open-file LRU, the hand-off of rotated files and
+the positions the caller persists with the store.
 
 Usage::
 
@@ -21,7 +24,6 @@ Usage::
 
 from __future__ import annotations
 
-import errno
 import fnmatch
 import glob
 import logging
@@ -32,7 +34,18 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping
 
-from engine.sources.files import file_head, open_regular
+from engine.sources.tail import (
+    DELETED,
+    MOVED,
+    NO_DESCRIPTORS,
+    NOT_REGULAR_FILE,
+    OTHER,
+    REPLACED,
+    TRUNCATED,
+    TailFile,
+    identify,
+    open_failure,
+)
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
@@ -109,7 +122,7 @@ def _recursive(pattern: str) -> bool:
 @dataclass
 class Tailed:
     path: str
-    fh: object | None = None
+    fh: TailFile | None = None  # the open file (its ``pos`` is the next byte to read)
     inode: int | None = None
     offset: int = 0  # bytes consumed from the current inode (the caller sets it)
     line_no: int = 0
@@ -137,16 +150,6 @@ class _Handler(FileSystemEventHandler):
         for p in (getattr(event, "src_path", None), getattr(event, "dest_path", None)):
             if p:
                 self.follower._mark(os.fsdecode(p))
-
-
-def same_head(path: str, head: str) -> bool | None:
-    """Does the file at ``path`` still begin as it did when ``head`` was taken? None: unreadable."""
-    try:
-        length = int(head.split(":", 1)[0])
-    except ValueError:
-        return None
-    now = file_head(path, length)
-    return None if now is None else now == head
 
 
 class Follower:
@@ -182,7 +185,7 @@ class Follower:
         # {inode: (open file, offset, line_no, since)}. The open file keeps the inode number from
         # being re-used, so a path that turns out to be that inode (a glob that matches rotated
         # names, e.g. *.log*) continues from there instead of reading it all again.
-        self._handoff: dict[int, tuple[object, int, int, float]] = {}
+        self._handoff: dict[int, tuple[TailFile, int, int, float]] = {}
         self.stats = {
             "read_bytes": 0,
             "rotations": 0,
@@ -223,10 +226,7 @@ class Follower:
         for ino, (fh, _, _, since) in list(self._handoff.items()):
             if now - since >= max_age or len(self._handoff) > HANDOFF_MAX:
                 del self._handoff[ino]
-                try:
-                    fh.close()
-                except OSError:
-                    pass
+                fh.close()
 
     def _watch_dir(self, directory: str, recursive: bool = False) -> None:
         if self._observer is None or directory in self._watched:
@@ -258,7 +258,7 @@ class Follower:
             if saved is not None:
                 t.inode, t.offset, t.line_no = saved
                 head = self.heads.pop(path, None)
-                if head is not None and same_head(path, head) is False:
+                if head is not None and identify(path, t.offset, head) == OTHER:
                     # same name, maybe even the same inode number, but another file: start it at 0
                     logger.warning("%s: not the file whose position was saved; reading it from the start", path)
                     t.inode, t.offset, t.line_no = None, 0, 0
@@ -278,25 +278,25 @@ class Follower:
     def _at_end(self, t: Tailed) -> None:
         """Position ``t`` after the last complete line of the file there now (its line count too)."""
         try:
-            fd, st = open_regular(t.path)
+            f = TailFile.open(t.path)
         except OSError:
             return  # not there (yet) or not a file: a file that appears later is new
         try:
-            lines, pos, end = 0, 0, 0
+            lines, end = 0, 0
             while True:
-                data = os.pread(fd, READ_BYTES, pos)
+                pos = f.pos
+                data = f.read(READ_BYTES)
                 if not data:
                     break
                 lines += data.count(b"\n")
                 nl = data.rfind(b"\n")
                 if nl >= 0:
                     end = pos + nl + 1
-                pos += len(data)
         except OSError:
             return
         finally:
-            os.close(fd)
-        t.inode, t.offset, t.line_no = st.st_ino, end, lines
+            f.close()
+        t.inode, t.offset, t.line_no = f.ino, end, lines
         self.stats["started_at_end"] += 1
         if end:
             logger.info(
@@ -366,15 +366,12 @@ class Follower:
     def _close(self, t: Tailed) -> None:
         self._open_lru.pop(t.path, None)
         if t.fh is not None:
-            try:
-                t.fh.close()
-            except OSError:
-                pass
+            t.fh.close()
             t.fh = None
 
     def _fail(self, t: Tailed, what: str, exc: OSError) -> None:
         why = f"{what}: {exc.strerror or exc}"
-        if isinstance(exc, FileNotFoundError):
+        if isinstance(exc, FileNotFoundError):  # open_failure(exc) == GONE
             if not t.gone:
                 self.stats["vanished"] += 1
                 logger.warning("%s: gone (%s); following it again if it reappears", t.path, why)
@@ -407,57 +404,55 @@ class Follower:
     def _open(self, t: Tailed) -> bool:
         while len(self._open_lru) >= self.max_open and self._make_room(t):
             pass
-        fd = -1
         for _ in range(2):
             try:
-                fd, st = open_regular(t.path)
+                fh = TailFile.open(t.path)
                 break
             except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                why = open_failure(exc)
+                if why == NO_DESCRIPTORS:
                     self.stats["emfile"] += 1
                     if self._make_room(t):
                         continue  # one descriptor freed: try once more
-                elif exc.errno == errno.ELOOP or exc.errno == 0:
+                elif why == NOT_REGULAR_FILE:
                     self.stats["not_regular"] += 1
                     exc = OSError(exc.errno, "not a regular file (a link, FIFO or device is never read)")
                 self._fail(t, "open", exc)
                 return False
+        else:
+            return False
         try:
-            fh = os.fdopen(fd, "rb", buffering=0)
+            size = fh.size()
         except OSError as exc:
-            os.close(fd)
+            fh.close()
             self._fail(t, "open", exc)
             return False
         self._open_lru[t.path] = t
         if t.errors or t.gone:
             logger.warning("%s: readable again", t.path)
         t.gone, t.gone_since, t.errors, t.last_error = False, None, 0, None
-        handed = self._handoff.pop(st.st_ino, None) if (t.inode is None and t.offset == 0) else None
+        handed = self._handoff.pop(fh.ino, None) if (t.inode is None and t.offset == 0) else None
         if handed is not None:
             old_fh, offset, line_no, _ = handed
-            try:
-                same = os.fstat(old_fh.fileno()).st_dev == st.st_dev
-                old_fh.close()
-            except OSError:
-                same = False
-            if same and st.st_size >= offset:
+            old_fh.close()
+            if old_fh.dev == fh.dev and size >= offset:
                 # a rotated file under its new name: what was read under the old one is not read again
                 self.stats["handoffs"] += 1
                 logger.info("%s: a rotated file already read to byte %d; continuing there", t.path, offset)
-                t.inode, t.offset, t.line_no = st.st_ino, offset, line_no
-        if t.inode is not None and t.inode != st.st_ino:
+                t.inode, t.offset, t.line_no = fh.ino, offset, line_no
+        if t.inode is not None and t.inode != fh.ino:
             t.offset, t.line_no = 0, 0  # a new file under the old name
-        elif st.st_size < t.offset:
+        elif size < t.offset:
             if t.inode is not None:
                 logger.warning(
                     "%s: shorter (%d bytes) than the position read (%d): truncated, reading it from the start",
                     t.path,
-                    st.st_size,
+                    size,
                     t.offset,
                 )
             t.offset, t.line_no = 0, 0
-        t.inode = st.st_ino
-        fh.seek(t.offset)
+        t.inode = fh.ino
+        fh.pos = t.offset
         t.fh = fh
         t.meta["reset"] = True  # the caller's scanner starts again at (offset, line_no)
         return True
@@ -510,7 +505,7 @@ class Follower:
         budget = FILE_BUDGET
         while t.fh is not None:
             try:
-                pos = t.fh.tell()
+                pos = t.fh.pos
                 data = t.fh.read(max_bytes)
             except OSError as exc:
                 self._fail(t, "read", exc)
@@ -537,43 +532,37 @@ class Follower:
             if data and now - t.checked_at < CHECK_S:
                 return
             t.checked_at = now
-            try:
-                st = os.stat(t.path)
-            except FileNotFoundError:
-                st = None
-            except OSError:
-                return
-            try:
-                cur = os.fstat(t.fh.fileno())
-            except OSError:
-                cur = None
-            if st is None or (cur is not None and st.st_ino != cur.st_ino):
+            old = t.fh
+            change = old.change()
+            if change in (REPLACED, MOVED, DELETED):
                 self.stats["rotations"] += 1
-                renamed = cur is not None and cur.st_nlink > 0  # still linked: it lives on under another name
-                if st is None and not renamed:
+                gone = change != REPLACED  # the name is free until a new file takes it
+                # still linked: it lives on under another name (where a glob may find it again)
+                renamed = change == MOVED or (change == REPLACED and old.linked())
+                if change == DELETED:
                     self.stats["vanished"] += 1
                     logger.warning("%s: deleted; read to its end, following it again if it reappears", t.path)
                 else:
                     logger.info("%s: rotated; the old file was read to its end", t.path)
-                if st is None:
+                if gone:
                     t.gone, t.gone_since = True, time.time()
                 t.meta["eof_old"] = True
                 yield t, b""
                 t.meta.pop("eof_old", None)
                 eof = t.meta.pop("eof_position", None)
-                if renamed and eof is not None and cur is not None and t.fh is not None:
-                    self._handoff[cur.st_ino] = (t.fh, eof[0], eof[1], time.time())
+                if renamed and eof is not None and t.fh is old:
+                    self._handoff[old.ino] = (old, eof[0], eof[1], time.time())
                     t.fh = None
                     if len(self._handoff) > HANDOFF_MAX:
                         self._expire_handoffs()
                 self._close(t)
-                t.inode = None if st is None else t.inode
-                if st is not None and self._open(t):
+                t.inode = None if gone else t.inode
+                if not gone and self._open(t):
                     continue
                 return
-            if cur is not None and st.st_size < t.fh.tell():
+            if change == TRUNCATED:
                 self.stats["truncations"] += 1
-                logger.warning("%s: truncated to %d bytes; reading it again from the start", t.path, st.st_size)
+                logger.warning("%s: truncated below byte %d; reading it again from the start", t.path, old.pos)
                 t.meta["eof_old"] = True
                 yield t, b""
                 t.meta.pop("eof_old", None)

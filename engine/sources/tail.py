@@ -19,7 +19,7 @@ Usage::
     f = TailFile.open(path, pos)            # OSError: missing, a link, a FIFO, a device...
     data = f.read(65536)                    # at most that much, from f.pos (which advances)
     f.change()                              # SAME, TRUNCATED, REPLACED, MOVED or DELETED
-    f.identify(offset, head, ino, dev)      # SAME, TRUNCATED or OTHER
+    f.identify(offset, head, ino, dev)      # SAME, TRUNCATED or OTHER (identify(path, ...) too)
 
     tail = LineTail("/var/log/kern.log", position=saved)
     for ino, gen, offset, line in tail.read():
@@ -43,6 +43,7 @@ __all__ = [
     "Lines",
     "LineTail",
     "open_failure",
+    "identify",
     "SAME",
     "TRUNCATED",
     "REPLACED",
@@ -83,6 +84,20 @@ def open_failure(exc: OSError) -> str:
     if exc.errno in (errno.EMFILE, errno.ENFILE):
         return NO_DESCRIPTORS
     return UNREADABLE
+
+
+def identify(
+    path: str, offset: int, head: str | None = None, ino: int | None = None, dev: int | None = None
+) -> str | None:
+    """``TailFile.identify`` of the file at ``path`` now; None when it cannot be opened."""
+    try:
+        f = TailFile.open(path)
+    except OSError:
+        return None
+    try:
+        return f.identify(offset, head, ino, dev)
+    finally:
+        f.close()
 
 
 class TailFile:
