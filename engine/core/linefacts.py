@@ -361,6 +361,20 @@ class HitConverter:
             out = collapse.fast(self, index, m, groups, line, line_no, ctx, before, blank)
             if out is not _SLOW:
                 return cast("Fact | Flood | None", out)
+        return self._convert_full(index, m, groups, line, line_no, ctx, before)
+
+    def _convert_full(
+        self,
+        index: int,
+        m: Matcher,
+        groups: Mapping[str, str],
+        line: str,
+        line_no: int,
+        ctx: FileContext,
+        before: bytes | None,
+    ) -> "Fact | Flood | None":
+        """``convert`` without the shortcut (tried before, or not applicable)."""
+        collapse, blank = self.collapse, self.blank
         logged, at = self._when(line, ctx, before)
         dropped, refused = self.dropped_values, dict(self.refused) if self.refused else None
         attrs = self._typed(m, groups)
@@ -593,7 +607,7 @@ class _Template:
     sig: tuple
     timeless: bool
     keyed: tuple[str, ...]
-    shapes: dict[tuple, tuple] = field(default_factory=dict)
+    shapes: dict[tuple, list] = field(default_factory=dict)
 
 
 class _Collapser:
@@ -613,6 +627,7 @@ class _Collapser:
         self.touched: set[Flood] = set()  # floods already handed on in this batch
         self.templates: dict[tuple[int, bytes], _Template] = {}
         self.fast_hits = 0
+        self.version = 0  # changes whenever ``shapes`` does (``fast`` remembers its lookups)
 
     @staticmethod
     def _sig(conv: "HitConverter", ctx: FileContext) -> tuple:
@@ -671,7 +686,8 @@ class _Collapser:
             t = self.templates[key] = _Template(sig, timeless, tuple(keyed))
         if len(t.shapes) >= 256:
             t.shapes.clear()
-        t.shapes[tuple(groups.get(n) for n in t.keyed)] = (self._key("log", fact_attrs, m), dropped, refusals)
+        # [shape, values dropped, refusals, the flood of that shape, self.version when it was looked up]
+        t.shapes[tuple(map(groups.get, t.keyed))] = [self._key("log", fact_attrs, m), dropped, refusals, None, -1]
 
     def fast(
         self,
@@ -689,11 +705,15 @@ class _Collapser:
         t = self.templates.get((index, blank))
         if t is None:
             return _SLOW
-        entry = t.shapes.get(tuple(groups.get(n) for n in t.keyed) if t.keyed else ())
+        entry = t.shapes.get(tuple(map(groups.get, t.keyed)))
         if entry is None or t.sig != self._sig(conv, ctx):
             return _SLOW
-        shape, dropped, refusals = entry
-        flood = self.shapes.get(shape)
+        shape, dropped, refusals, cached, version = entry
+        if version == self.version:
+            flood = cached  # self.shapes has not changed since the lookup below
+        else:
+            flood = self.shapes.get(shape)
+            entry[3], entry[4] = flood, self.version
         if flood is None:
             return _SLOW
         _, at = conv._when(line, ctx, before, t.timeless)  # the full conversion would do the same again
@@ -741,6 +761,7 @@ class _Collapser:
         return flood
 
     def first(self, fact: Fact, m: Matcher) -> None:
+        self.version += 1
         if len(self.shapes) >= _FLOOD_SHAPES_MAX:
             self.shapes = {k: f for k, f in self.shapes.items() if fact.at - f.first_at <= self.window}
             if len(self.shapes) >= _FLOOD_SHAPES_MAX:
@@ -861,21 +882,26 @@ class StreamFacts:
         if (
             hit.matcher in self._progress
             and self._last_of.get(hit.matcher) != hit.offset
-            and not hit.groups.get("checkpoint")
+            and not hit.group("checkpoint")
         ):  # a checkpoint is never left out (retry guards read it)
             if self._skip_progress(hit, before):
                 self._looked = max(self._looked, hit.offset + len(hit.line))
                 return None
-        conv.collapse, conv.blank = self._collapse, hit.blank
+        index = self.index_map[hit.matcher]
+        m = conv.matchers[index]
+        line = hit.line.decode("utf-8", "replace")
+        groups = hit.groups
+        collapse, blank = self._collapse, hit.blank
+        if blank is not None and collapse is not None:  # a repeat of a known shape: counted at once
+            out = collapse.fast(conv, index, m, groups, line, hit.line_no, self.ctx, before, blank)
+            if out is not _SLOW:
+                end = hit.offset + len(hit.line)
+                if end > self._looked:
+                    self._looked = end
+                return cast("Flood | None", out)
+        conv.collapse, conv.blank = collapse, blank
         try:
-            out = conv.convert(
-                self.index_map[hit.matcher],
-                hit.groups,
-                hit.line.decode("utf-8", "replace"),
-                hit.line_no,
-                self.ctx,
-                before,
-            )
+            out = conv._convert_full(index, m, groups, line, hit.line_no, self.ctx, before)
         finally:
             conv.collapse = conv.blank = None
         self._looked = max(self._looked, hit.offset + len(hit.line))

@@ -38,8 +38,9 @@ A Scanner is not thread-safe.
 from __future__ import annotations
 
 import logging
+import operator
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import re2
@@ -63,6 +64,7 @@ _STORM = 1 << 16  # hyperscan reports in one call before the scan stops and resu
 _MEMO_MAX = 8192  # (matcher, line with digits blanked) -> RE2's answer, per rulebook and source
 _MEMO_LINE = 2048  # longer lines are always matched afresh
 _ZERO = bytes.maketrans(b"0123456789", b"0000000000")
+_LINE_SPEC = operator.itemgetter(0, 1)  # records in line, then spec order
 
 
 @dataclass(frozen=True)
@@ -75,19 +77,74 @@ class MatcherSpec:
     ignore_case: bool = False
 
 
-@dataclass(frozen=True)
 class Hit:
-    """One line that one matcher hit."""
+    """One line that one matcher hit.
 
-    matcher: int
-    line: bytes
-    line_no: int
-    offset: int
-    groups: dict[str, str] = field(default_factory=dict)
-    truncated: bool = False
-    #: the line with every digit written 0, when the matcher cannot tell digits apart (see
-    #: ``digit_blind``): lines with equal ``blank`` match alike, with the same group spans
-    blank: bytes | None = None
+    ``groups`` (the named groups' text) is decoded on first use: most hits of a dense training
+    log are progress lines that are counted and left out, and never read. ``blank``: the line
+    with every digit written 0, when the matcher cannot tell digits apart (see ``digit_blind``):
+    lines with equal ``blank`` match alike, with the same group spans."""
+
+    __slots__ = ("matcher", "line", "line_no", "offset", "truncated", "blank", "_groups", "_c", "_spans")
+
+    def __init__(
+        self,
+        matcher: int,
+        line: bytes,
+        line_no: int,
+        offset: int,
+        groups: dict[str, str] | None = None,
+        truncated: bool = False,
+        blank: bytes | None = None,
+    ):
+        self.matcher = matcher
+        self.line = line
+        self.line_no = line_no
+        self.offset = offset
+        self.truncated = truncated
+        self.blank = blank
+        self._groups: dict[str, str] | None = {} if groups is None else groups
+        self._c: _Compiled | None = None
+        self._spans: Any = None
+
+    @property
+    def groups(self) -> dict[str, str]:
+        g = self._groups
+        if g is None:
+            g = self._groups = self._c.groups(self.line, self._spans)  # type: ignore[union-attr]
+        return g
+
+    def group(self, name: str) -> str | None:
+        """One named group's text, without decoding the others (None: unmatched or no such group)."""
+        g = self._groups
+        if g is not None:
+            return g.get(name)
+        return self._c.group(self.line, self._spans, name)  # type: ignore[union-attr]
+
+    def _key(self) -> tuple:
+        return (self.matcher, self.line, self.line_no, self.offset, self.groups, self.truncated, self.blank)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Hit) and self._key() == other._key()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"Hit(matcher={self.matcher}, line={self.line!r}, line_no={self.line_no}, offset={self.offset}, "
+            f"groups={self.groups!r}, truncated={self.truncated}, blank={self.blank!r})"
+        )
+
+
+def _lazy_hit(
+    matcher: int, line: bytes, line_no: int, offset: int, truncated: bool, blank: bytes | None, c: _Compiled, spans
+) -> Hit:
+    """A Hit whose groups are decoded from ``spans`` when first read."""
+    h = Hit.__new__(Hit)
+    h.matcher, h.line, h.line_no, h.offset, h.truncated, h.blank = matcher, line, line_no, offset, truncated, blank
+    h._c, h._spans = c, spans
+    h._groups = None if spans is not None and c.has_groups else {}
+    return h
 
 
 def blank_digits(line: bytes) -> bytes:
@@ -436,6 +493,7 @@ class _Compiled:
         "named",
         "_match",
         "blind",
+        "index",
     )
 
     def __init__(self, idx: int, spec: MatcherSpec):
@@ -453,6 +511,7 @@ class _Compiled:
         self.named = tuple(
             (k.decode("utf-8", "replace") if isinstance(k, bytes) else k, i) for k, i in self.rx.groupindex.items()
         )
+        self.index = dict(self.named)
         # the wrapper's search() + groupdict() cost ~35 us a line in Python; its engine call, 2
         self._match = self.rx._regexp.Match
         self.buf_src, _ = _source(spec.pattern, "re2buf", spec.ignore_case)
@@ -472,11 +531,25 @@ class _Compiled:
 
     def groups(self, text: bytes, spans) -> dict[str, str]:
         out: dict[str, str] = {}
+        if text.isascii():  # one decode, then str slices: the same text as decoding each slice
+            s = text.decode("ascii")
+            for name, i in self.named:
+                a, b = spans[i]
+                if a >= 0:
+                    out[name] = s[a:b]
+            return out
         for name, i in self.named:
             a, b = spans[i]
             if a >= 0:
                 out[name] = text[a:b].decode("utf-8", "replace")
         return out
+
+    def group(self, text: bytes, spans, name: str) -> str | None:
+        i = self.index.get(name)
+        if i is None or spans is None:
+            return None
+        a, b = spans[i]
+        return text[a:b].decode("utf-8", "replace") if a >= 0 else None
 
 
 class _Re2Group:
@@ -733,26 +806,19 @@ class Scanner:
         for k, ((buf, lo, hi, base_off, base_line), (records, sampled, trunc)) in enumerate(zip(parts, per_part)):
             for idx, (ls, text, m) in sampled.items():
                 if sampled_owner[idx] == k:
-                    records.append((ls, idx, text, m))
-            records.sort(key=lambda r: (r[0], r[1]))
+                    records.append((ls, idx, text, m, None))
+            records.sort(key=_LINE_SPEC)
             count = buf.count
+            cs = self._c
+            add = hits.append
             prev, nlines = lo, 0
-            for ls, idx, text, m in records:
+            for ls, idx, text, m, blank in records:
                 nlines += count(b"\n", prev, ls)
                 prev = ls
-                c = self._c[idx]
-                groups = c.groups(text, m) if m is not None and c.has_groups else {}
-                hits.append(
-                    Hit(
-                        idx,
-                        text,
-                        base_line + 1 + nlines,
-                        base_off + ls,
-                        groups,
-                        ls in trunc,
-                        text.translate(_ZERO) if c.blind else None,
-                    )
-                )
+                c = cs[idx]
+                if blank is None and c.blind:
+                    blank = text.translate(_ZERO)
+                add(_lazy_hit(idx, text, base_line + 1 + nlines, base_off + ls, ls in trunc, blank, c, m))
             total += nlines + count(b"\n", prev, hi)
         return hits, total
 
@@ -788,7 +854,7 @@ class Scanner:
                     if m is None:
                         continue
                     if not c.spec.sample:
-                        records.append((ls, c.idx, text, m))
+                        records.append((ls, c.idx, text, m, None))
                         continue
                     tails[c.idx] = (ls, text, m)
                     floors[c.idx] = ls
@@ -829,10 +895,10 @@ class Scanner:
             for to, ident in ends:
                 to += pos - 1  # the newline that ends the reported line
                 if not ls <= to <= le:  # not in the line of the previous report
-                    if rfind(b"\n", 0, to) + 1 >= hi:
+                    ls = rfind(b"\n", 0, to) + 1
+                    if ls >= hi:
                         stopped = False  # only reports after the last line are left
                         break
-                    ls = rfind(b"\n", 0, to) + 1
                     le = find(b"\n", to, hi)
                     text = line_at(ls, le)
                     blank = None
@@ -848,10 +914,12 @@ class Scanner:
                         if len(memo) >= _MEMO_MAX:
                             memo.clear()
                         memo[(ident, blank)] = m
-                else:
-                    m = rx[ident](text)
+                    if m is not None:
+                        records.append((ls, ident, text, m, blank))
+                    continue
+                m = rx[ident](text)
                 if m is not None:
-                    records.append((ls, ident, text, m))
+                    records.append((ls, ident, text, m, None))
             if not stopped or ls < 0:
                 return
             # reports come in end-offset order: lines before the last one are complete; check
@@ -861,7 +929,7 @@ class Scanner:
                     seen.add((ls, c.idx))
                     m = c.search(text)
                     if m is not None:
-                        records.append((ls, c.idx, text, m))
+                        records.append((ls, c.idx, text, m, None))
             pos = le + 1
 
     def _re2_scan(self, g: _Re2Group, buf: bytes, lo: int, hi: int, line_at, records: list) -> None:
@@ -881,7 +949,7 @@ class Scanner:
             text = line_at(ls, le)
             for k in sorted(match_set(text) or ()):
                 c = g.members[k]
-                records.append((ls, c.idx, text, c.search(text) if c.has_groups else None))
+                records.append((ls, c.idx, text, c.search(text) if c.has_groups else None, None))
             pos = le + 1
 
     def _candidates(self, idx: int, buf: bytes, lo: int, hi: int) -> list[int]:
