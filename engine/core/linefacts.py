@@ -887,24 +887,21 @@ class StreamFacts:
             if self._skip_progress(hit, before):
                 self._looked = max(self._looked, hit.offset + len(hit.line))
                 return None
-        index = self.index_map[hit.matcher]
-        m = conv.matchers[index]
-        line = hit.line.decode("utf-8", "replace")
-        groups = hit.groups
-        collapse, blank = self._collapse, hit.blank
-        if blank is not None and collapse is not None:  # a repeat of a known shape: counted at once
-            out = collapse.fast(conv, index, m, groups, line, hit.line_no, self.ctx, before, blank)
-            if out is not _SLOW:
-                end = hit.offset + len(hit.line)
-                if end > self._looked:
-                    self._looked = end
-                return cast("Flood | None", out)
-        conv.collapse, conv.blank = collapse, blank
-        try:
-            out = conv._convert_full(index, m, groups, line, hit.line_no, self.ctx, before)
+        conv.collapse, conv.blank = self._collapse, hit.blank
+        try:  # through convert: the controller's tests put a seam there
+            out = conv.convert(
+                self.index_map[hit.matcher],
+                hit.groups,
+                hit.line.decode("utf-8", "replace"),
+                hit.line_no,
+                self.ctx,
+                before,
+            )
         finally:
             conv.collapse = conv.blank = None
-        self._looked = max(self._looked, hit.offset + len(hit.line))
+        end = hit.offset + len(hit.line)
+        if end > self._looked:
+            self._looked = end
         if hit.matcher in self._progress:
             st = self._sampler.get(hit.matcher)
             if st is None:

@@ -455,10 +455,15 @@ def _matches_empty(rx) -> bool:
 
 def check_pattern(pattern: str) -> str | None:
     """None when ``pattern`` is usable by a Scanner; otherwise one line saying why not."""
+    return _check(pattern)[0]
+
+
+def _check(pattern: str) -> tuple[str | None, Any, bytes, set[str]]:
+    """(why ``pattern`` is refused or None, its RE2 as written, its truth source, its features)."""
     if not isinstance(pattern, str):
-        return f"pattern must be a string, not {type(pattern).__name__}"
+        return f"pattern must be a string, not {type(pattern).__name__}", None, b"", set()
     if not pattern:
-        return "empty pattern: it would match every line"
+        return "empty pattern: it would match every line", None, b"", set()
     src, feats = _source(pattern, "truth", False)
     try:
         rx = re2.compile(src, _options(_is_utf8(feats)))
@@ -466,10 +471,10 @@ def check_pattern(pattern: str) -> str | None:
         msg = e.args[0] if e.args else str(e)
         if isinstance(msg, bytes):
             msg = msg.decode("utf-8", "replace")
-        return _explain(str(msg))
+        return _explain(str(msg)), None, src, feats
     if _matches_empty(rx):
-        return "pattern can match the empty string, so it would hit (nearly) every line"
-    return None
+        return "pattern can match the empty string, so it would hit (nearly) every line", None, src, feats
+    return None, rx, src, feats
 
 
 # --------------------------------------------------------------------------------------------
@@ -497,32 +502,25 @@ class _Compiled:
     )
 
     def __init__(self, idx: int, spec: MatcherSpec):
-        msg = check_pattern(spec.pattern)
-        if msg is not None:
-            raise ValueError(f"matcher {spec.id!r}: {msg}")
         self.idx = idx
         self.spec = spec
-        self.truth, feats = _source(spec.pattern, "truth", spec.ignore_case)
-        self.utf8 = _is_utf8(feats)
-        self.cut_sensitive = self.utf8 or "cut" in feats  # may match a cut head, not the line
-        self.rx = re2.compile(self.truth, _options(self.utf8))
+        self.truth, rx, self.utf8, self.cut_sensitive, self.blind, self.hs_src = _analyse(spec)
+        self.rx = rx if rx is not None else re2.compile(self.truth, _options(self.utf8))
         self.has_groups = bool(self.rx.groupindex)
-        self.blind = digit_blind(spec.pattern)
         self.named = tuple(
             (k.decode("utf-8", "replace") if isinstance(k, bytes) else k, i) for k, i in self.rx.groupindex.items()
         )
         self.index = dict(self.named)
         # the wrapper's search() + groupdict() cost ~35 us a line in Python; its engine call, 2
         self._match = self.rx._regexp.Match
-        self.buf_src, _ = _source(spec.pattern, "re2buf", spec.ignore_case)
+        self.buf_src: bytes | None = None  # rendered on demand (specs on the RE2 path), see buffer_source
         self.buf_rx: Any = None  # compiled on demand (sampled specs on the RE2 path)
-        hs_ok = not (
-            self.utf8
-            or "anybyte" in feats
-            or "brace_comma" in feats
-            or ("numeric" in feats and (spec.ignore_case or "inline_i" in feats))
-        )
-        self.hs_src = _source(spec.pattern, "hs", False)[0] if hs_ok else None
+
+    def buffer_source(self) -> bytes:
+        """The pattern for a multi-line search over a whole buffer (the RE2 path)."""
+        if self.buf_src is None:
+            self.buf_src = _source(self.spec.pattern, "re2buf", self.spec.ignore_case)[0]
+        return self.buf_src
 
     def search(self, text: bytes):
         """The spans of the first match in ``text`` (a line), or None."""
@@ -552,12 +550,40 @@ class _Compiled:
         return text[a:b].decode("utf-8", "replace") if a >= 0 else None
 
 
+def _analyse(spec: MatcherSpec) -> tuple:
+    """What a Scanner derives from a spec before compiling it: (truth source, its RE2 compiled
+    when that is the pattern as checked, UTF-8, may match a cut head but not the line,
+    digit-blind, hyperscan source or None). Raises ValueError for a pattern ``check_pattern``
+    refuses. The pattern is walked twice (as written, for hyperscan); the buffer form is
+    rendered only where the RE2 path needs it."""
+    msg, rx, truth, feats = _check(spec.pattern)
+    if msg is not None:
+        raise ValueError(f"matcher {spec.id!r}: {msg}")
+    utf8 = _is_utf8(feats)
+    if spec.ignore_case:
+        truth, rx = b"(?i:" + truth + b")", None  # as _source writes it
+    hs_ok = not (
+        utf8
+        or "anybyte" in feats
+        or "brace_comma" in feats
+        or ("numeric" in feats and (spec.ignore_case or "inline_i" in feats))
+    )
+    return (
+        truth,
+        rx,
+        utf8,
+        utf8 or "cut" in feats,
+        digit_blind(spec.pattern),
+        _source(spec.pattern, "hs", False)[0] if hs_ok else None,
+    )
+
+
 class _Re2Group:
     """Non-sampled specs of one encoding on the RE2 path: one alternation plus one Set."""
 
     def __init__(self, members: list[_Compiled], utf8: bool):
         self.members = members
-        alt = b"|".join(b"(?:" + c.buf_src + b")" for c in members)
+        alt = b"|".join(b"(?:" + c.buffer_source() + b")" for c in members)
         self.comb = re2.compile(alt, _options(utf8, _COMBINED_MAX_MEM))
         self.set = re2.Set.SearchSet(_options(utf8, _COMBINED_MAX_MEM))
         for c in members:
@@ -637,7 +663,7 @@ class Scanner:
         ]
         self._re2_sampled = {c.idx: c for c in rest if c.spec.sample}
         for c in self._re2_sampled.values():
-            c.buf_rx = re2.compile(c.buf_src, _options(c.utf8))
+            c.buf_rx = re2.compile(c.buffer_source(), _options(c.utf8))
         self._sampled = [c.idx for c in self._c if c.spec.sample]
         self._cut_sensitive = [c for c in self._c if c.cut_sensitive]
 

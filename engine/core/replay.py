@@ -18,14 +18,16 @@ import logging
 import os
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from engine.facts import Fact
-from engine.core.incidents import ClosedIncident, Engine
 from engine.core.linefacts import ClusterContext, FileContext, Flood, HitConverter, StreamFacts, job_from_filename
 from engine.core.matching import MatcherSpec, Scanner
 from engine.rulebook.compile import CompiledRulebook
-from engine.store import Store
+
+if TYPE_CHECKING:  # imported where a replay runs: loading a scanner needs neither
+    from engine.core.incidents import ClosedIncident
+    from engine.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -214,6 +216,8 @@ def replay_inputs(
         f.count for f in {c[3] for c in collected if isinstance(c[3], Flood)}
     )
     result.hits += converter.progress_skipped  # matched, counted, left out by progress sampling
+    from engine.core.incidents import Engine
+
     engine = Engine(compiled, store, scheduler=scheduler, cluster=cluster, network=network)
     for at, _, _, item in collected:
         if isinstance(item, tuple):

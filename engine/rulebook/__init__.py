@@ -21,11 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from engine.rulebook.compile import CompiledRulebook, compile_rulebook
-from engine.rulebook.layer import layer
+from engine.rulebook import stored
+from engine.rulebook.compile import CompiledRulebook
 from engine.rulebook.model import Diagnostic, FileModel
-from engine.rulebook.schema import check_file
-from engine.rulebook.yamlmarks import Mark, load_marked
+from engine.rulebook.yamlmarks import Mark
 
 __all__ = [
     "load_rulebook",
@@ -105,31 +104,63 @@ def _display(path: Path) -> str:
 def load_rulebook(
     paths: Iterable[str | os.PathLike] = (), defaults: bool = True, overlays: Sequence[tuple[str, str]] = ()
 ) -> LoadResult:
-    """``overlays``: (name, YAML text) layers after the files (e.g. autonomy from recover.toml)."""
+    """``overlays``: (name, YAML text) layers after the files (e.g. autonomy from recover.toml).
+
+    A load of files and overlays that were all read cleanly is kept on disk (``stored``): the
+    next load of the same bytes by the same code and libraries is read back instead of built."""
     diags: list[Diagnostic] = []
     base = [] if defaults else fault_class_files() + policy_files()
     files = (default_rule_files() if defaults else base) + _expand(paths, diags)
+    read = [_read(path, _display(path)) for path in files]
+    k = None
+    if not diags and all(problem is None for _, _, problem in read):
+        k = stored.key([(name, text) for name, text, _ in read], overlays, defaults)
+        hit = stored.get(k)
+        if hit is not None:
+            return hit
+    result = _build(read, [path in base for path in files], overlays, diags)
+    if k is not None:
+        stored.put(k, result)
+    return result
+
+
+def _read(path: Path, name: str) -> tuple[str, str, Diagnostic | None]:
+    """(shown name, text, None) or (shown name, "", why it cannot be loaded)."""
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            return name, "", Diagnostic(Mark(name, 1, 1), "E-IO", f"file is larger than {MAX_FILE_BYTES // 2**20} MiB")
+        return name, path.read_bytes().decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        return name, "", Diagnostic(Mark(name, 1, 1), "E-IO", f"not UTF-8 text (byte {exc.start})")
+    except OSError as exc:
+        return name, "", Diagnostic(Mark(name, 0, 0), "E-IO", f"cannot read: {exc.strerror or exc}")
+
+
+def _build(
+    read: list[tuple[str, str, Diagnostic | None]],
+    in_base: list[bool],
+    overlays: Sequence[tuple[str, str]],
+    diags: list[Diagnostic],
+) -> LoadResult:
+    """``in_base``: per file, whether it is a shipped base file loaded under --no-defaults (its
+    plans are the policy's inherited defaults)."""
+    from engine.rulebook.compile import compile_rulebook
+    from engine.rulebook.layer import layer
+    from engine.rulebook.schema import check_file
+    from engine.rulebook.yamlmarks import load_marked
+
     models: list[FileModel] = []
     inherited: dict[str, tuple[str, ...]] = {}
-    for path in files:
-        name = _display(path)
-        try:
-            if path.stat().st_size > MAX_FILE_BYTES:
-                diags.append(Diagnostic(Mark(name, 1, 1), "E-IO", f"file is larger than {MAX_FILE_BYTES // 2**20} MiB"))
-                continue
-            text = path.read_bytes().decode("utf-8")
-        except UnicodeDecodeError as exc:
-            diags.append(Diagnostic(Mark(name, 1, 1), "E-IO", f"not UTF-8 text (byte {exc.start})"))
-            continue
-        except OSError as exc:
-            diags.append(Diagnostic(Mark(name, 0, 0), "E-IO", f"cannot read: {exc.strerror or exc}"))
+    for (name, text, problem), base in zip(read, in_base):
+        if problem is not None:
+            diags.append(problem)
             continue
         tree, problems = load_marked(text, name)
         diags.extend(Diagnostic(p.mark, p.code, p.message) for p in problems)
         model, file_diags = check_file(tree, name)
         diags.extend(file_diags)
         models.append(model)
-        if path in base:
+        if base:
             inherited.update({k: tuple(v) for k, v in dict(model.policy.get("plans") or {}).items()})
     for name, text in overlays:
         tree, problems = load_marked(text, name)
@@ -145,7 +176,7 @@ def load_rulebook(
     return LoadResult(
         None if has_errors else compiled,
         tuple(diags),
-        tuple(_display(f) for f in files) + tuple(name for name, _ in overlays),
+        tuple(name for name, _, _ in read) + tuple(name for name, _ in overlays),
     )
 
 

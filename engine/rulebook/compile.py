@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping, Sequence
-
-import jinja2
-from jinja2 import meta
-from jinja2.sandbox import SandboxedEnvironment
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from engine.rulebook.conditions import aliases_used, references, resolve
 from engine.rulebook.model import BUILTIN_FAULT_CLASSES, DECISIONS, Diagnostic, FaultClass, Rule, Rulebook, frozen
 from engine.rulebook.yamlmarks import Mark
+
+if TYPE_CHECKING:
+    import jinja2
+    from jinja2.sandbox import SandboxedEnvironment
 
 __all__ = ["CompiledRulebook", "Template", "compile_rulebook", "ACTION_VARS", "jinja_env"]
 
@@ -42,29 +42,56 @@ ACTION_VARS = frozenset(
 #: the node agents) and Slurm's own daemons; never a job's output, which its user writes
 NODE_CLAIM_SOURCES = frozenset({"kernel", "slurm"})
 
-_ENV = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
+_ENV: SandboxedEnvironment | None = None
 
 
 def jinja_env() -> SandboxedEnvironment:
+    """The one sandboxed Jinja environment (made on first use: a command that renders nothing,
+    with its rulebook read back from the cache, never imports Jinja)."""
+    global _ENV
+    if _ENV is None:
+        import jinja2
+        from jinja2.sandbox import SandboxedEnvironment
+
+        _ENV = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
     return _ENV
 
 
 class Template:
     """A string that may be a Jinja template; plain strings render to themselves for free."""
 
-    __slots__ = ("source", "_tmpl")
+    __slots__ = ("source", "_tmpl", "_jinja")
 
     def __init__(self, source: str, compiled: jinja2.Template | None):
         self.source = source
         self._tmpl = compiled
+        self._jinja = compiled is not None
 
     def render(self, variables: Mapping[str, Any]) -> str:
-        if self._tmpl is None:
-            return self.source
-        return self._tmpl.render(variables)
+        tmpl = self._tmpl
+        if tmpl is None:
+            if not self._jinja:
+                return self.source
+            tmpl = self._tmpl = jinja_env().from_string(self.source)
+        return tmpl.render(variables)
+
+    @property
+    def is_template(self) -> bool:
+        return self._jinja
+
+    def __reduce__(self):
+        return (_stored_template, (self.source, self._jinja))
 
     def __repr__(self) -> str:
         return f"Template({self.source!r})"
+
+
+def _stored_template(source: str, jinja: bool) -> Template:
+    """A Template read back from the rulebook cache (``stored``): checked and compiled when the
+    entry was built; compiled again, by the same Jinja, on first render."""
+    t = Template(source, None)
+    t._jinja = jinja
+    return t
 
 
 @dataclass(frozen=True)
@@ -113,8 +140,12 @@ def _compile_template(
 ) -> Template | None:
     if "{{" not in source and "{%" not in source and "{#" not in source:
         return Template(source, None)
+    import jinja2
+    from jinja2 import meta
+
+    env = jinja_env()
     try:
-        ast = _ENV.parse(source)
+        ast = env.parse(source)
         names = meta.find_undeclared_variables(ast)
         unknown = sorted(names - set(allowed))
         if unknown:
@@ -127,7 +158,7 @@ def _compile_template(
                 )
             )
             return None
-        return Template(source, _ENV.from_string(source))
+        return Template(source, env.from_string(source))
     except jinja2.TemplateSyntaxError as exc:
         diags.append(
             Diagnostic(
@@ -144,6 +175,8 @@ def compile_rulebook(
     --no-defaults as the policy's defaults (see ``engine.rulebook.policy_files``); a plan left as
     shipped may name an action such a rulebook does not define (the planner then says so for that
     incident), every other plan must name defined actions."""
+    from jinja2 import meta
+
     from engine.core.matching import check_pattern  # the scanner owns what a valid pattern is
 
     diags: list[Diagnostic] = []
@@ -265,7 +298,7 @@ def compile_rulebook(
             ok = ok and t is not None
             argv.append(t)
         if action.per == "job" and any(
-            t is not None and t._tmpl is not None and "node" in meta.find_undeclared_variables(_ENV.parse(t.source))
+            t is not None and t.is_template and "node" in meta.find_undeclared_variables(jinja_env().parse(t.source))
             for t in argv
         ):
             diags.append(

@@ -12,9 +12,10 @@ crossed the bound, instead of being built.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
+if TYPE_CHECKING:  # imported where YAML is parsed: a rulebook read back from the cache needs none
+    import yaml
 
 __all__ = ["Mark", "MDict", "MList", "load_marked", "YamlProblem", "mark_of"]
 
@@ -59,6 +60,8 @@ def _too_big(root: yaml.Node) -> yaml.Node | None:
     """The first node whose expansion (aliases counted each time) exceeds MAX_NODES, else None.
 
     Composed aliases are the same node object, so sizes are memoized by identity: linear time."""
+    import yaml
+
     sizes: dict[int, int] = {}
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
@@ -84,10 +87,14 @@ def _too_big(root: yaml.Node) -> yaml.Node | None:
 class _Builder:
     def __init__(self, path: str):
         self.path = path
+        import yaml
+
         self.problems: list[YamlProblem] = []
         self._scalar_loader = yaml.SafeLoader("")
 
     def build(self, node: yaml.Node) -> Any:
+        import yaml
+
         if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in _PLAIN_TAGS:
             self.problems.append(
                 YamlProblem(_mark(node, self.path), "E-YAML", f"YAML tag {node.tag!r} is not allowed in a rulebook")
@@ -140,15 +147,15 @@ class _Builder:
             return None
 
 
-# libyaml's composer is ~10x faster than PyYAML's and gives the same nodes and marks; a text it
-# refuses is parsed again by PyYAML, so that error messages stay those of one parser
-_FAST_LOADER = getattr(yaml, "CSafeLoader", None)
-
-
 def _compose(text: str) -> Any:
-    if _FAST_LOADER is not None:
+    import yaml
+
+    # libyaml's composer is ~10x faster than PyYAML's and gives the same nodes and marks; a text
+    # it refuses is parsed again by PyYAML, so that error messages stay those of one parser
+    fast = getattr(yaml, "CSafeLoader", None)
+    if fast is not None:
         try:
-            return yaml.compose(text, Loader=_FAST_LOADER)
+            return yaml.compose(text, Loader=fast)
         except (yaml.YAMLError, ValueError, TypeError):  # PyYAML's own loader words the error for the user
             pass
     return yaml.compose(text, Loader=yaml.SafeLoader)
@@ -156,6 +163,8 @@ def _compose(text: str) -> Any:
 
 def load_marked(text: str, path: str) -> tuple[Any, list[YamlProblem]]:
     """Parse one YAML document. Returns (tree or None, problems)."""
+    import yaml
+
     try:
         node = _compose(text)
     except yaml.MarkedYAMLError as exc:
