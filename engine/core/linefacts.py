@@ -361,20 +361,6 @@ class HitConverter:
             out = collapse.fast(self, index, m, groups, line, line_no, ctx, before, blank)
             if out is not _SLOW:
                 return cast("Fact | Flood | None", out)
-        return self._convert_full(index, m, groups, line, line_no, ctx, before)
-
-    def _convert_full(
-        self,
-        index: int,
-        m: Matcher,
-        groups: Mapping[str, str],
-        line: str,
-        line_no: int,
-        ctx: FileContext,
-        before: bytes | None,
-    ) -> "Fact | Flood | None":
-        """``convert`` without the shortcut (tried before, or not applicable)."""
-        collapse, blank = self.collapse, self.blank
         logged, at = self._when(line, ctx, before)
         dropped, refused = self.dropped_values, dict(self.refused) if self.refused else None
         attrs = self._typed(m, groups)

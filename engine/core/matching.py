@@ -97,12 +97,8 @@ class Hit:
         truncated: bool = False,
         blank: bytes | None = None,
     ):
-        self.matcher = matcher
-        self.line = line
-        self.line_no = line_no
-        self.offset = offset
-        self.truncated = truncated
-        self.blank = blank
+        self.matcher, self.line, self.line_no, self.offset = matcher, line, line_no, offset
+        self.truncated, self.blank = truncated, blank
         self._groups: dict[str, str] | None = {} if groups is None else groups
         self._c: _Compiled | None = None
         self._spans: Any = None
