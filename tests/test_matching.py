@@ -162,11 +162,18 @@ GROUP_SPECS = [MatcherSpec("msg", r"msg=(?P<m>\S+)(?: code=(?P<code>[0-9]+))?")]
         ([b"msg=caf\xc3", b"\xa9!\n"], {"m": "caf\u00e9!"}),  # chunk boundary inside a character
         ([b"msg=\xff\n"], {"m": "\ufffd"}),  # invalid utf-8 is replaced, never raised
         ([b"msg=a code=7\n"], {"m": "a", "code": "7"}),
+        ([b"x \xc3\xa9 msg=b\xc3\xa9 code=12\n"], {"m": "b\u00e9", "code": "12"}),  # spans after a non-ASCII byte
     ],
 )
 def test_groups(backend, chunks, groups):
     _, hits = run(GROUP_SPECS, chunks, backend)
     assert [h.groups for h in hits] == [groups]  # the unmatched group 'code' is omitted
+    # one group read alone (decoded on its own, before or after the others) says the same
+    _, again = run(GROUP_SPECS, chunks, backend)
+    assert [(h.group("m"), h.group("code"), h.group("nosuch")) for h in again] == [
+        (groups["m"], groups.get("code"), None)
+    ]
+    assert [h.groups for h in again] == [groups] and again == hits
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

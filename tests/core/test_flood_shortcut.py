@@ -197,6 +197,27 @@ def test_job_log_flood_with_context_lines_midway(compiled, monkeypatch):
     assert len(nccl) + sum(f[1] for f in final) == 40 * 16 * 2  # every warning line counted once
 
 
+def test_floods_of_one_shape_across_windows_and_interleaved_shapes(compiled, monkeypatch):
+    """The shortcut remembers which flood a shape belongs to until a new fact arrives: a shape
+    whose flood's window ended becomes a new fact (and flood), and interleaved shapes that look
+    alike but for a word or the status keep their own floods."""
+    lines = []
+    for i in range(240):
+        t = f"2026-03-02T08:{i // 2 // 60:02d}:{i // 2 % 60:02d}"  # 2 minutes: two FLOOD_WINDOWs
+        for status, word in (("IBV_WC_RETRY_EXC_ERR(12)", "completion"), ("IBV_WC_REM_ACCESS_ERR(10)", "completion")):
+            lines.append(
+                f"{t} gpu{i % 4:03d}:{100 + i}:{200 + i} [{i % 8}] transport/net_ib.cc:1696 NCCL WARN NET/IB : "
+                f"Got {word} from peer 10.0.{i % 4}.1<{i}> with status={status} opcode=0 len=0 vendor err 129"
+            )
+        if i % 50 == 0:
+            lines.append(f"{t} [rank3]: RuntimeError: CUDA error: an illegal memory access was encountered")
+    data = ("\n".join(lines) + "\n").encode()
+    items, final, *_ = _same(compiled, "/logs/train.log", data, "job", monkeypatch, chunk=3000)
+    facts = [dict(i[5]) for i in items if i[0] == "fact"]
+    ib = [f for f in facts if f["matcher"] == "nccl_ib_completion_error"]
+    assert len({f.get("ib_wc_status") for f in ib}) == 2 and len(ib) >= 4  # two statuses, each in two windows at least
+
+
 def test_job_log_under_a_scheduler_refuses_the_same_lines(compiled, monkeypatch):
     """With a scheduler, a node outside the job's allocation is refused line by line: the
     shortcut keys on the node there, so every refusal is still counted."""
