@@ -78,12 +78,14 @@ def test_a_second_load_is_read_back_and_equals_a_fresh_build(cache_dir, builds, 
 
 def test_a_changed_rulebook_file_is_never_served_stale(cache_dir, builds, tmp_path):
     site = tmp_path / "site.yaml"
-    site.write_text(SITE.format(pattern="frobnicator melted"))
-    assert [m.pattern for m in load_rulebook([site]).compiled.matchers if m.id == "site_thing"] == ["frobnicator melted"]
-    site.write_text(SITE.format(pattern="widget exploded"))
-    assert [m.pattern for m in load_rulebook([site]).compiled.matchers if m.id == "site_thing"] == ["widget exploded"]
-    site.write_text(SITE.format(pattern="frobnicator melted"))
-    assert [m.pattern for m in load_rulebook([site]).compiled.matchers if m.id == "site_thing"] == ["frobnicator melted"]
+
+    def loaded(pattern: str) -> list[str]:
+        site.write_text(SITE.format(pattern=pattern))
+        return [m.pattern for m in load_rulebook([site]).compiled.matchers if m.id == "site_thing"]
+
+    assert loaded("frobnicator melted") == ["frobnicator melted"]
+    assert loaded("widget exploded") == ["widget exploded"]
+    assert loaded("frobnicator melted") == ["frobnicator melted"]
     assert builds[0] == 2  # the first text again is read back
 
 
