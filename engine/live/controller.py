@@ -1,63 +1,50 @@
-"""The long-running controller behind ``recover run``.
+"""The long-running controller behind ``recover run``: it wires sources -> core -> actuator.
 
-One loop, one thread doing the work (watchdog and the metrics server have their own):
-followed files and the agents' spool are read as they change; each batch of lines is scanned,
-turned into facts and evaluated, and its effects (facts, firings, incidents) are committed in
-the same SQLite transaction as the new read offsets — so a kill -9 neither loses nor repeats a
-line. Time is wall time; the engine's timers (settle, for:, absent_for) advance every tick.
+One loop, one thread doing the work (watchdog, the scheduler poller and the metrics server have
+their own). Each ``step()`` reads the followed files and the agents' spool (``ingest``), asks the
+scheduler (``schedpoll``) and advances the engine's timers, all inside one ``Batch``: the
+effects (facts, firings, incidents) are committed in the same SQLite transaction as the new read
+offsets, so a kill -9 neither loses nor repeats a line; closed incidents are then recommended
+(monitor mode) or handed to the actuator. Time is wall time (``ingest.clock``).
 
-SIGTERM/SIGINT stop it within a second; SIGHUP or a changed rulebook file reloads the rulebook
-after validating it (an invalid one is reported and the old one kept).
+When the store refuses writes or a step fails unexpectedly, input pauses (``outage``) and memory
+is rebuilt from what the store committed once it takes writes again. SIGTERM/SIGINT stop it
+within a second; SIGHUP or a changed rulebook file reloads the rulebook after validating it
+(``reload``: an invalid one is reported and the old one kept). Gauges are refreshed every second
+(``metrics``).
+
+    controller = Controller(ControllerConfig(follow=["logs/*.out"], db="recover.db"), compiled)
+    controller.run()          # until SIGTERM; or startup() then step() in tests
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
-import math
 import os
 import signal
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from engine.facts import JOB_ACTIVE_STATES, Fact
 from engine.core.incidents import ClosedIncident, Engine
-from engine.core.linefacts import ClusterContext, FileContext, Flood, HitConverter, StreamFacts, job_from_filename
-from engine.core.matching import Scanner
-from engine.live.metrics import Metrics
-from engine.core.replay import matcher_specs, matchers_for
+from engine.core.linefacts import ClusterContext, HitConverter
+from engine.live.batch import STORE_ERRORS, Batch
+from engine.live.ingest import FileIngest, SpoolIngest, clock, set_job
+from engine.live.metrics import Gauges, LogLimiter, Metrics
+from engine.live.outage import StoreOutage
+from engine.live.reload import RulebookWatch
+from engine.live.schedpoll import SchedulerPoll
 from engine.rulebook import CompiledRulebook, load_rulebook
-from engine.sources.follow import Follower, Tailed
-from engine.store import Store, StoreError
+from engine.sources.follow import Follower
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Controller", "ControllerConfig"]
+__all__ = ["READY", "Controller", "ControllerConfig"]
 
-#: one transaction holds at most this many scanner hits, or this much work: a burst of matching
-#: lines is committed in pieces (each with its read offset), so a stop request is honoured within
-#: a fraction of a second and a kill -9 loses at most the piece in progress (read again later)
-BATCH_HITS = 500
-BATCH_SECONDS = 0.25
-#: resolution of the engine's clock (see _clock)
-CLOCK_STEP = 0.01
-#: while the store refuses writes, try again this often
-STORE_RETRY_S = 1.0
-#: errors of the same kind are logged at most this often
-LOG_EVERY_S = 30.0
-
-_STORE_ERRORS = (StoreError, sqlite3.Error)
-
-
-def _clock() -> float:
-    """Engine time, live: wall time in steps of CLOCK_STEP. Every fact is stamped on arrival;
-    with a new time for each fact the engine would run its timers (every open incident, every
-    tracked job attempt) once per fact; in steps, at most 1/CLOCK_STEP times a second."""
-    return math.floor(time.time() / CLOCK_STEP) * CLOCK_STEP
+#: the line the controller logs once it reads its input (whoever starts it waits for it)
+READY = "recover run: mode="
 
 
 def _raise_nofile_limit() -> None:
@@ -72,17 +59,6 @@ def _raise_nofile_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
     except (ImportError, ValueError, OSError) as exc:
         logger.info("could not raise the open-file limit: %s", exc)
-
-
-def _describe(exc: BaseException) -> str:
-    """The error and what caused it (a failed ROLLBACK can hide the real cause, e.g. a full disk)."""
-    parts, seen = [], set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen and len(parts) < 3:
-        seen.add(id(e))
-        parts.append(str(e) or type(e).__name__)
-        e = e.__cause__ or e.__context__
-    return "; after: ".join(parts)
 
 
 @dataclass
@@ -108,6 +84,8 @@ class ControllerConfig:
 
 class Controller:
     def __init__(self, config: ControllerConfig, compiled: CompiledRulebook):
+        from engine.store import Store
+
         self.cfg = config
         self.compiled = compiled
         if config.from_start and not config.dry_run:
@@ -121,6 +99,7 @@ class Controller:
             scheduled = config.adapter is not None or config.scheduler not in ("none", "", None)
             self.store.set_meta("context_source", "scheduler" if scheduled else "logs")
         self.metrics = Metrics(config.metrics_port)
+        self.limiter = LogLimiter()
         self.cluster = ClusterContext()
         self.stop_event = threading.Event()
         self.reload_requested = threading.Event()
@@ -133,9 +112,6 @@ class Controller:
         self.actuator = None
         if not config.dry_run and config.actuator_factory is not None:
             self.actuator = config.actuator_factory(self)
-        self._closed_pending: list[ClosedIncident] = []
-        self.engine = self._new_engine(compiled)
-        self.engine.resume()
         self.follower = Follower(
             list(config.follow),
             poll=config.poll,
@@ -144,44 +120,68 @@ class Controller:
             heads=self.store.offset_heads(),
             start_at_end=self.skip_existing,
         )
-        self.spool = None
+        self.batch = Batch(self.store, self.follower, self.metrics, self.limiter, on_commit=self._announce)
+        self.files = FileIngest(
+            self.cluster, self.batch, self.metrics, self.limiter, self.stop_event, scheduled=self.adapter is not None
+        )
+        self.engine = self._new_engine(compiled)
+        self.engine.resume()
+        self.spool_in: SpoolIngest | None = None
         if config.spool:
-            self.spool = self._new_spool_reader()
+            # without a scheduler there is no other word on which job ran on a node
+            self.spool_in = SpoolIngest(
+                config.spool, self.store, self.batch, self.metrics, self.limiter, trust_job_claims=self.adapter is None
+            )
             if self.skip_existing:
-                self.spool.skip_to_end()
-        self._rule_mtimes = self._rulebook_mtimes()
-        self._last_sched = 0.0
-        # the last job states seen, kept in the store: a job that ended while the controller was
-        # down is still noticed, while the history a fresh database finds is not acted on
-        self._job_states, self._states_known = self._saved_job_states()
-        self._node_states: dict[str, tuple] = {}
-        # the transaction in progress (see _tx_begin/_tx_commit) and what it holds
-        self._tx = None
-        self._tx_started = 0.0
-        self._tx_hits = 0
-        self._tx_files: dict[str, Tailed] = {}
-        self._tx_lines = 0
-        self._tx_facts = 0
-        self._tx_latency: list[float] = []
-        self._tx_spool: dict | None = None
-        self._tx_garbage = 0
-        # store outage
-        self._store_down_since: float | None = None
-        self._store_retry_at = 0.0
-        self._last_logged: dict[str, float] = {}
-        # rates and counters mirrored into metrics
-        self._n_lines = 0
-        self._n_facts = 0
-        self._rate_mark = (time.monotonic(), 0, 0)
-        self._follower_stats: dict[str, int] = {}
-        self._spool_garbage = self.spool.stats.get("garbage", 0) if self.spool else 0
-        self._tx_spool_last = dict(self.spool.offsets) if self.spool else None
-        self._failures = 0  # unexpected errors in a row
-        self._sched_ok = False
-        self._poller = None  # started by run() after startup(); step() alone polls inline (tests)
-        self._resync_reason: str | None = None
+                self.spool_in.skip_to_end()
+        self.sched: SchedulerPoll | None = None
+        if self.adapter is not None:
+            self.sched = SchedulerPoll(
+                self.adapter,
+                config.scheduler,
+                self.store,
+                self.batch,
+                self.metrics,
+                self.limiter,
+                self.cluster,
+                follow_job=self._follow_job_log,
+                interval=config.scheduler_interval,
+                startup_wait=config.scheduler_startup_wait,
+                on_available=self._scheduler_available,
+            )
+        # the loader is looked up when called (a test replaces this module's load_rulebook)
+        self.rulebook = RulebookWatch(
+            config.rules,
+            config.defaults,
+            self.metrics,
+            load=lambda: load_rulebook(self.cfg.rules, defaults=self.cfg.defaults, overlays=self.cfg.overlays),
+        )
+        self.outage = StoreOutage(self.store.path, self.metrics, self.limiter)
+        self.gauges = Gauges(self.metrics)
         self.lost_reason: str | None = None
-        self._refused_seen: dict[str, int] = {}
+
+    # -- what tests and tools look at ----------------------------------------------------------
+    @property
+    def converter(self) -> HitConverter:
+        return self.files.converter
+
+    @property
+    def spool(self):
+        """The spool reader (its stats), or None without a spool."""
+        return self.spool_in.reader if self.spool_in is not None else None
+
+    @property
+    def _failures(self) -> int:
+        return self.outage.failures
+
+    def _tx_begin(self) -> None:
+        self.batch.begin()
+
+    def _tx_commit(self) -> None:
+        self.batch.commit()
+
+    def _tx_abort(self, exc: BaseException | None = None) -> None:
+        self.batch.abort(exc)
 
     # -- setup -----------------------------------------------------------------------------
     def _identity_of_db(self) -> tuple[int, int] | None:
@@ -208,29 +208,18 @@ class Controller:
     def startup(self) -> None:
         """Scheduler state first (which jobs run where, the job logs it names), then the spool and
         the logs: a Xid read in the first moments after a restart finds its job."""
-        if self.adapter is not None:
-            deadline = time.monotonic() + max(0.0, self.cfg.scheduler_startup_wait)
-            while not self.stop_event.is_set():
-                self._last_sched = float("-inf")
-                if self._first_poll():
-                    break
-                if time.monotonic() >= deadline:
-                    logger.error(
-                        "scheduler did not answer within %.0f s of startup: reading input without its state "
-                        "(facts of nodes have no job until it answers)",
-                        self.cfg.scheduler_startup_wait,
-                    )
-                    break
-                self.stop_event.wait(1.0)
+        if self.sched is not None:
+            self.sched.wait_first_answer(self.stop_event, self._first_poll)
         self.follower.start()
         self.follower.start_at_end = False  # files that appear from now on are new: read from their start
 
     def _first_poll(self) -> bool:
+        assert self.sched is not None
         try:
-            self._poll_scheduler(_clock())
-            ok = self._sched_ok
-            self._tx_commit()
-        except _STORE_ERRORS as exc:
+            self.sched.poll(clock(), self.engine)
+            ok = self.sched.ok
+            self.batch.commit()
+        except STORE_ERRORS as exc:
             self._store_failed(exc)
             return True  # the store outage path takes over
         return ok
@@ -242,89 +231,11 @@ class Controller:
             scheduler=self._template_scheduler(),
             mode=self.mode,
             cluster=self.cluster,
-            on_close=self._on_close,
+            on_close=self.batch.closed,
         )
         # only once the engine exists (a rulebook the Rete refuses leaves everything as it was)
-        self.converter = HitConverter(list(compiled.matchers), self.cluster, clock=_clock)
-        self.converter.scheduler = self.adapter is not None  # only the scheduler says which job runs where
-        self.specs = matcher_specs(compiled)
-        self.index_maps = {src: matchers_for(compiled, src) for src in ("job", "kernel", "slurm", "any")}
-        self._scanner_templates: dict[str, Scanner] = {}
+        self.files.use(compiled)
         return engine
-
-    def _new_spool_reader(self):
-        from engine.sources.spool import SpoolReader
-
-        saved = self._load_meta("spool_offsets") or {}
-        # without a scheduler there is no other word on which job ran on a node
-        return SpoolReader(
-            self.cfg.spool, {k: tuple(v) for k, v in saved.items()}, trust_job_claims=self.adapter is None
-        )
-
-    def _on_new_file(self, t: Tailed) -> None:
-        job = t.meta.get("job") or job_from_filename(os.path.basename(t.path))
-        source = t.meta.get("source", "job")
-        t.meta["ctx"] = FileContext(path=t.path, source=source, job=job, attempt=t.meta.get("attempt"))
-        t.meta["committed"] = (t.inode, t.offset, t.line_no)
-        self._reset_scanner(t)
-
-    def _scanner_for(self, source: str) -> Scanner:
-        """A fresh scanner for one file. Compiling the patterns (a hyperscan database: ~0.2 s for
-        25 patterns) is done once per source kind and rulebook; each file gets a shallow copy that
-        shares the compiled databases and has its own stream state (set by reset()). A Scanner is
-        not thread-safe, and neither are these copies: all of them are used by this one thread."""
-        tmpl = self._scanner_templates.get(source)
-        if tmpl is None:
-            tmpl = self._scanner_templates[source] = Scanner([self.specs[i] for i in self.index_maps[source]])
-        scanner = copy.copy(tmpl)
-        scanner.lines_seen = scanner.long_lines_cut = scanner.bytes_seen = 0
-        scanner.reset(0, 0)
-        return scanner
-
-    def _reset_scanner(self, t: Tailed) -> None:
-        source = t.meta.get("source", "job")
-        source = "job" if source not in self.index_maps else source
-        index_map = self.index_maps[source]
-        scanner = self._scanner_for(source)
-        scanner.reset(t.offset, t.line_no)
-        t.meta["scanner"] = scanner
-        t.meta["index_map"] = index_map
-        t.meta["long_lines"] = 0
-
-    def _rulebook_mtimes(self) -> dict[str, float]:
-        from engine.rulebook import default_rule_files
-
-        paths = [str(p) for p in (default_rule_files() if self.cfg.defaults else [])]
-        for p in self.cfg.rules:
-            if os.path.isdir(p):
-                try:
-                    paths += [os.path.join(p, f) for f in sorted(os.listdir(p)) if f.endswith((".yaml", ".yml"))]
-                except OSError:
-                    paths.append(p)
-            else:
-                paths.append(p)
-        out = {}
-        for p in paths:
-            try:
-                st = os.stat(p)
-                out[p] = (st.st_mtime_ns, st.st_size, st.st_ino)
-            except OSError:
-                out[p] = -1.0
-        return out
-
-    @staticmethod
-    def _head_of(t: Tailed) -> str | None:
-        """The fingerprint of the followed file's first bytes, taken once per inode (and again while
-        the file is still shorter than the fingerprint's span)."""
-        from engine.sources.files import HEAD_BYTES, file_head
-
-        cached = t.meta.get("head")
-        if cached is not None and cached[0] == t.inode and cached[1].startswith(f"{HEAD_BYTES}:"):
-            return cached[1]  # a full-length fingerprint of this inode never changes
-        head = file_head(t.path)
-        if head is not None:
-            t.meta["head"] = (t.inode, head)
-        return head
 
     def _template_scheduler(self) -> str:
         """Whose command templates to render: the adapter may speak another's (the simulation speaks Slurm)."""
@@ -333,460 +244,90 @@ class Controller:
             return str(speaks)
         return self.cfg.scheduler if self.cfg.scheduler not in ("none", "", None) else "slurm"
 
-    def _saved_job_states(self) -> tuple[dict[str, tuple], bool]:
-        saved = self._load_meta("job_states")
-        if not isinstance(saved, dict):
-            return {}, False
-        out = {}
-        for k, v in saved.items():
-            try:
-                out[str(k)] = (v[0], int(v[1]), tuple(v[2]), v[3])
-            except (TypeError, ValueError, IndexError):
-                continue
-        return out, True
+    # -- wiring between the parts --------------------------------------------------------------
+    def _on_new_file(self, t) -> None:
+        self.files.on_new_file(t)
 
-    def _load_meta(self, key: str) -> Any:
-        row = self.store._exec("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return json.loads(row[0]) if row else None
+    def _follow_job_log(self, path: str, job: str, attempt: int, nodes: Sequence[str]) -> None:
+        """A running job's log, named by the scheduler: followed, as that attempt's, on its nodes."""
+        t = self.follower.add(path, {"job": job, "attempt": attempt, "source": "job"})
+        set_job(t, job, attempt, nodes)
 
-    def _save_meta(self, key: str, value: Any) -> None:
-        self.store._exec(
-            "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            (key, json.dumps(value)),
-        )
+    def _scheduler_available(self, available: bool) -> None:
+        if self.actuator is not None and hasattr(self.actuator, "available"):
+            self.actuator.available = available  # actions wait while it does not answer
 
-    def _log_every_ok(self, key: str) -> bool:
-        now = time.monotonic()
-        if now - self._last_logged.get(key, -LOG_EVERY_S) >= LOG_EVERY_S:
-            self._last_logged[key] = now
-            return True
-        return False
-
-    def _log_every(self, key: str, level: int, msg: str, *args: Any) -> None:
-        """Log, but the same kind of problem at most once per LOG_EVERY_S."""
-        if self._log_every_ok(key):
-            logger.log(level, msg, *args)
-
-    # -- reactions -------------------------------------------------------------------------
-    def _on_close(self, closed: ClosedIncident) -> None:
-        # announced once its transaction is committed (a rolled back close is done again later)
-        self._closed_pending.append(closed)
-
-    def _announce(self) -> None:
-        pending, self._closed_pending = self._closed_pending, []
+    def _announce(self, closed: list[ClosedIncident]) -> None:
+        """Incidents closed in a committed transaction: recommended (monitor mode) or acted on."""
         self.engine.closed.clear()  # the engine keeps them for replay; a live controller must not
-        for closed in pending:
-            d = closed.decision
+        for c in closed:
+            d = c.decision
             self.metrics.incidents.labels(fault_class=d.fault_class, decision=d.decision).inc()
             if self.mode == "recommend":
-                if not closed.plan:
+                if not c.plan:
                     logger.warning(
                         "incident %s job=%s attempt=%s fault=%s decision=%s nodes=%s: no command",
-                        closed.id,
-                        closed.job,
-                        closed.attempt,
+                        c.id,
+                        c.job,
+                        c.attempt,
                         d.fault_class,
                         d.decision,
                         ",".join(d.nodes) or "-",
                     )
-                for p in closed.plan:
+                for p in c.plan:
                     logger.warning(
                         "recommend incident=%s job=%s fault=%s decision=%s action=%s cmd=%s",
-                        closed.id,
-                        closed.job,
+                        c.id,
+                        c.job,
                         d.fault_class,
                         d.decision,
                         p.name,
                         json.dumps(list(p.argv)),
                     )
             elif self.actuator is not None:
-                self.actuator.submit(closed)
+                self.actuator.submit(c)
 
     def reload(self) -> bool:
-        self._rule_mtimes = self._rulebook_mtimes()
-        try:
-            result = load_rulebook(self.cfg.rules, defaults=self.cfg.defaults, overlays=self.cfg.overlays)
-        except Exception as exc:  # a loader bug must not stop the service either
-            logger.error("rulebook reload rejected, keeping the current rulebook: %s", exc)
-            self.metrics.reloads.labels(result="rejected").inc()
+        compiled = self.rulebook.load()
+        if compiled is None:
             return False
-        if not result.ok:
-            logger.error("rulebook reload rejected, keeping the current rulebook: %d error(s)", len(result.errors))
-            for d in result.errors:
-                logger.error("rulebook reload rejected: %s", d)
-            self.metrics.reloads.labels(result="rejected").inc()
-            return False
-        self._tx_commit()  # nothing is in flight between steps; to be sure
+        self.batch.commit()  # nothing is in flight between steps; to be sure
         try:
-            engine = self._new_engine(result.compiled)
+            engine = self._new_engine(compiled)
             engine.resume()
         except Exception as exc:
             logger.error("rulebook reload rejected, keeping the current rulebook: the rule engine refused it: %s", exc)
-            self.metrics.reloads.labels(result="rejected").inc()
+            self.rulebook.rejected()
             return False
-        self.compiled = result.compiled
+        self.compiled = compiled
         old, self.engine = self.engine, engine
         old.session.close()  # its facts' memory is reused; the ruleset itself is shared when unchanged
         if self.actuator is not None and hasattr(self.actuator, "compiled"):
-            self.actuator.compiled = result.compiled  # it renders and verifies with the rulebook's actions
+            self.actuator.compiled = compiled  # it renders and verifies with the rulebook's actions
         for t in list(self.follower.files.values()):
             self.follower.rewind(t)  # new scanners, from the consumed position (a partial line is read again)
-        self.metrics.reloads.labels(result="ok").inc()
-        logger.warning(
-            "rulebook reloaded: %d rules, %d matchers", len(result.compiled.rules), len(result.compiled.matchers)
-        )
+        self.rulebook.accepted(compiled)
         return True
-
-    # -- transactions ------------------------------------------------------------------------
-    def _tx_begin(self) -> None:
-        if self._tx is None:
-            tx = self.store.transaction()
-            tx.__enter__()
-            self._tx = tx
-            self._tx_started = time.monotonic()
-            self._tx_hits = 0
-
-    def _tx_full(self) -> bool:
-        return self._tx is not None and (
-            self._tx_hits >= BATCH_HITS or time.monotonic() - self._tx_started >= BATCH_SECONDS
-        )
-
-    def _tx_commit(self) -> None:
-        """Commit facts, incidents and the read offsets of the files they came from, together."""
-        if self._tx is None:
-            return
-        tx = self._tx
-        # every followed file whose position moved since its last commit (read, rotated, handed a
-        # rotated file's position, truncated): saved with the facts those bytes produced
-        self._tx_files = {
-            p: t for p, t in self.follower.files.items() if t.meta.get("committed") != (t.inode, t.offset, t.line_no)
-        }
-        try:
-            for t in self._tx_files.values():
-                self.store.save_offset(t.path, t.inode, t.offset, t.line_no, self._head_of(t))
-            if self._tx_spool is not None:
-                self._save_meta("spool_offsets", self._tx_spool)
-        except BaseException as exc:
-            self._tx_abort(exc)
-            raise
-        self._tx = None
-        try:
-            tx.__exit__(None, None, None)
-        except BaseException:
-            self._tx_discard()
-            raise
-        now = time.time()
-        for t in self._tx_files.values():
-            t.meta["committed"] = (t.inode, t.offset, t.line_no)
-        if self._tx_lines:
-            self.metrics.lines.inc(self._tx_lines)
-        if self._tx_facts:
-            self.metrics.facts.inc(self._tx_facts)
-        self._n_lines += self._tx_lines
-        self._n_facts += self._tx_facts
-        for start in self._tx_latency:
-            self.metrics.latency.observe(max(0.0, now - start))
-        if self._tx_garbage:
-            self.metrics.source_errors.labels(kind="spool", reason="garbage").inc(self._tx_garbage)
-        self._tx_discard()
-        self._announce()
-
-    def _tx_discard(self) -> None:
-        self._tx_files = {}
-        self._tx_lines = self._tx_facts = self._tx_garbage = 0
-        self._tx_latency = []
-        self._tx_spool = None
-
-    def _tx_abort(self, exc: BaseException | None = None) -> None:
-        tx, self._tx = self._tx, None
-        self._tx_discard()
-        self._closed_pending.clear()
-        if tx is not None:
-            try:
-                tx.__exit__(type(exc) if exc else RuntimeError, exc, None)
-            except Exception as e:  # e.g. the rollback itself failed: SQLite already rolled back
-                logger.debug("rollback: %s", e)
-
-    # -- one batch -------------------------------------------------------------------------
-    def _process_file_data(self, t: Tailed, data: bytes) -> bool:
-        """Scan what was read, ingest the facts and record the new position, inside the current
-        transaction (committed in pieces when a burst of hits fills it). False when it stopped
-        early because the controller is stopping."""
-        if t.meta.pop("reset", False) or "scanner" not in t.meta:
-            self._reset_scanner(t)
-        scanner: Scanner = t.meta["scanner"]
-        ctx: FileContext = t.meta["ctx"]
-        index_map = t.meta["index_map"]
-        stream = t.meta.get("stream")
-        if stream is None or stream.scanner is not scanner or stream.ctx is not ctx:
-            stream = t.meta["stream"] = StreamFacts(scanner, self.converter, ctx, index_map)
-        if data:
-            hits = stream.scan(data)  # converted one by one below: a stop can come between lines
-            end = scanner.position
-            lines = data.count(b"\n")
-        else:  # the old inode is finished: its last partial line counts; the next file starts at 0
-            before = scanner.position
-            hits = stream.scan_end()
-            lines = scanner.position[1] - before[1]
-            # where the old file ends, if it lives on renamed: a partial last line was judged now;
-            # what may still be appended to it there gets that line's number again
-            t.meta["eof_position"] = (scanner.position[0], before[1])
-            end = (0, 0)
-            t.meta["reset"] = True
-        cut = scanner.long_lines_cut - t.meta.get("long_lines", 0)
-        if cut > 0:
-            t.meta["long_lines"] = scanner.long_lines_cut
-            self.metrics.source_errors.labels(kind="file", reason="long_line").inc(cut)
-            self._log_every(
-                "long:" + t.path,
-                logging.WARNING,
-                "%s: %d line(s) longer than %d bytes cut (their head is still scanned)",
-                t.path,
-                cut,
-                scanner.max_line,
-            )
-        i, n = 0, len(hits)
-        while True:
-            self._tx_begin()
-            opened_before = self.engine.stats["incidents"]
-            j = i
-            while j < n:
-                line_no = hits[j].line_no
-                while j < n and hits[j].line_no == line_no:  # all hits of one line go together
-                    hit = hits[j]
-                    try:
-                        item = stream.item(hit)
-                        if isinstance(item, Flood):  # repeats of an earlier fact: counted, not asserted
-                            self.engine.flooded(item)
-                        elif item is not None:
-                            self.engine.ingest(item)
-                            self._tx_facts += 1
-                    except _STORE_ERRORS:
-                        raise  # the store's trouble, not this line's: input pauses (see _store_failed)
-                    except Exception as exc:  # this line alone is poison: set it aside, go on
-                        self._quarantine("line", f"{t.path}:{hit.line_no}", hit.line.decode("utf-8", "replace"), exc)
-                    j += 1
-                    self._tx_hits += 1
-                if j < n and (self._tx_full() or self.stop_event.is_set()):
-                    break
-            for flood in stream.grown():  # repeats after a flood's first one in this piece
-                self.engine.flooded(flood)
-            opened = self.engine.stats["incidents"] - opened_before
-            if opened > 0:
-                self._tx_latency += [self._written_at(t)] * opened
-            if j >= n:
-                t.offset, t.line_no = end
-                self._tx_lines += lines
-                return True
-            # a piece of a burst: commit up to the end of the last line ingested
-            last = hits[j - 1]
-            t.offset, t.line_no = self._line_end(t, data, last.offset), last.line_no
-            self._tx_commit()
-            if self.stop_event.is_set():
-                self.follower.rewind(t)  # the rest of this read is read again (after a restart)
-                return False
-            i = j
-
-    @staticmethod
-    def _written_at(t: Tailed) -> float:
-        """When the bytes that opened an incident were written, at the latest: the file's mtime
-        (its last write; for the detection latency metric), or when they were read if earlier."""
-        try:
-            return min(t.read_at, os.fstat(t.fh.fileno()).st_mtime) if t.fh is not None else t.read_at
-        except OSError:
-            return t.read_at
-
-    @staticmethod
-    def _line_end(t: Tailed, data: bytes, offset: int) -> int:
-        """File offset just past the newline that ends the line that starts at ``offset``."""
-        k = offset - t.read_pos
-        nl = data.find(b"\n", max(0, k))
-        return t.read_pos + nl + 1
-
-    def _process_spool(self) -> None:
-        if self.spool is None:
-            return
-        try:
-            facts = self.spool.read(max_bytes=4 << 20)
-            self.metrics.source_health.labels(source="spool").set(1 if os.path.isdir(self.cfg.spool) else 0)
-        except OSError as exc:
-            self.metrics.source_health.labels(source="spool").set(0)
-            self._log_every("spool", logging.WARNING, "spool %s: read failed: %s", self.cfg.spool, exc)
-            return
-        for key, reason in (
-            ("refused_node", "spool_other_node"),
-            ("refused_kind", "spool_scheduler_kind"),
-            ("not_regular", "not_regular_file"),
-        ):
-            seen = self.spool.stats.get(key, 0)
-            d = seen - self._refused_seen.get(key, 0)
-            if d > 0:
-                self.metrics.refused.labels(reason=reason).inc(d)
-                self._refused_seen[key] = seen
-        garbage = self.spool.stats.get("garbage", 0)
-        new_garbage = garbage - self._spool_garbage
-        if not facts and not new_garbage and self.spool.offsets == self._tx_spool_last:
-            return
-        self._tx_begin()
-        for f in facts:
-            try:
-                self.engine.ingest(f)  # the engine gives a node's fact the job running there
-                self._tx_facts += 1
-            except _STORE_ERRORS:
-                raise
-            except Exception as exc:  # this fact alone is poison
-                self._quarantine("spool", f"spool:{f.origin}", f.to_json(), exc)
-        offsets = {k: list(v) for k, v in self.spool.offsets.items()}
-        self._tx_spool = offsets
-        self._tx_spool_last = dict(self.spool.offsets)
-        if new_garbage > 0:
-            self._spool_garbage = garbage
-            self._tx_garbage += new_garbage
-            self.metrics.spool_garbage.set(garbage)
-            self._log_every(
-                "spool-garbage",
-                logging.WARNING,
-                "spool %s: %d line(s) skipped that are not facts (garbage, truncated or too long JSON); %d so far",
-                self.cfg.spool,
-                new_garbage,
-                garbage,
-            )
-
-    def _poll_scheduler(self, now: float) -> None:
-        if self.adapter is None:
-            return
-        if self._poller is not None:  # `recover run`: polled on its own thread, never blocking this loop
-            snap = self._poller.take()
-            self.metrics.source_health.labels(source="scheduler").set(1 if self._poller.available else 0)
-            if self.actuator is not None and hasattr(self.actuator, "available"):
-                self.actuator.available = self._poller.available  # actions wait while it does not answer
-            if snap is None:
-                return
-            jobs, nodes = snap.jobs, snap.nodes
-            self._sched_ok = True
-        else:
-            if now - self._last_sched < self.cfg.scheduler_interval:
-                return
-            self._last_sched = now
-            self._sched_ok = False
-            try:
-                jobs = self.adapter.jobs()
-                nodes = self.adapter.nodes()
-                self.metrics.source_health.labels(source="scheduler").set(1)
-                self._sched_ok = True
-            except Exception as exc:
-                self.metrics.source_health.labels(source="scheduler").set(0)
-                self._log_every("scheduler", logging.WARNING, "scheduler poll failed: %s", exc)
-                return
-        self._tx_begin()
-        states_changed = False
-        # nodes first: a node that died is seen while its job is still assigned to it
-        first_poll = not self._node_states
-        for n in nodes:
-            state = (n.state, n.flags, n.reason)
-            if self._node_states.get(n.name) != state:
-                self._node_states[n.name] = state
-                if first_poll:  # how nodes were when we started is state to know, not an event to act on
-                    self.engine.node_states[n.name] = {"state": n.state, "drained": n.drained, "down": n.down}
-                    continue
-                self.engine.ingest(
-                    Fact.make(
-                        "node",
-                        {
-                            "node": n.name,
-                            "state": n.state,
-                            "flags": list(n.flags),
-                            "reason": n.reason or "",
-                            "drained": n.drained,
-                            "down": n.down,
-                        },
-                        now,
-                        f"{self.cfg.scheduler}:nodes",
-                    )
-                )
-        for j in jobs:
-            state = (j.state, j.attempt, tuple(j.nodes), j.reason or "")
-            if j.state == "RUNNING":
-                self.cluster.assign(j.job_id, j.attempt, j.nodes, now)
-                for path in {j.stdout, j.stderr} - {None, ""}:
-                    t = self.follower.add(path, {"job": j.job_id, "attempt": j.attempt, "source": "job"})
-                    ctx = t.meta.get("ctx")
-                    if ctx is not None and (ctx.job != j.job_id or ctx.attempt != j.attempt):
-                        ctx.job, ctx.attempt = j.job_id, j.attempt
-                    if ctx is not None:
-                        ctx.nodes = set(j.nodes)
-            if self._job_states.get(j.job_id) != state:
-                first_time = j.job_id not in self._job_states
-                self._job_states[j.job_id] = state
-                states_changed = True
-                if first_time and not self._states_known and j.state not in JOB_ACTIVE_STATES | {"PENDING"}:
-                    continue  # it ended before this controller ever watched: history, not an event
-                attrs = {
-                    "job": j.job_id,
-                    "attempt": j.attempt,
-                    "state": j.state,
-                    "reason": j.reason or "",
-                    "nodes": list(j.nodes),
-                }
-                if j.exit_code is not None:
-                    attrs["exit_code"] = j.exit_code
-                self.engine.ingest(Fact.make("job", attrs, now, f"{self.cfg.scheduler}:jobs"))
-        self._states_known = True
-        if states_changed:
-            self._save_meta("job_states", {k: [v[0], v[1], list(v[2]), v[3]] for k, v in self._job_states.items()})
-
-    def _quarantine(self, kind: str, origin: str, text: str, exc: BaseException) -> None:
-        """One input whose handling raised: kept in the store with its error (``recover incidents
-        --errors``), counted, logged (rate-limited); the batch it came in goes on without it."""
-        error = f"{type(exc).__name__}: {exc}"
-        self.metrics.quarantined.labels(kind=kind).inc()
-        self._log_every(
-            "quarantine", logging.ERROR, "%s: input set aside (quarantined), the rest goes on: %s", origin, error
-        )
-        logger.debug("quarantined %s", origin, exc_info=exc)
-        self.store.quarantine(origin, text, error)
 
     # -- the store refusing writes -----------------------------------------------------------
     def _store_failed(self, exc: BaseException) -> None:
-        self._tx_abort(exc)
-        self.metrics.store_errors.inc()
-        self.metrics.store_healthy.set(0)
-        self._resync_reason = None
-        if self._store_down_since is None:
-            self._store_down_since = time.time()
-            logger.error(
-                "incident store %s refused a write (%s): input paused; nothing is lost, reading resumes "
-                "from the last committed positions once it accepts writes again",
-                self.store.path,
-                _describe(exc),
-            )
-        else:
-            self._log_every(
-                "store-down",
-                logging.ERROR,
-                "incident store %s still refuses writes (%s), down for %.0f s",
-                self.store.path,
-                _describe(exc),
-                time.time() - self._store_down_since,
-            )
-        self._store_retry_at = time.monotonic() + STORE_RETRY_S
+        self.batch.abort(exc)
+        self.outage.failed(exc)
 
     def _store_recover(self) -> bool:
         """Probe the store; when it takes writes again, rebuild what lived in memory only from
         what it has committed (open incidents, read positions) and read again from there."""
-        if time.monotonic() < self._store_retry_at:
+        if not self.outage.due():
             return False
         try:
             with self.store.transaction():
-                self._save_meta("alive", time.time())
+                self.store.set_meta("alive", json.dumps(time.time()))
             committed = self.store.offsets()
-        except _STORE_ERRORS as exc:
+        except STORE_ERRORS as exc:
             self._store_failed(exc)
             return False
-        down = time.time() - (self._store_down_since or time.time())
-        self._store_down_since = None
-        self.metrics.store_healthy.set(1)
-        self._closed_pending.clear()
+        why = self.outage.recovered()
+        self.batch.abort()  # incidents closed in a rolled back transaction are not announced
         old, self.engine = self.engine, self._new_engine(self.compiled)
         old.session.close()
         self.engine.resume()
@@ -795,17 +336,11 @@ class Controller:
             t.inode, t.offset, t.line_no = inode, offset, line_no
             t.meta["committed"] = (inode, offset, line_no)
             self.follower.rewind(t)
-        if self.spool is not None:
-            self.spool = self._new_spool_reader()
-            self._spool_garbage = self.spool.stats.get("garbage", 0)
-            self._tx_spool_last = dict(self.spool.offsets)
-        self._job_states, self._states_known = self._saved_job_states()
-        self._node_states.clear()
-        logger.warning(
-            "%s: reading again from the last committed positions",
-            self._resync_reason or f"incident store {self.store.path} accepts writes again after {down:.1f} s",
-        )
-        self._resync_reason = None
+        if self.spool_in is not None:
+            self.spool_in.reopen()
+        if self.sched is not None:
+            self.sched.restore()
+        logger.warning("%s: reading again from the last committed positions", why)
         return True
 
     # -- the loop ----------------------------------------------------------------------------
@@ -813,7 +348,7 @@ class Controller:
         """One pass: read what changed, advance time. The loop calls it every tick."""
         lost = self.db_lost()
         if lost is not None:
-            self._tx_abort(None)
+            self.batch.abort()
             logger.critical(
                 "%s: stopping; nothing more is read or done (a new database would replay the past "
                 "as the present). Restore it, or start again on a new one (it reads from the files' end)",
@@ -822,74 +357,48 @@ class Controller:
             self.lost_reason = lost
             self.stop_event.set()
             return
-        if self._store_down_since is not None and not self._store_recover():
+        if self.outage.down and not self._store_recover():
             return
         try:
             gen = self.follower.read_ready()
             try:
                 for t, data in gen:
-                    if not self._process_file_data(t, data) or self.stop_event.is_set():
+                    if not self.files.feed(self.engine, t, data):
+                        self.follower.rewind(t)  # stopping: the rest of this read is read again (after a restart)
                         break
-                    if self._tx_full() or self._tx_latency:  # a new incident is committed at once
-                        self._tx_commit()
+                    if self.stop_event.is_set():
+                        break
+                    if self.batch.full() or self.batch.opened_incidents:  # a new incident is committed at once
+                        self.batch.commit()
             finally:
                 gen.close()
             if not self.stop_event.is_set():
-                self._process_spool()
-                self._poll_scheduler(_clock())
-                self._tx_begin()
-                self.engine.advance(_clock())
-            self._tx_commit()
-        except _STORE_ERRORS as exc:
+                if self.spool_in is not None:
+                    self.spool_in.feed(self.engine)
+                if self.sched is not None:
+                    self.sched.poll(clock(), self.engine)
+                self.batch.begin()
+                self.engine.advance(clock())
+            self.batch.commit()
+        except STORE_ERRORS as exc:
             self._store_failed(exc)
             return
         except BaseException as exc:
-            self._tx_abort(exc)
+            self.batch.abort(exc)
             raise
-        self._failures = 0
+        self.outage.succeeded()
         if self.actuator is not None:
             self.actuator.step()
 
-    def _recover_from_bug(self) -> None:
-        """After an unexpected error in a step: its transaction was rolled back; make memory agree
-        with the store again (as after a store outage) and read again from the committed positions."""
-        self._failures += 1
-        self._store_down_since = self._store_down_since or time.time()
-        self._store_retry_at = time.monotonic() + min(30.0, 0.5 * 2 ** min(self._failures, 6))
-        self._resync_reason = "after an unexpected error"
-
     def _update_gauges(self) -> None:
-        now = time.monotonic()
-        t0, l0, f0 = self._rate_mark
-        if now - t0 >= 1.0:
-            self.metrics.lines_rate.set((self._n_lines - l0) / (now - t0))
-            self.metrics.facts_rate.set((self._n_facts - f0) / (now - t0))
-            self._rate_mark = (now, self._n_lines, self._n_facts)
-        healthy, unhealthy = self.follower.health()
-        self.metrics.sources.labels(kind="file").set(healthy + unhealthy)
-        self.metrics.sources_healthy.labels(kind="file").set(healthy)
-        self.metrics.sources_unhealthy.labels(kind="file").set(unhealthy)
-        if self.spool is not None:
-            ok = os.path.isdir(self.cfg.spool)
-            self.metrics.sources.labels(kind="spool").set(1)
-            self.metrics.sources_healthy.labels(kind="spool").set(1 if ok else 0)
-            self.metrics.sources_unhealthy.labels(kind="spool").set(0 if ok else 1)
-            if not ok:
-                self._log_every("spool-missing", logging.WARNING, "spool %s: not a readable folder", self.cfg.spool)
-        if self.adapter is not None:
-            self.metrics.sources.labels(kind="scheduler").set(1)
-        for key, reason in (
-            ("unreadable", "unreadable"),
-            ("vanished", "vanished"),
-            ("read_errors", "read_error"),
-            ("rotations", "rotated"),
-            ("truncations", "truncated"),
-        ):
-            v = self.follower.stats.get(key, 0)
-            d = v - self._follower_stats.get(key, 0)
-            if d > 0:
-                self.metrics.source_errors.labels(kind="file", reason=reason).inc(d)
-                self._follower_stats[key] = v
+        self.gauges.update(
+            lines=self.batch.lines_total,
+            facts=self.batch.facts_total,
+            files=self.follower.health(),
+            file_stats=self.follower.stats,
+            spool_ok=self.spool_in.healthy() if self.spool_in is not None else None,
+            scheduler=self.adapter is not None,
+        )
 
     def run(self) -> int:
         def on_signal(signum, frame):
@@ -904,15 +413,11 @@ class Controller:
                 signal.signal(sig, on_signal)
         _raise_nofile_limit()
         self.startup()
-        if self.adapter is not None:
-            from scheduler_adapters.worker import PollWorker
-
-            self._poller = PollWorker(
-                self.adapter, self.cfg.scheduler_interval, timeout=max(10.0, 2 * self.cfg.scheduler_interval)
-            )
-            self._poller.start()
+        if self.sched is not None:
+            self.sched.start_worker()
         logger.warning(
-            "recover run: mode=%s follow=%s spool=%s scheduler=%s db=%s",
+            "%s%s follow=%s spool=%s scheduler=%s db=%s",
+            READY,
             self.mode,
             ",".join(self.cfg.follow) or "-",
             self.cfg.spool or "-",
@@ -929,9 +434,9 @@ class Controller:
                     self.step()
                 except Exception:  # a bug must not stop the service: say so, count it, go on
                     self.metrics.errors.inc()
-                    if self._failures < 3 or self._log_every_ok("step-failed"):
+                    if self.outage.failures < 3 or self.limiter.ok("step-failed"):
                         logger.exception("controller step failed (its transaction was rolled back); continuing")
-                    self._recover_from_bug()
+                    self.outage.bug()
                 now = time.monotonic()
                 if now - last_rescan >= rescan_every:
                     last_rescan = now
@@ -940,7 +445,7 @@ class Controller:
                     except Exception:
                         self.metrics.errors.inc()
                         logger.exception("rescan failed; continuing")
-                    if self._rulebook_mtimes() != self._rule_mtimes:
+                    if self.rulebook.changed():
                         logger.warning("rulebook files changed: reloading")
                         self.reload_requested.set()
                 if now - last_gauges >= 1.0:
@@ -952,21 +457,19 @@ class Controller:
                     self.reload()
                 if self.stop_event.is_set():
                     break
-                if self._store_down_since is not None:
-                    self.stop_event.wait(
-                        min(self.cfg.tick, max(0.0, self._store_retry_at - time.monotonic())) or self.cfg.tick
-                    )
+                if self.outage.down:
+                    self.stop_event.wait(self.outage.wait_s(self.cfg.tick))
                 else:
                     self.follower.wake.wait(self.cfg.tick)
         finally:
             logger.warning("recover run: stopping")
             try:
-                self._tx_commit()
+                self.batch.commit()
             except Exception as exc:
                 self._tx_abort(exc)
             self.follower.stop()
-            if self._poller is not None:
-                self._poller.stop()
+            if self.sched is not None:
+                self.sched.stop()
             self.metrics.stop()
             self.store.close()
         return 3 if self.lost_reason else 0

@@ -1,4 +1,5 @@
-"""Prometheus metrics of the controller (served on ``--metrics-port`` when given).
+"""Prometheus metrics of the controller (served on ``--metrics-port`` when given), the gauges it
+refreshes every second, and the limiter that keeps one recurring problem from flooding its log.
 
 Each controller owns its registry, so several controllers in one process (tests) do not clash.
 """
@@ -6,14 +7,26 @@ Each controller owns its registry, so several controllers in one process (tests)
 from __future__ import annotations
 
 import logging
+import time
+from typing import Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Metrics"]
+__all__ = ["Gauges", "LogLimiter", "Metrics"]
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+#: errors of the same kind are logged at most this often
+LOG_EVERY_S = 30.0
+#: the follower's counters of file problems -> the reason label of recover_source_errors_total
+_FILE_ERRORS = (
+    ("unreadable", "unreadable"),
+    ("vanished", "vanished"),
+    ("read_errors", "read_error"),
+    ("rotations", "rotated"),
+    ("truncations", "truncated"),
+)
 
 
 class Metrics:
@@ -108,3 +121,70 @@ class Metrics:
                 server.server_close()
 
             threading.Thread(target=close, name="metrics-stop", daemon=True).start()
+
+
+class LogLimiter:
+    """The same kind of problem is logged at most once per ``every`` seconds::
+
+    if limiter.ok("spool"):
+        logger.warning("spool %s: read failed: %s", path, exc)
+    """
+
+    def __init__(self, every: float = LOG_EVERY_S, monotonic: Callable[[], float] = time.monotonic):
+        self.every = every
+        self._monotonic = monotonic
+        self._last: dict[str, float] = {}
+
+    def ok(self, key: str) -> bool:
+        now = self._monotonic()
+        if now - self._last.get(key, -self.every) >= self.every:
+            self._last[key] = now
+            return True
+        return False
+
+
+class Gauges:
+    """What the controller's loop refreshes every second: line and fact rates, source health, and
+    the follower's problem counters turned into increments of ``recover_source_errors_total``."""
+
+    def __init__(self, metrics: Metrics, monotonic: Callable[[], float] = time.monotonic):
+        self.metrics = metrics
+        self._monotonic = monotonic
+        self._rate_mark = (monotonic(), 0, 0)
+        self._file_errors: dict[str, int] = {}
+
+    def update(
+        self,
+        *,
+        lines: int,
+        facts: int,
+        files: tuple[int, int],
+        file_stats: Mapping[str, int],
+        spool_ok: bool | None,
+        scheduler: bool,
+    ) -> None:
+        """``lines``/``facts``: committed since start; ``files``: (healthy, unhealthy) followed files;
+        ``spool_ok``: None without a spool; ``scheduler``: whether one is polled."""
+        m = self.metrics
+        now = self._monotonic()
+        t0, l0, f0 = self._rate_mark
+        if now - t0 >= 1.0:
+            m.lines_rate.set((lines - l0) / (now - t0))
+            m.facts_rate.set((facts - f0) / (now - t0))
+            self._rate_mark = (now, lines, facts)
+        healthy, unhealthy = files
+        m.sources.labels(kind="file").set(healthy + unhealthy)
+        m.sources_healthy.labels(kind="file").set(healthy)
+        m.sources_unhealthy.labels(kind="file").set(unhealthy)
+        if spool_ok is not None:
+            m.sources.labels(kind="spool").set(1)
+            m.sources_healthy.labels(kind="spool").set(1 if spool_ok else 0)
+            m.sources_unhealthy.labels(kind="spool").set(0 if spool_ok else 1)
+        if scheduler:
+            m.sources.labels(kind="scheduler").set(1)
+        for key, reason in _FILE_ERRORS:
+            v = file_stats.get(key, 0)
+            d = v - self._file_errors.get(key, 0)
+            if d > 0:
+                m.source_errors.labels(kind="file", reason=reason).inc(d)
+                self._file_errors[key] = v

@@ -1,0 +1,324 @@
+"""Input into the engine, in batches: the followed files and the agents' spool.
+
+``FileIngest`` gives each followed file its own scanner (the patterns compiled once per source
+kind and rulebook), scans what the follower read, turns the hits into facts (``StreamFacts``, the
+loop replay uses too) and ingests them inside the current ``Batch``, recording the file's new
+position with them; a burst of hits is committed in pieces. ``SpoolIngest`` does the same for the
+facts the node agents write to the spool. One input whose handling raises is quarantined alone.
+
+    files = FileIngest(cluster, batch, metrics, limiter, stop, scheduled=True)
+    files.use(compiled)                       # per rulebook (again after a reload)
+    follower = Follower(paths, on_new=files.on_new_file, ...)
+    for t, data in follower.read_ready():
+        if not files.feed(engine, t, data):   # stopping: read the rest again later
+            follower.rewind(t)
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import os
+import threading
+import time
+from typing import Any, Sequence
+
+from engine.core.incidents import Engine
+from engine.core.linefacts import ClusterContext, FileContext, Flood, HitConverter, StreamFacts, job_from_filename
+from engine.core.matching import Scanner
+from engine.core.replay import matcher_specs, matchers_for
+from engine.live.batch import STORE_ERRORS, Batch
+from engine.live.metrics import LogLimiter, Metrics
+from engine.rulebook import CompiledRulebook
+from engine.sources.follow import Tailed
+from engine.store import Store
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CLOCK_STEP", "FileIngest", "SpoolIngest", "clock", "set_job"]
+
+#: resolution of the engine's clock (see clock)
+CLOCK_STEP = 0.01
+#: the spool is read this much at most per pass
+SPOOL_READ_BYTES = 4 << 20
+#: the spool reader's refusals -> the reason label of recover_refused_total
+_SPOOL_REFUSALS = (
+    ("refused_node", "spool_other_node"),
+    ("refused_kind", "spool_scheduler_kind"),
+    ("not_regular", "not_regular_file"),
+)
+
+
+def clock() -> float:
+    """Engine time, live: wall time in steps of CLOCK_STEP. Every fact is stamped on arrival;
+    with a new time for each fact the engine would run its timers (every open incident, every
+    tracked job attempt) once per fact; in steps, at most 1/CLOCK_STEP times a second."""
+    return math.floor(time.time() / CLOCK_STEP) * CLOCK_STEP
+
+
+def set_job(t: Tailed, job: str, attempt: int, nodes: Sequence[str]) -> None:
+    """The scheduler's word on a followed job log: whose attempt it is and where it runs (a line
+    in it may speak of those nodes only)."""
+    ctx = t.meta.get("ctx")
+    if ctx is None:
+        return
+    if ctx.job != job or ctx.attempt != attempt:
+        ctx.job, ctx.attempt = job, attempt
+    ctx.nodes = set(nodes)
+
+
+class FileIngest:
+    """Followed files -> facts -> the engine, inside the batch."""
+
+    def __init__(
+        self,
+        cluster: ClusterContext,
+        batch: Batch,
+        metrics: Metrics,
+        limiter: LogLimiter,
+        stop: threading.Event,
+        *,
+        scheduled: bool,
+    ):
+        self.cluster = cluster
+        self.batch = batch
+        self.metrics = metrics
+        self.limiter = limiter
+        self.stop = stop
+        self.scheduled = scheduled
+
+    def use(self, compiled: CompiledRulebook) -> None:
+        """The matchers of this rulebook from now on (each file's scanner is replaced when the
+        follower rewinds it)."""
+        self.converter = HitConverter(list(compiled.matchers), self.cluster, clock=clock)
+        self.converter.scheduler = self.scheduled  # only the scheduler says which job runs where
+        self.specs = matcher_specs(compiled)
+        self.index_maps = {src: matchers_for(compiled, src) for src in ("job", "kernel", "slurm", "any")}
+        self._scanner_templates: dict[str, Scanner] = {}
+
+    def on_new_file(self, t: Tailed) -> None:
+        """The follower's hook for a file it starts to follow: its context and a scanner."""
+        job = t.meta.get("job") or job_from_filename(os.path.basename(t.path))
+        source = t.meta.get("source", "job")
+        t.meta["ctx"] = FileContext(path=t.path, source=source, job=job, attempt=t.meta.get("attempt"))
+        t.meta["committed"] = (t.inode, t.offset, t.line_no)
+        self._reset_scanner(t)
+
+    def _scanner_for(self, source: str) -> Scanner:
+        """A fresh scanner for one file. Compiling the patterns (a hyperscan database: ~0.2 s for
+        25 patterns) is done once per source kind and rulebook; each file gets a shallow copy that
+        shares the compiled databases and has its own stream state (set by reset()). A Scanner is
+        not thread-safe, and neither are these copies: all of them are used by the controller's thread."""
+        tmpl = self._scanner_templates.get(source)
+        if tmpl is None:
+            tmpl = self._scanner_templates[source] = Scanner([self.specs[i] for i in self.index_maps[source]])
+        scanner = copy.copy(tmpl)
+        scanner.lines_seen = scanner.long_lines_cut = scanner.bytes_seen = 0
+        scanner.reset(0, 0)
+        return scanner
+
+    def _reset_scanner(self, t: Tailed) -> None:
+        source = t.meta.get("source", "job")
+        source = "job" if source not in self.index_maps else source
+        index_map = self.index_maps[source]
+        scanner = self._scanner_for(source)
+        scanner.reset(t.offset, t.line_no)
+        t.meta["scanner"] = scanner
+        t.meta["index_map"] = index_map
+        t.meta["long_lines"] = 0
+
+    def feed(self, engine: Engine, t: Tailed, data: bytes) -> bool:
+        """Scan what was read, ingest the facts and record the new position, inside the current
+        transaction (committed in pieces when a burst of hits fills it). False when it stopped
+        early because the controller is stopping: the caller rewinds the file, so that the rest
+        of this read is read again (after a restart)."""
+        if t.meta.pop("reset", False) or "scanner" not in t.meta:
+            self._reset_scanner(t)
+        scanner: Scanner = t.meta["scanner"]
+        ctx: FileContext = t.meta["ctx"]
+        index_map = t.meta["index_map"]
+        stream = t.meta.get("stream")
+        if stream is None or stream.scanner is not scanner or stream.ctx is not ctx:
+            stream = t.meta["stream"] = StreamFacts(scanner, self.converter, ctx, index_map)
+        if data:
+            hits = stream.scan(data)  # converted one by one below: a stop can come between lines
+            end = scanner.position
+            lines = data.count(b"\n")
+        else:  # the old inode is finished: its last partial line counts; the next file starts at 0
+            before = scanner.position
+            hits = stream.scan_end()
+            lines = scanner.position[1] - before[1]
+            # where the old file ends, if it lives on renamed: a partial last line was judged now;
+            # what may still be appended to it there gets that line's number again
+            t.meta["eof_position"] = (scanner.position[0], before[1])
+            end = (0, 0)
+            t.meta["reset"] = True
+        self._count_long_lines(t, scanner)
+        batch = self.batch
+        i, n = 0, len(hits)
+        while True:
+            batch.begin()
+            opened_before = engine.stats["incidents"]
+            j = i
+            while j < n:
+                line_no = hits[j].line_no
+                while j < n and hits[j].line_no == line_no:  # all hits of one line go together
+                    hit = hits[j]
+                    try:
+                        item = stream.item(hit)
+                        if isinstance(item, Flood):  # repeats of an earlier fact: counted, not asserted
+                            engine.flooded(item)
+                        elif item is not None:
+                            engine.ingest(item)
+                            batch.count_fact()
+                    except STORE_ERRORS:
+                        raise  # the store's trouble, not this line's: input pauses
+                    except Exception as exc:  # this line alone is poison: set it aside, go on
+                        batch.quarantine("line", f"{t.path}:{hit.line_no}", hit.line.decode("utf-8", "replace"), exc)
+                    j += 1
+                    batch.count_hit()
+                if j < n and (batch.full() or self.stop.is_set()):
+                    break
+            for flood in stream.grown():  # repeats after a flood's first one in this piece
+                engine.flooded(flood)
+            opened = engine.stats["incidents"] - opened_before
+            if opened > 0:
+                batch.opened(_written_at(t), opened)
+            if j >= n:
+                t.offset, t.line_no = end
+                batch.count_lines(lines)
+                return True
+            # a piece of a burst: commit up to the end of the last line ingested
+            last = hits[j - 1]
+            t.offset, t.line_no = _line_end(t, data, last.offset), last.line_no
+            batch.commit()
+            if self.stop.is_set():
+                return False
+            i = j
+
+    def _count_long_lines(self, t: Tailed, scanner: Scanner) -> None:
+        cut = scanner.long_lines_cut - t.meta.get("long_lines", 0)
+        if cut > 0:
+            t.meta["long_lines"] = scanner.long_lines_cut
+            self.metrics.source_errors.labels(kind="file", reason="long_line").inc(cut)
+            if self.limiter.ok("long:" + t.path):
+                logger.warning(
+                    "%s: %d line(s) longer than %d bytes cut (their head is still scanned)",
+                    t.path,
+                    cut,
+                    scanner.max_line,
+                )
+
+
+def _written_at(t: Tailed) -> float:
+    """When the bytes that opened an incident were written, at the latest: the file's mtime
+    (its last write; for the detection latency metric), or when they were read if earlier."""
+    try:
+        fh: Any = t.fh
+        return min(t.read_at, os.fstat(fh.fileno()).st_mtime) if fh is not None else t.read_at
+    except OSError:
+        return t.read_at
+
+
+def _line_end(t: Tailed, data: bytes, offset: int) -> int:
+    """File offset just past the newline that ends the line that starts at ``offset``."""
+    k = offset - t.read_pos
+    nl = data.find(b"\n", max(0, k))
+    return t.read_pos + nl + 1
+
+
+class SpoolIngest:
+    """The agents' spool -> the engine, inside the batch, with the spool's positions."""
+
+    def __init__(
+        self,
+        path: str,
+        store: Store,
+        batch: Batch,
+        metrics: Metrics,
+        limiter: LogLimiter,
+        *,
+        trust_job_claims: bool,
+    ):
+        self.path = path
+        self.store = store
+        self.batch = batch
+        self.metrics = metrics
+        self.limiter = limiter
+        self.trust_job_claims = trust_job_claims
+        self._refused_seen: dict[str, int] = {}
+        self.reopen()
+
+    def reopen(self) -> None:
+        """A reader at the positions the store has committed (at start, and after a store outage)."""
+        from engine.sources.spool import SpoolReader
+
+        raw = self.store.meta("spool_offsets")
+        saved: dict[str, Any] = (json.loads(raw) if raw is not None else None) or {}
+        self.reader = SpoolReader(
+            self.path, {k: tuple(v) for k, v in saved.items()}, trust_job_claims=self.trust_job_claims
+        )
+        self._mark()
+
+    def _mark(self) -> None:
+        """What the reader has now is what the store holds: only what comes after is news."""
+        self._garbage = self.reader.stats.get("garbage", 0)
+        self._last_offsets = dict(self.reader.offsets)
+
+    def skip_to_end(self) -> None:
+        """A new database: what the spool holds already is history (see SpoolReader.skip_to_end)."""
+        self.reader.skip_to_end()
+        self._mark()
+
+    def healthy(self) -> bool:
+        """Whether the spool is a readable folder (said in the log, rate-limited, when not)."""
+        ok = os.path.isdir(self.path)
+        if not ok and self.limiter.ok("spool-missing"):
+            logger.warning("spool %s: not a readable folder", self.path)
+        return ok
+
+    def feed(self, engine: Engine) -> None:
+        """Read what the agents appended; ingest it with the spool's new positions."""
+        reader = self.reader
+        try:
+            facts = reader.read(max_bytes=SPOOL_READ_BYTES)
+            self.metrics.source_health.labels(source="spool").set(1 if os.path.isdir(self.path) else 0)
+        except OSError as exc:
+            self.metrics.source_health.labels(source="spool").set(0)
+            if self.limiter.ok("spool"):
+                logger.warning("spool %s: read failed: %s", self.path, exc)
+            return
+        for key, reason in _SPOOL_REFUSALS:
+            seen = reader.stats.get(key, 0)
+            d = seen - self._refused_seen.get(key, 0)
+            if d > 0:
+                self.metrics.refused.labels(reason=reason).inc(d)
+                self._refused_seen[key] = seen
+        garbage = reader.stats.get("garbage", 0)
+        new_garbage = garbage - self._garbage
+        if not facts and not new_garbage and reader.offsets == self._last_offsets:
+            return
+        batch = self.batch
+        batch.begin()
+        for f in facts:
+            try:
+                engine.ingest(f)  # the engine gives a node's fact the job running there
+                batch.count_fact()
+            except STORE_ERRORS:
+                raise
+            except Exception as exc:  # this fact alone is poison
+                batch.quarantine("spool", f"spool:{f.origin}", f.to_json(), exc)
+        self._last_offsets = dict(reader.offsets)
+        batch.spool_read({k: list(v) for k, v in reader.offsets.items()}, max(0, new_garbage))
+        if new_garbage > 0:
+            self._garbage = garbage
+            self.metrics.spool_garbage.set(garbage)
+            if self.limiter.ok("spool-garbage"):
+                logger.warning(
+                    "spool %s: %d line(s) skipped that are not facts (garbage, truncated or too long JSON); %d so far",
+                    self.path,
+                    new_garbage,
+                    garbage,
+                )
