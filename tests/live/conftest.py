@@ -253,6 +253,25 @@ def assert_exactly_once(counter: Counter, expected: set[int]) -> None:
     )
 
 
+class FakeClock:
+    """A clock that moves only when told (``advance``): the live parts take one instead of
+    reading the machine's, so a unit test needs no sleeping."""
+
+    def __init__(self, t: float = 1000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
 @pytest.fixture
 def live(tmp_path: Path):
     lv = Live(tmp_path)

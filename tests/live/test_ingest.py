@@ -1,0 +1,100 @@
+"""engine.live.ingest's FileIngest alone: a real rulebook, scanner and store, an engine that only
+records what it is given. A burst is committed in pieces, each with the position of the last
+line it holds; a stop between lines leaves the rest to be read again."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from engine.core.linefacts import ClusterContext
+from engine.live.batch import BATCH_HITS, Batch
+from engine.live.ingest import FileIngest, set_job
+from engine.live.metrics import LogLimiter, Metrics
+from engine.rulebook import load_rulebook
+from engine.sources.follow import Tailed
+from engine.store import Store
+
+RULES = """
+matchers:
+  - {id: evt, pattern: 'EVT (?P<n>\\d+)', types: {n: int}}
+"""
+
+
+class RecordingEngine:
+    def __init__(self):
+        self.facts = []
+        self.stats = {"incidents": 0}
+
+    def ingest(self, fact) -> None:
+        self.facts.append(fact)
+
+    def flooded(self, flood) -> None:
+        raise AssertionError("no floods here: every line differs")
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    res = load_rulebook(defaults=False, overlays=[("evt.yaml", RULES)])
+    assert res.ok, res.errors
+    return res.compiled
+
+
+@pytest.fixture
+def world(tmp_path, compiled, clock):
+    log = tmp_path / "slurm-7.out"
+    lines = "".join(f"2026-11-29T17:00:00 rank0: EVT {i}\n" for i in range(1, 2 * BATCH_HITS + 101))
+    log.write_text(lines)
+    store = Store(tmp_path / "recover.db")
+    t = Tailed(str(log), inode=log.stat().st_ino)
+    commits: list[int] = []
+    follower = SimpleNamespace(files={t.path: t})
+    # a clock that stands still: only the hits fill a transaction, however slow the machine
+    batch = Batch(store, follower, Metrics(), LogLimiter(), lambda closed: commits.append(t.offset), monotonic=clock)
+    stop = threading.Event()
+    files = FileIngest(ClusterContext(), batch, batch.metrics, LogLimiter(), stop, scheduled=False)
+    files.use(compiled)
+    files.on_new_file(t)
+    yield SimpleNamespace(files=files, batch=batch, store=store, t=t, data=lines.encode(), stop=stop, commits=commits)
+    store.close()
+
+
+def test_the_file_name_gives_the_job_until_the_scheduler_says(world):
+    ctx = world.t.meta["ctx"]
+    assert (ctx.job, ctx.source) == ("7", "job")
+    set_job(world.t, "8", 2, ["n1", "n2"])
+    assert (ctx.job, ctx.attempt, ctx.nodes) == ("8", 2, {"n1", "n2"})
+
+
+def test_a_burst_is_committed_in_pieces_each_with_its_position(world):
+    engine = RecordingEngine()
+    assert world.files.feed(engine, world.t, world.data)
+    world.batch.commit()
+    assert [f.attrs["n"] for f in engine.facts] == list(range(1, 2 * BATCH_HITS + 101))
+    ends = [i + 1 for i, b in enumerate(world.data) if b == ord("\n")]
+    assert world.commits == [ends[BATCH_HITS - 1], ends[2 * BATCH_HITS - 1], len(world.data)]
+    assert world.store.offsets()[world.t.path] == (world.t.inode, len(world.data), 2 * BATCH_HITS + 100)
+    assert world.batch.lines_total == 2 * BATCH_HITS + 100
+
+
+def test_a_stop_between_lines_commits_what_was_taken_and_leaves_the_rest(world):
+    engine = RecordingEngine()
+    world.stop.set()
+    assert not world.files.feed(engine, world.t, world.data)  # the caller rewinds the file
+    first_line = world.data.index(b"\n") + 1
+    assert [f.attrs["n"] for f in engine.facts] == [1]
+    assert world.store.offsets()[world.t.path] == (world.t.inode, first_line, 1)
+
+
+def test_a_cut_long_line_is_counted_and_still_scanned(world):
+    engine = RecordingEngine()
+    world.t.meta["scanner"].max_line = 64
+    long_line = b"EVT 9 " + b"x" * 200 + b"\n"
+    assert world.files.feed(engine, world.t, long_line)
+    assert [f.attrs["n"] for f in engine.facts] == [9]
+    counted = world.batch.metrics.registry.get_sample_value(
+        "recover_source_errors_total", {"kind": "file", "reason": "long_line"}
+    )
+    assert counted == 1
