@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,6 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+from _common import cleanup, setup  # noqa: E402
 from bench_replay import engine_throughput, timed, to_ere  # noqa: E402
 from gen_flood import cascade  # noqa: E402
 
@@ -56,13 +55,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=600)
     ap.add_argument("--healthy", type=int, default=20000)
     ap.add_argument("--facts", type=int, default=20000)
-    ap.add_argument("--keep", action="store_true")
-    args = ap.parse_args()
-
-    from engine.rulebook import require_rulebook
-
-    compiled = require_rulebook()
-    tmp = Path(tempfile.mkdtemp(prefix="recover-flood-"))
+    args, compiled, tmp = setup(ap, "recover-flood-")
     env_c = dict(os.environ, LC_ALL="C")
     try:
         pat = tmp / "patterns.ere"
@@ -154,10 +147,7 @@ def main() -> None:
         )
         print("\nreplay of a 400 MB training log against grep: python bench/bench_replay.py --size-mb 400")
     finally:
-        if args.keep:
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        cleanup(args, tmp)
 
 
 if __name__ == "__main__":

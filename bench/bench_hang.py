@@ -11,16 +11,15 @@ and p50/p99/max of (incident committed - last progress line - bound). Target: un
 from __future__ import annotations
 
 import argparse
-import signal
 import sqlite3
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from _common import ROOT
+
+from engine.live import launch
 
 
 def opened(db: Path, job: str) -> float | None:
@@ -47,23 +46,8 @@ def main() -> None:
     site = tmp / "site.yaml"
     site.write_text(f"policy:\n  settle: 60s\n  hang: {{bound: {args.bound}s, require_running: false}}\n")
     db = tmp / "recover.db"
-    ctl = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "engine.cli",
-            "run",
-            "--dry-run",
-            "--db",
-            str(db),
-            "-r",
-            str(site),
-            "--follow",
-            str(tmp / "logs" / "*.out"),
-        ],
-        cwd=ROOT,
-        stdout=open(tmp / "controller.log", "ab"),
-        stderr=subprocess.STDOUT,
+    ctl = launch.start(
+        launch.run_argv(db, rules=[site], follow=[tmp / "logs" / "*.out"]), tmp / "controller.log", cwd=ROOT
     )
     delays = []
     try:
@@ -104,8 +88,7 @@ def main() -> None:
                 f"(target < 1 s)"
             )
     finally:
-        ctl.send_signal(signal.SIGTERM)
-        ctl.wait(timeout=10)
+        launch.stop(ctl)
 
 
 if __name__ == "__main__":

@@ -18,47 +18,25 @@ import json
 import os
 import random
 import shutil
-import signal
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import FAULT_MATCHER, ROOT, fault_rules, percentile
 
-RULES = """
-matchers:
-  - {id: fault, pattern: 'FAULT job=(?P<job>\\d+)'}
-  - {id: evt, pattern: 'EVT (?P<n>\\d+)', types: {n: int}}
-rules:
-  - id: s.fault
-    description: a fault line
-    when: [{as: l, kind: log, where: {matcher: fault}}]
-    then: {symptom: {name: fault_line}}
-  - id: f.fault
-    description: a fault line is a failure
-    when: [{as: s, kind: symptom, where: {name: fault_line}}]
-    then: {fault: {fault_class: app_error, reason: bench}}
-policy:
-  settle: 5s
-"""
+from engine.live import launch
+
+RULES = (
+    "\nmatchers:\n" + FAULT_MATCHER + "  - {id: evt, pattern: 'EVT (?P<n>\\d+)', types: {n: int}}\n" + fault_rules("5s")
+)
 
 NOISE = (
     "2026-11-29T17:00:00 [rank{r}]: iteration {i}/100000 | consumed samples: {s} | elapsed time per iteration (ms): 812.3 "
     "| learning rate: 1.2E-04 | lm loss: 2.71E+00 | loss scale: 65536.0 | grad norm: 0.412 |\n"
 )
-
-
-def percentile(values: list[float], q: float) -> float:
-    v = sorted(values)
-    if not v:
-        return float("nan")
-    k = (len(v) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
 def run_mode(mode: str, args, work: Path) -> dict:
@@ -71,30 +49,11 @@ def run_mode(mode: str, args, work: Path) -> dict:
     files = [logs / f"train-{i}.out" for i in range(args.files)]
     for f in files:
         f.write_text(NOISE.format(r=0, i=1, s=0))
-    cmd = [
-        sys.executable,
-        "-m",
-        "engine.cli",
-        "run",
-        "--dry-run",
-        "--no-defaults",
-        "-r",
-        str(rules),
-        "--db",
-        str(db),
-        "--follow",
-        str(logs / "*.out"),
-    ]
-    if mode == "poll":
-        cmd += ["--poll", str(args.poll)]
-    err = open(d / "controller.log", "w")
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=str(ROOT))
+    cmd = launch.run_argv(
+        db, rules=[rules], defaults=False, follow=[logs / "*.out"], poll=args.poll if mode == "poll" else None
+    )
+    proc = launch.start(cmd, d / "controller.log", cwd=ROOT)
     try:
-        deadline = time.monotonic() + 30
-        while "recover run: mode=" not in (d / "controller.log").read_text():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"controller did not start:\n{(d / 'controller.log').read_text()}")
-            time.sleep(0.05)
         while not db.exists():
             time.sleep(0.05)
         time.sleep(1.5)  # the first rescan has opened every file
@@ -125,12 +84,7 @@ def run_mode(mode: str, args, work: Path) -> dict:
             time.sleep(rng.uniform(0.0, args.gap))  # land anywhere in the poll cycle
         con.close()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        err.close()
+        launch.stop(proc)
     target = 1.0 if mode == "inotify" else args.poll + 1.0
     return {
         "mode": mode if mode == "inotify" else f"poll {args.poll:g}s",

@@ -22,21 +22,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import signal
 import sqlite3
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
+from _common import ROOT, cleanup, setup
+
+from engine.live import launch
 
 
 def flood_block(ranks: int = 512) -> bytes:
@@ -164,50 +158,20 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=200_000, help="flood lines per second")
     ap.add_argument("--xids", type=int, default=30)
     ap.add_argument("--every", type=float, default=0.3)
-    ap.add_argument("--keep", action="store_true")
-    args = ap.parse_args()
-
-    from engine.rulebook import require_rulebook
-
-    compiled = require_rulebook()
-    tmp = Path(tempfile.mkdtemp(prefix="recover-live-flood-"))
+    args, compiled, tmp = setup(ap, "recover-live-flood-")
     (tmp / "logs").mkdir()
     (tmp / "spool").mkdir()
     db = tmp / "recover.db"
     store = Store(db)
-    ctl_log = open(tmp / "controller.log", "wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "engine.cli",
-            "run",
-            "--dry-run",
-            "--db",
-            str(db),
-            "--follow",
-            str(tmp / "logs" / "*.out"),
-            "--spool",
-            str(tmp / "spool"),
-            "--scheduler",
-            "none",
-        ],
-        cwd=ROOT,
-        stdout=ctl_log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    t_start = time.monotonic()
+    argv = launch.run_argv(db, follow=[tmp / "logs" / "*.out"], spool=tmp / "spool", scheduler="none")
+    proc = launch.start(argv, tmp / "controller.log", cwd=ROOT, timeout=60)
     peak_rss = [0]
 
     def watch() -> None:
         peak_rss[0] = max(peak_rss[0], rss_of(proc.pid)[0])
 
     try:
-        t_start = time.monotonic()
-        while "recover run: mode=" not in (tmp / "controller.log").read_text(errors="replace"):
-            if proc.poll() is not None or time.monotonic() - t_start > 60:
-                raise SystemExit("controller did not start:\n" + (tmp / "controller.log").read_text(errors="replace"))
-            time.sleep(0.05)
         print(
             f"controller up in {time.monotonic() - t_start:.2f} s (pid {proc.pid}); RSS idle {rss_of(proc.pid)[0] / 1024:.0f} MiB"
         )
@@ -269,18 +233,8 @@ def main() -> None:
             f"written at {args.rate:,.0f} lines/s",
         )
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-        ctl_log.close()
-        if args.keep:
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        launch.stop(proc, timeout=15)
+        cleanup(args, tmp)
 
 
 if __name__ == "__main__":

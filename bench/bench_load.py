@@ -24,7 +24,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import sqlite3
 import statistics
 import subprocess
@@ -35,25 +34,17 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import FAULT_MATCHER, ROOT, fault_rules, percentile
+
 TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
-EXTRA_RULES = """
-  - {id: fault, pattern: 'FAULT job=(?P<job>\\d+)'}
-  - {id: progress, pattern: 'iteration +(?P<step>\\d+)/', emit: progress, sample: true}
-rules:
-  - id: s.fault
-    description: a fault line
-    when: [{as: l, kind: log, where: {matcher: fault}}]
-    then: {symptom: {name: fault_line}}
-  - id: f.fault
-    description: a fault line is a failure
-    when: [{as: s, kind: symptom, where: {name: fault_line}}]
-    then: {fault: {fault_class: app_error, reason: bench}}
-policy:
-  settle: 10s
-"""
+EXTRA_RULES = (
+    "\n"
+    + FAULT_MATCHER
+    + "  - {id: progress, pattern: 'iteration +(?P<step>\\d+)/', emit: progress, sample: true}\n"
+    + fault_rules("10s")
+)
 
 
 def rulebook() -> str:
@@ -183,21 +174,14 @@ def proc_rss(pid: int) -> float | None:
         return None
 
 
-def percentile(values: list[float], q: float) -> float:
-    v = sorted(values)
-    if not v:
-        return float("nan")
-    k = (len(v) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (k - lo)
-
-
 def metric(text: str, name: str) -> float:
     m = re.search(rf"^{name} ([0-9.e+]+)$", text, re.M)
     return float(m.group(1)) if m else float("nan")
 
 
 def bench(args) -> int:
+    from engine.live import launch  # here: the generator (this script with --generate) needs none of it
+
     work = Path(args.dir or tempfile.mkdtemp(prefix="recover-bench-load-"))
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -208,26 +192,8 @@ def bench(args) -> int:
     for i in range(args.files):  # the files exist before the controller starts (it follows new ones too)
         (logs / f"slurm-{1000 + i}.out").touch()
     port = args.metrics_port
-    cmd = [
-        sys.executable,
-        "-m",
-        "engine.cli",
-        "run",
-        "--dry-run",
-        "--no-defaults",
-        "-r",
-        str(rules),
-        "--db",
-        str(db),
-        "--follow",
-        str(logs / "*.out"),
-        "--metrics-port",
-        str(port),
-    ]
-    if args.poll:
-        cmd += ["--poll", str(args.poll)]
-    errlog = open(work / "controller.log", "w")
-    ctl = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errlog, cwd=str(ROOT))
+    cmd = launch.run_argv(db, rules=[rules], defaults=False, follow=[logs / "*.out"], poll=args.poll, metrics_port=port)
+    ctl = launch.start(cmd, work / "controller.log", cwd=ROOT)
     gen = None
     samples: list[tuple[float, float, float]] = []
     seen: dict[str, float] = {}
@@ -253,11 +219,6 @@ def bench(args) -> int:
         con.close()
 
     try:
-        deadline = time.monotonic() + 30
-        while "recover run: mode=" not in (work / "controller.log").read_text():
-            if ctl.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"controller did not start:\n{(work / 'controller.log').read_text()}")
-            time.sleep(0.05)
         time.sleep(2.0)  # the first rescan has opened every file
         poller = threading.Thread(target=poll_store, daemon=True)
         poller.start()
@@ -318,12 +279,7 @@ def bench(args) -> int:
         stop.set()
         if gen is not None and gen.poll() is None:
             gen.kill()
-        ctl.send_signal(signal.SIGTERM)
-        try:
-            ctl.wait(10)
-        except subprocess.TimeoutExpired:
-            ctl.kill()
-        errlog.close()
+        launch.stop(ctl)
 
     # figures
     end_el, end_cpu, end_rss = samples[-1]

@@ -32,6 +32,7 @@ from engine.core.incidents import ClosedIncident, Engine
 from engine.core.linefacts import ClusterContext, HitConverter
 from engine.live.batch import STORE_ERRORS, Batch
 from engine.live.ingest import FileIngest, SpoolIngest, clock, set_job
+from engine.live.launch import READY
 from engine.live.metrics import Gauges, LogLimiter, Metrics
 from engine.live.outage import StoreOutage
 from engine.live.reload import RulebookWatch
@@ -42,9 +43,6 @@ from engine.sources.follow import Follower
 logger = logging.getLogger(__name__)
 
 __all__ = ["READY", "Controller", "ControllerConfig"]
-
-#: the line the controller logs once it reads its input (whoever starts it waits for it)
-READY = "recover run: mode="
 
 
 def _raise_nofile_limit() -> None:

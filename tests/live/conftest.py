@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.live.launch import READY, run_argv
 from tests.helpers import wait_for  # noqa: F401  (the live tests import it from here)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,24 +90,16 @@ class Live:
 
     # -- the process ------------------------------------------------------------------------
     def start(self, *extra: str, follow: str | None = "logs/*.out", metrics: bool = False, wait: bool = True) -> "Live":
-        args = [
-            sys.executable,
-            "-m",
-            "engine.cli",
-            "run",
-            "--dry-run",
-            "--no-defaults",
-            "-r",
-            str(self.rules),
-            "--db",
-            str(self.db),
-        ]
-        if follow:
-            args += ["--follow", str(self.tmp / follow)]
         if metrics:
             self.metrics_port = free_port()
-            args += ["--metrics-port", str(self.metrics_port)]
-        args += list(extra)
+        args = run_argv(
+            self.db,
+            rules=[self.rules],
+            defaults=False,
+            follow=[self.tmp / follow] if follow else (),
+            metrics_port=self.metrics_port if metrics else None,
+            extra=extra,
+        )
         self.runs += 1
         self._log = open(self.log_path, "a")
         self._log.write(f"===== run {self.runs}: {' '.join(args)}\n")
@@ -123,7 +116,7 @@ class Live:
         self._copier = threading.Thread(target=self._copy, args=(self.proc.stderr, self._log), daemon=True)
         self._copier.start()
         if wait:
-            wait_for(lambda: "recover run: mode=" in self.output() or self.proc.poll() is not None, 20, what="startup")
+            wait_for(lambda: READY in self.output() or self.proc.poll() is not None, 20, what="startup")
             assert self.proc.poll() is None, self.output()
         return self
 
