@@ -837,6 +837,9 @@ class StreamFacts:
             if sample
             else frozenset()
         )
+        # progress matchers with a checkpoint group (scanner numbering): their lines that name one are kept
+        names = getattr(scanner, "group_names", None)
+        self._checkpoints = frozenset(i for i in self._progress if names is None or "checkpoint" in names(i))
         self._sampler: dict[int, _ProgressSampler] = {}
         self._last_of: dict[int, int] = {}  # progress matcher -> offset of its last hit in this batch
 
@@ -857,22 +860,25 @@ class StreamFacts:
             self._last_of = {h.matcher: h.offset for h in hits if h.matcher in progress}
         return hits
 
-    def item(self, hit: Any) -> "Fact | Flood | None":
-        """The fact, flood or nothing that one hit of the last scanned chunk gives."""
-        conv, data, base = self.converter, self._data, self._base
+    def _before(self, hit: Any) -> bytes | None:
+        """The bytes since the last hit looked at, up to BEFORE_BYTES: where an untimestamped
+        line's time is looked for."""
+        data, base = self._data, self._base
         local = hit.offset - base
-        before = None
         if 0 < local <= len(data) and hit.offset > self._looked:
             lo = max(0, local - self.BEFORE_BYTES, self._looked - base)
-            before = data[lo:local] if lo < local - 2 else None  # not just the newline of the last hit
-        if (
-            hit.matcher in self._progress
-            and self._last_of.get(hit.matcher) != hit.offset
-            and not hit.group("checkpoint")
-        ):  # a checkpoint is never left out (retry guards read it)
-            if self._skip_progress(hit, before):
-                self._looked = max(self._looked, hit.offset + len(hit.line))
-                return None
+            return data[lo:local] if lo < local - 2 else None  # not just the newline of the last hit
+        return None
+
+    def item(self, hit: Any) -> "Fact | Flood | None":
+        """The fact, flood or nothing that one hit of the last scanned chunk gives."""
+        if hit.matcher in self._progress and self._skip_progress(hit):
+            end = hit.offset + len(hit.line)
+            if end > self._looked:
+                self._looked = end
+            return None
+        conv = self.converter
+        before = self._before(hit)
         conv.collapse, conv.blank = self._collapse, hit.blank
         try:  # through convert: the controller's tests put a seam there
             out = conv.convert(
@@ -895,14 +901,19 @@ class StreamFacts:
             st.kept(_Collapser._sig(conv, self.ctx))
         return out
 
-    def _skip_progress(self, hit: Any, before: bytes | None) -> bool:
+    def _skip_progress(self, hit: Any) -> bool:
         """Whether a progress line is left out (see _ProgressSampler). A line left out is still
         dated, so that the file's clock (``ctx.last_at``) moves exactly as if it were converted."""
-        st = self._sampler.get(hit.matcher)
+        matcher = hit.matcher
+        if self._last_of.get(matcher) == hit.offset:
+            return False  # the last of its matcher in the chunk
+        if matcher in self._checkpoints and hit.group("checkpoint"):
+            return False  # a checkpoint is never left out (retry guards read it)
+        st = self._sampler.get(matcher)
         conv = self.converter
         if st is None or st.sig != _Collapser._sig(conv, self.ctx):
             return False  # the first line, or the file's context changed since the last one kept
-        _, at = conv._when(hit.line.decode("utf-8", "replace"), self.ctx, before)
+        _, at = conv._when(hit.line.decode("utf-8", "replace"), self.ctx, self._before(hit))
         if not st.skip(at):
             return False
         conv.progress_skipped += 1

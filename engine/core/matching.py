@@ -132,17 +132,6 @@ class Hit:
         )
 
 
-def _lazy_hit(
-    matcher: int, line: bytes, line_no: int, offset: int, truncated: bool, blank: bytes | None, c: _Compiled, spans
-) -> Hit:
-    """A Hit whose groups are decoded from ``spans`` when first read."""
-    h = Hit.__new__(Hit)
-    h.matcher, h.line, h.line_no, h.offset, h.truncated, h.blank = matcher, line, line_no, offset, truncated, blank
-    h._c, h._spans = c, spans
-    h._groups = None if spans is not None and c.has_groups else {}
-    return h
-
-
 def blank_digits(line: bytes) -> bytes:
     """``line`` with every ASCII digit written ``0``: equal for lines that differ only in digits."""
     return line.translate(_ZERO)
@@ -730,6 +719,10 @@ class Scanner:
         """Bytes of the incomplete last line held back: the next chunk starts this far past ``position``."""
         return self._pend_total
 
+    def group_names(self, index: int) -> tuple[str, ...]:
+        """The named groups of spec ``index``."""
+        return tuple(self._c[index].index)
+
     def reset(self, offset: int = 0, line_no: int = 0) -> None:
         """Forget the pending line and resume at a known position (see ``position``)."""
         self._off = int(offset)
@@ -832,7 +825,7 @@ class Scanner:
             records.sort(key=_LINE_SPEC)
             count = buf.count
             cs = self._c
-            add = hits.append
+            add, new = hits.append, Hit.__new__
             prev, nlines = lo, 0
             for ls, idx, text, m, blank in records:
                 nlines += count(b"\n", prev, ls)
@@ -840,7 +833,17 @@ class Scanner:
                 c = cs[idx]
                 if blank is None and c.blind:
                     blank = text.translate(_ZERO)
-                add(_lazy_hit(idx, text, base_line + 1 + nlines, base_off + ls, ls in trunc, blank, c, m))
+                h = new(Hit)  # set here, not in __init__: this loop runs once per hit; groups decoded on use
+                h.matcher, h.line, h.line_no, h.offset, h.truncated, h.blank = (
+                    idx,
+                    text,
+                    base_line + 1 + nlines,
+                    base_off + ls,
+                    ls in trunc,
+                    blank,
+                )
+                h._c, h._spans, h._groups = c, m, None if m is not None and c.has_groups else {}
+                add(h)
             total += nlines + count(b"\n", prev, hi)
         return hits, total
 
@@ -859,7 +862,7 @@ class Scanner:
 
         records: list[tuple] = []
         if self._hs_main is not None:
-            self._hs_scan(buf, lo, hi, line_at, records)
+            self._hs_scan(buf, lo, hi, trunc, records)
         for g in self._groups:
             self._re2_scan(g, buf, lo, hi, line_at, records)
         floors = dict.fromkeys(self._sampled, lo)
@@ -889,12 +892,12 @@ class Scanner:
                 sampled[idx] = rec
         return records, sampled, trunc
 
-    def _hs_scan(self, buf: bytes, lo: int, hi: int, line_at, records: list) -> None:
+    def _hs_scan(self, buf: bytes, lo: int, hi: int, trunc: dict[int, int], records: list) -> None:
         """One hyperscan call over buf[lo:hi] (more only after a storm of reports on one line)."""
         rx = [c.search for c in self._c]
         blind, memo = self._blind, self._memo
         rfind, find = buf.rfind, buf.find
-        seen: set[tuple[int, int]] = set()
+        ml = self.max_line
         blank = None
         pos = lo
         while pos < hi:
@@ -914,7 +917,12 @@ class Scanner:
             ends.sort()
             ls = le = -1
             text = b""
-            for to, ident in ends:
+            last = None
+            for report in ends:
+                if report == last:
+                    continue  # (a pattern reports a line once: its copy is stretched to the newline)
+                last = report
+                to, ident = report
                 to += pos - 1  # the newline that ends the reported line
                 if not ls <= to <= le:  # not in the line of the previous report
                     ls = rfind(b"\n", 0, to) + 1
@@ -922,11 +930,11 @@ class Scanner:
                         stopped = False  # only reports after the last line are left
                         break
                     le = find(b"\n", to, hi)
-                    text = line_at(ls, le)
+                    if ls in trunc:  # as _scan_part's line_at
+                        text = buf[ls : ls + ml]
+                    else:
+                        text = buf[ls : le - 1 if le > ls and buf[le - 1] == 13 else le]
                     blank = None
-                if (ls, ident) in seen:
-                    continue
-                seen.add((ls, ident))
                 if blind[ident] and len(text) <= _MEMO_LINE:
                     if blank is None:
                         blank = text.translate(_ZERO)
@@ -946,9 +954,9 @@ class Scanner:
                 return
             # reports come in end-offset order: lines before the last one are complete; check
             # every hyperscan pattern on the last line directly and resume after it
+            done = {r[1] for r in records if r[0] == ls}
             for c in self._c:
-                if c.idx in self.hyperscan_specs and not c.spec.sample and (ls, c.idx) not in seen:
-                    seen.add((ls, c.idx))
+                if c.idx in self.hyperscan_specs and not c.spec.sample and c.idx not in done:
                     m = c.search(text)
                     if m is not None:
                         records.append((ls, c.idx, text, m, None))
