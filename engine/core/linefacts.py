@@ -57,7 +57,7 @@ MAX_TEXT = 400
 MAX_HOSTLIST = 4096
 
 
-_ISO_MEMO: dict[tuple, "tuple[int, int] | bool"] = {}
+_ISO_MEMO: dict[Any, "tuple[int, int] | bool"] = {}
 
 
 def _iso_seconds(y: str, mo: str, d: str, h: str, mi: str, s: str, tz: str | None) -> "tuple[int, int] | bool":
@@ -79,13 +79,14 @@ def _iso_seconds(y: str, mo: str, d: str, h: str, mi: str, s: str, tz: str | Non
 
 def parse_line_time(line: str, year: int | None = None) -> float | None:
     """Seconds since the epoch of a timestamp near the start of the line (naive times are UTC)."""
-    head = line[:96]
-    m = _ISO.search(head)
+    m = _ISO.search(line, 0, 96)  # in the first 96 characters (endpos: no copy of the head)
     if m:
-        y, mo, d, h, mi, s, frac, tz = m.groups()
-        key = (y, mo, d, h, mi, s, tz)  # lines of one second share all but the fraction
+        frac, tz = m.group(7, 8)
+        # lines of one second share all but the fraction: the date and time are 19 characters
+        key = line[m.start() : m.start() + 19] if tz is None else (line[m.start() : m.start() + 19], tz)
         memo = _ISO_MEMO.get(key)
         if memo is None:
+            y, mo, d, h, mi, s = m.group(1, 2, 3, 4, 5, 6)
             memo = _iso_seconds(y, mo, d, h, mi, s, tz)
             if len(_ISO_MEMO) >= 4096:
                 _ISO_MEMO.clear()
@@ -97,6 +98,7 @@ def parse_line_time(line: str, year: int | None = None) -> float | None:
         if frac:
             t += int(frac) / (10 ** len(frac))
         return t - off if off else t
+    head = line[:96]
     m = _SYSLOG.match(head)
     if m:
         mon, d, h, mi, s = m.groups()
