@@ -49,6 +49,25 @@ def percentile(values: list[float], q: float) -> float:
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
+def rss_of(pid: int | str = "self") -> tuple[int, int]:
+    """(VmRSS, VmHWM) of a process in KiB; (0, 0) when it is gone."""
+    vals = {}
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    k, v = line.split(":", 1)
+                    vals[k] = int(v.split()[0])
+    except OSError:
+        pass
+    return vals.get("VmRSS", 0), vals.get("VmHWM", 0)
+
+
+def rss_mb() -> float:
+    """This process's resident memory now, in MiB."""
+    return rss_of()[0] / 1024
+
+
 def setup(ap: argparse.ArgumentParser, prefix: str) -> tuple[argparse.Namespace, Any, Path]:
     """Parse the arguments (with ``--keep``: keep the work folder), load the default rulebook and
     make a work folder named ``prefix...``."""

@@ -28,7 +28,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from _common import ROOT, cleanup, setup
+from _common import ROOT, cleanup, rss_of, setup
 
 from engine.live import launch
 
@@ -63,20 +63,6 @@ def write_flood(path: Path, lines: int, rate: float, done: threading.Event, stat
     stats["flood_lines"] = written
     stats["flood_write_s"] = time.monotonic() - t0
     done.set()
-
-
-def rss_of(pid: int) -> tuple[int, int]:
-    """(VmRSS, VmHWM) in KiB."""
-    vals = {}
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith(("VmRSS:", "VmHWM:")):
-                    k, v = line.split(":", 1)
-                    vals[k] = int(v.split()[0])
-    except OSError:
-        pass
-    return vals.get("VmRSS", 0), vals.get("VmHWM", 0)
 
 
 class Store:

@@ -9,20 +9,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-
-def rss_mb() -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+from _common import rss_mb  # noqa: E402  (puts the repository on sys.path)
 
 
 def main() -> None:

@@ -13,16 +13,8 @@ SPOOL_DIR=/var/spool/slurmd
 
 [ "$(id -u)" = 0 ] || { echo "slurm-down: must run as root" >&2; exit 1; }
 
-# live_pid PIDFILE COMM: print the pid when the file names a live, non-zombie COMM process
-live_pid() {
-  local pid stat rest
-  [ -r "$1" ] || return 1
-  pid=$(<"$1")
-  [[ $pid =~ ^[0-9]+$ ]] || return 1
-  stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
-  rest=${stat##*) }
-  [ "${rest%% *}" != Z ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ] && echo "$pid"
-}
+# shellcheck source=slurm-lib.sh
+. "$HERE/slurm-lib.sh"
 
 # stop PIDFILE COMM: SIGTERM, up to 10 s to exit, then SIGKILL
 stop() {

@@ -44,16 +44,10 @@ die() { echo "slurm-up: ERROR: $*" >&2; exit 1; }
 [[ $CPUS =~ ^[1-9][0-9]*$ ]] || die "SLURM_CPUS must be a positive integer, got '$CPUS'"
 [[ $WAIT_S =~ ^[1-9][0-9]*$ ]] || die "SLURM_WAIT must be a positive integer, got '$WAIT_S'"
 
+# shellcheck source=slurm-lib.sh
+. "$HERE/slurm-lib.sh"
 # alive PIDFILE COMM: the pid file names a live (non-zombie) process running COMM.
-alive() {
-  local pid stat rest
-  [ -r "$1" ] || return 1
-  pid=$(<"$1")
-  [[ $pid =~ ^[0-9]+$ ]] || return 1
-  stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
-  rest=${stat##*) }
-  [ "${rest%% *}" != Z ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
-}
+alive() { live_pid "$1" "$2" >/dev/null; }
 
 log_tail() {
   local f
