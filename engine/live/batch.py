@@ -18,7 +18,7 @@ import json
 import logging
 import sqlite3
 import time
-from typing import Callable
+from typing import Callable, Mapping
 
 from engine.core.incidents import ClosedIncident
 from engine.live.metrics import LogLimiter, Metrics
@@ -183,6 +183,16 @@ class Batch:
                 tx.__exit__(type(exc) if exc else RuntimeError, exc, None)
             except Exception as e:  # e.g. the rollback itself failed: SQLite already rolled back
                 logger.debug("rollback: %s", e)
+
+    def back_to(self, committed: Mapping[str, tuple[int | None, int, int]]) -> None:
+        """Every followed file back at the position the store holds for it (``Store.offsets()``;
+        from its start when it holds none), to be read again from there: memory was ahead of a
+        rolled back transaction."""
+        for t in list(self.follower.files.values()):
+            inode, offset, line_no = committed.get(t.path, (t.inode, 0, 0))
+            t.inode, t.offset, t.line_no = inode, offset, line_no
+            t.meta["committed"] = (inode, offset, line_no)
+            self.follower.rewind(t)
 
     def _discard(self) -> None:
         self._lines = self._facts = self._garbage = 0

@@ -329,11 +329,7 @@ class Controller:
         old, self.engine = self.engine, self._new_engine(self.compiled)
         old.session.close()
         self.engine.resume()
-        for t in list(self.follower.files.values()):
-            inode, offset, line_no = committed.get(t.path, (t.inode, 0, 0))
-            t.inode, t.offset, t.line_no = inode, offset, line_no
-            t.meta["committed"] = (inode, offset, line_no)
-            self.follower.rewind(t)
+        self.batch.back_to(committed)
         if self.spool_in is not None:
             self.spool_in.reopen()
         if self.sched is not None:

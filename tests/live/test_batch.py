@@ -64,6 +64,18 @@ def test_an_abort_rolls_back_effects_and_positions_together(world):
     assert batch.lines_total == 0 and store.offsets()[t.path] == (t.inode, 25, 5)
 
 
+def test_back_to_the_committed_positions_after_a_rollback(tmp_path, clock):
+    a, b = Tailed(str(tmp_path / "a.out"), inode=1, offset=900, line_no=90), Tailed(str(tmp_path / "b.out"), inode=2)
+    b.offset, b.line_no = 50, 5
+    rewound: list[Tailed] = []
+    follower = SimpleNamespace(files={a.path: a, b.path: b}, rewind=rewound.append)
+    batch = Batch(Store(":memory:"), follower, Metrics(), LogLimiter(), lambda closed: None, monotonic=clock)
+    batch.back_to({a.path: (1, 400, 40)})
+    assert (a.inode, a.offset, a.line_no, a.meta["committed"]) == (1, 400, 40, (1, 400, 40))
+    assert (b.inode, b.offset, b.line_no) == (2, 0, 0)  # nothing committed for it: from its start
+    assert rewound == [a, b]  # both read again from there
+
+
 def test_unmoved_files_are_not_written_again(world):
     batch, store, t, _ = world
     batch.begin()
