@@ -28,7 +28,7 @@ from collections import OrderedDict
 from typing import Any, Iterable, Mapping
 
 from engine.sources.files import NOT_REGULAR
-from engine.sources.tail import NOT_REGULAR_FILE, OTHER, TRUNCATED, Lines, TailFile, open_failure
+from engine.sources.tail import NOT_REGULAR_FILE, OTHER, SAME, TRUNCATED, Lines, TailFile, open_failure
 from engine.facts import NODE_RE, DERIVED_KINDS, Fact
 
 logger = logging.getLogger(__name__)
@@ -339,14 +339,9 @@ class SpoolReader:
             except OSError:
                 f.close()
         # the names must still point at what was opened, else a rotation happened in between
-        for f, _, _ in opened:
-            try:
-                same = os.lstat(f.path).st_ino == f.ino
-            except OSError:
-                same = False
-            if not same:
-                _close_all(opened)
-                return None
+        if any(f.change() != SAME for f, _, _ in opened):
+            _close_all(opened)
+            return None
         return opened
 
     def _refuse_file(self, name: str, why: str) -> None:

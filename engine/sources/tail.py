@@ -169,7 +169,7 @@ class TailFile:
         ``pos``), REPLACED (another file), MOVED (nothing; this file has another name) or DELETED
         (nothing; this file is unlinked). None when the path cannot be looked at now."""
         try:
-            st = os.stat(self.path)
+            st = os.lstat(self.path)  # a link put in its place is another file (and never read)
         except FileNotFoundError:
             return MOVED if self.linked() else DELETED
         except OSError:
@@ -226,7 +226,9 @@ class Lines:
             if nl < 0:
                 break
             if not self._skipping:
-                line = bytes(self._buf) + data[i : min(nl, i + cap + 1)]
+                line = data[i : min(nl, i + cap + 1)]
+                if self._buf:
+                    line = bytes(self._buf) + line
                 cut = len(line) > cap
                 out.append((self.start, line[:cap] if cut else line, cut))
             self._skipping = False
