@@ -68,20 +68,13 @@ def timed(cmd: list[str], env: dict | None = None) -> tuple[float, int, str]:
     return dt, rss, r.stdout
 
 
-def engine_throughput(n: int = 20000) -> tuple[float, float, float]:
-    """Facts/s through the Rete alone (assert + retract of single facts), and through the whole
-    engine (in-memory store) in two mixes: realistic incidents (each job attempt fails with one
-    cause, printed by 8 ranks, a fatal Xid in every fifth) and a worst case where every
+def engine_mixes(compiled, n: int = 20000) -> tuple[list, list]:
+    """The two fact streams of ``engine_throughput``: realistic incidents (each job attempt fails
+    with one cause, printed by 8 ranks, a fatal Xid in every fifth) and a worst case where every
     failure matcher fires in every job attempt (the correlation rules then join every pair)."""
     from engine.facts import Fact
-    from engine.core.incidents import Engine
-    from engine.core.rete import ReteNetwork
-    from engine.rulebook import require_rulebook
-    from engine.store import Store
 
-    compiled = require_rulebook()
     ids = [m.id for m in compiled.matchers if m.emit == "log"]
-    net = ReteNetwork(compiled)
 
     def realistic():
         out, job = [], 100
@@ -123,7 +116,20 @@ def engine_throughput(n: int = 20000) -> tuple[float, float, float]:
             for i in range(n)
         ]
 
-    facts = realistic()
+    return realistic(), worst()[: max(1, n // 10)]
+
+
+def engine_throughput(n: int = 20000) -> tuple[float, float, float]:
+    """Facts/s through the Rete alone (assert + retract of single facts), and through the whole
+    engine (in-memory store) in the two mixes of ``engine_mixes``."""
+    from engine.core.incidents import Engine
+    from engine.core.rete import ReteNetwork
+    from engine.rulebook import require_rulebook
+    from engine.store import Store
+
+    compiled = require_rulebook()
+    net = ReteNetwork(compiled)
+    facts, worst = engine_mixes(compiled, n)
     s = net.session()
     t0 = time.perf_counter()
     for f in facts:
@@ -131,7 +137,7 @@ def engine_throughput(n: int = 20000) -> tuple[float, float, float]:
         s.retract_fact(f.id)
     rete = n / (time.perf_counter() - t0)
     rates = []
-    for mix in (facts, worst()[: max(1, n // 10)]):
+    for mix in (facts, worst):
         eng = Engine(compiled, Store(":memory:"), network=net)
         t0 = time.perf_counter()
         for f in mix:

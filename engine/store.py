@@ -168,6 +168,11 @@ class Store:
         self.path = str(path)
         self._lock = threading.RLock()
         self._depth = 0
+        # write-behind: evidence timestamps and fact counts change many times per ingested fact;
+        # they are combined here and written before anything else could see or change them
+        self._touches: dict[int, float] = {}
+        self._bumps: dict[str, list] = {}  # fact id -> [count, flood JSON or None]
+        self.write_behind = True  # False: every write at once (the reference for tests)
         try:
             self.fresh = False
             if readonly:
@@ -204,15 +209,46 @@ class Store:
 
     def close(self) -> None:
         with self._lock:
+            if not self.db.in_transaction:
+                self.flush()
             self.db.close()
 
     # -- writing ---------------------------------------------------------------------------
-    def _exec(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Cursor:
+    def _exec(self, sql: str, args: Sequence[Any] = (), *, pending_ok: bool = False) -> sqlite3.Cursor:
+        """One statement; the buffered writes go first unless it cannot see or change them."""
         with self._lock:
+            if not pending_ok and (self._touches or self._bumps):
+                self.flush()
             try:
                 return self.db.execute(sql, args)
             except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
                 raise StoreError(f"{self.path}: {exc}") from None
+
+    def flush(self) -> None:
+        """Write what ``touch_incident`` and ``bump_fact`` buffered."""
+        with self._lock:
+            touches, self._touches = self._touches, {}
+            bumps, self._bumps = self._bumps, {}
+            try:
+                if touches:
+                    self.db.executemany(
+                        "UPDATE incidents SET last_evidence_at = MAX(last_evidence_at, ?) WHERE id = ?",
+                        [(at, inc) for inc, at in touches.items()],
+                    )
+                for fact_id, (by, flood) in bumps.items():
+                    self._write_bump(fact_id, by, flood)
+            except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
+                raise StoreError(f"{self.path}: {exc}") from None
+
+    def _write_bump(self, fact_id: str, by: int, flood: str | None) -> None:
+        if flood is None:
+            self.db.execute("UPDATE facts SET count = count + ? WHERE id = ?", (by, fact_id))
+        else:
+            self.db.execute("UPDATE facts SET count = count + ?, flood = ? WHERE id = ?", (by, flood, fact_id))
+
+    def _discard_pending(self) -> None:
+        self._touches.clear()
+        self._bumps.clear()
 
     def transaction(self):
         """``with store.transaction():`` groups writes into one commit."""
@@ -226,13 +262,19 @@ class Store:
         return int(cur.lastrowid)
 
     def touch_incident(self, incident: int, at: float) -> None:
-        self._exec("UPDATE incidents SET last_evidence_at = MAX(last_evidence_at, ?) WHERE id = ?", (at, incident))
+        """The incident's latest evidence is at least ``at`` (buffered: see ``flush``)."""
+        with self._lock:
+            old = self._touches.get(incident)
+            self._touches[incident] = at if old is None or at > old else old
+            if not self.write_behind:
+                self.flush()
 
     def set_provisional(self, incident: int, fault_class: str, nodes: Iterable[str], fault_fact: str) -> None:
         """The strongest fault so far of an open incident (final when it closes)."""
         self._exec(
             "UPDATE incidents SET fault_class=?, nodes=?, fault_fact=? WHERE id=? AND status='open'",
             (fault_class, json.dumps(sorted(set(nodes))), fault_fact, incident),
+            pending_ok=True,  # other columns than a buffered touch's
         )
 
     def close_incident(
@@ -334,6 +376,16 @@ class Store:
         return self._exec("DELETE FROM silences WHERE id = ?", (silence_id,)).rowcount > 0
 
     def add_fact(self, incident: int, fact: Fact, derived_by: int | None = None) -> None:
+        with self._lock:
+            bump = self._bumps.pop(fact.id, None)
+            if bump is not None:  # counted before this row existed: it must not count it
+                try:
+                    self._write_bump(fact.id, *bump)
+                except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
+                    raise StoreError(f"{self.path}: {exc}") from None
+            self._add_fact(incident, fact, derived_by)
+
+    def _add_fact(self, incident: int, fact: Fact, derived_by: int | None) -> None:
         self._exec(
             "INSERT INTO facts(incident, id, kind, attrs, at, origin, derived_by) VALUES (?,?,?,?,?,?,?) "
             "ON CONFLICT(incident, id) DO NOTHING",
@@ -346,17 +398,23 @@ class Store:
                 fact.origin,
                 derived_by,
             ),
+            pending_ok=True,
         )
 
     def bump_fact(self, fact_id: str, by: int = 1, flood: dict[str, Any] | None = None) -> None:
-        """Count ``by`` more sightings; ``flood``: the last one's origin and text, nodes and ranks seen."""
-        if flood is None:
-            self._exec("UPDATE facts SET count = count + ? WHERE id = ?", (by, fact_id))
-        else:
-            self._exec(
-                "UPDATE facts SET count = count + ?, flood = ? WHERE id = ?",
-                (by, json.dumps(flood, sort_keys=True), fact_id),
-            )
+        """Count ``by`` more sightings; ``flood``: the last one's origin and text, nodes and ranks seen
+        (buffered: see ``flush``)."""
+        text = json.dumps(flood, sort_keys=True) if flood is not None else None
+        with self._lock:
+            pending = self._bumps.get(fact_id)
+            if pending is None:
+                self._bumps[fact_id] = [by, text]
+            else:
+                pending[0] += by
+                if text is not None:
+                    pending[1] = text
+            if not self.write_behind:
+                self.flush()
 
     def fact_floods(self, incident: int) -> dict[str, dict[str, Any]]:
         """fact id -> what the store knows of its repeats (see ``bump_fact``)."""
@@ -379,6 +437,7 @@ class Store:
         cur = self._exec(
             "INSERT INTO firings(incident, rule, rule_mark, description, matched, asserted, at) VALUES (?,?,?,?,?,?,?)",
             (incident, rule, rule_mark, description, json.dumps(matched, sort_keys=True), asserted, at),
+            pending_ok=True,
         )
         return int(cur.lastrowid)
 
@@ -572,7 +631,11 @@ class _Tx:
         st._lock.acquire()
         if st._depth == 0:
             try:
+                st.flush()  # what was written before the transaction is not part of it
                 st.db.execute("BEGIN IMMEDIATE")
+            except StoreError:
+                st._lock.release()
+                raise
             except sqlite3.OperationalError as exc:
                 st._lock.release()
                 raise StoreError(f"{st.path}: {exc}") from None
@@ -584,17 +647,20 @@ class _Tx:
         try:
             st._depth -= 1
             if st._depth == 0:
+                if exc_type is not None:
+                    st._discard_pending()  # rolled back with the rest of the transaction
                 if exc_type is None:
                     try:
+                        st.flush()
                         st.db.execute("COMMIT")
-                    except sqlite3.Error as e:
+                    except (sqlite3.Error, StoreError) as e:
                         # a failed COMMIT (disk full, I/O error) may already have rolled back
                         if st.db.in_transaction:
                             try:
                                 st.db.execute("ROLLBACK")
                             except sqlite3.Error:
                                 pass
-                        raise StoreError(f"{st.path}: {e}") from e
+                        raise (e if isinstance(e, StoreError) else StoreError(f"{st.path}: {e}")) from e
                 elif st.db.in_transaction:
                     try:
                         st.db.execute("ROLLBACK")

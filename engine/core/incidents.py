@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from engine.core.actions import PlannedAction, plan_actions
+from engine.core.derive import Derivation, view
 from engine.facts import JOB_ACTIVE_STATES, Fact
 from engine.core.linefacts import ClusterContext
-from engine.facts import NODE_RE
 from engine.core.policy import Decision, GuardContext, decide, fingerprint, isolate_settings
 from engine.core.progress import ProgressTracker
 from engine.core.rete import ReteNetwork, ReteSession
-from engine.rulebook.compile import CompiledRule, CompiledRulebook, Template
+from engine.rulebook.compile import CompiledRule, CompiledRulebook
 from engine.rulebook.conditions import evaluate
 from engine.store import Store
 
@@ -36,7 +36,6 @@ __all__ = ["Engine", "ClosedIncident", "incident_key"]
 
 _STATE_KEYS = {"job": ("job",), "node": ("node",), "gpu_state": ("node", "gpu", "signal")}
 _OPENING = ("error", "fatal")
-_DISPLAY_ONLY = frozenset({"text", "evidence", "reason", "logged_at"})
 DEFAULT_FACT_TTL = 3600.0
 #: firings recorded per re-derived conclusion (64 ranks printing one error); later ones are counted
 REDERIVED_RECORDED = 64
@@ -104,6 +103,7 @@ class Engine:
         network: ReteNetwork | None = None,
         cluster: ClusterContext | None = None,
         on_close: Callable[[ClosedIncident], None] | None = None,
+        fast: bool = True,
     ):
         self.compiled = compiled
         self.store = store
@@ -113,6 +113,9 @@ class Engine:
         self.session: ReteSession = self.network.session()
         self.cluster = cluster or ClusterContext()
         self.on_close = on_close
+        #: False: the reference path (every template rendered, every id hashed), for differential tests
+        self.fast = fast
+        self._derivations: dict[int, Derivation] = {}
         self.settle = float(compiled.policy.get("settle", 120.0))
         self.cascade = float(compiled.policy.get("cascade", 900.0))  # seconds: the compiler parsed it
         self.recent: dict[str, _Open] = {}
@@ -174,7 +177,13 @@ class Engine:
     # -- input -----------------------------------------------------------------------------
     def ingest(self, fact: Fact) -> None:
         """Take one fact from a source (not a derived one)."""
-        self.advance(fact.at)
+        try:
+            self._ingest(fact)
+        finally:
+            self.store.flush()  # what it buffered is written before the caller sees the store
+
+    def _ingest(self, fact: Fact) -> None:
+        self._advance(fact.at)
         self.stats["facts"] += 1
         fact = self._with_job(fact)
         if fact.kind in ("log", "xid"):
@@ -219,6 +228,12 @@ class Engine:
 
     def flooded(self, flood: Any) -> None:
         """Repeats of a fact already ingested (a ``linefacts.Flood``): counted, never asserted."""
+        try:
+            self._flooded(flood)
+        finally:
+            self.store.flush()  # what it buffered is written before the caller sees the store
+
+    def _flooded(self, flood: Any) -> None:
         delta = flood.count - flood.applied
         if delta <= 0:
             return
@@ -291,53 +306,35 @@ class Engine:
                 if derived is not None:
                     queue.append(derived)
 
-    def _render(self, rule_id: str, value: Any, variables: Mapping[str, Any]) -> Any:
-        if isinstance(value, Template):
-            try:
-                return value.render(variables)
-            except Exception as exc:
-                self.stats["template_errors"] += 1
-                logger.warning("rule %s: template failed: %s", rule_id, exc)
-                return None
-        if isinstance(value, tuple):
-            items = (self._render(rule_id, v, variables) for v in value)
-            return tuple(i for i in items if i not in ("", None))
-        return value
+    def _derivation(self, cr: CompiledRule) -> Derivation:
+        d = self._derivations.get(id(cr))
+        if d is None:
+            d = self._derivations[id(cr)] = Derivation(cr, memo=self.fast)
+        return d
 
     def _fire(self, cr: CompiledRule, matched: Mapping[str, dict]) -> Fact | None:
         rule = cr.rule
-        variables = {alias: _view(m) for alias, m in matched.items()}
-        attrs: dict[str, Any] = {}
+        derivation = self._derivation(cr)
+        views: dict[str, Any] = {}
+
+        def variables() -> Mapping[str, Any]:
+            if not views:
+                views.update((alias, view(m)) for alias, m in matched.items())
+            return views
+
+        def on_error(exc: Exception) -> None:
+            self.stats["template_errors"] += 1
+            logger.warning("rule %s: template failed: %s", rule.id, exc)
+
         # identity first: a conclusion drawn again (64 ranks printing one error) is counted, and
         # its display-only text (reason, evidence) is not even rendered
-        for key, value in cr.then_templates.items():
-            if key not in _DISPLAY_ONLY:
-                rendered = self._render(rule.id, value, variables)
-                if rendered is not None:
-                    attrs[key] = rendered
-        ordered = [matched[c.alias] for c in rule.conditions if c.alias in matched]
-        for name in ("job", "attempt") + (("node",) if rule.then_kind == "symptom" else ()):
-            if name not in attrs:
-                for m in ordered:
-                    if m.get(name) is not None:
-                        attrs[name] = m[name]
-                        break
-        if rule.then_kind == "fault":
-            nodes = attrs.get("nodes", ())
-            if isinstance(nodes, str):
-                nodes = (nodes,)
-            attrs["nodes"] = tuple(sorted({n for n in nodes if isinstance(n, str) and NODE_RE.match(n)}))
-            attrs["priority"] = cr.priority
-        else:
-            attrs.setdefault("severity", "error")
-        attrs["rule"] = rule.id
-        at = max(float(m.get("at", 0.0)) for m in matched.values())
         try:
-            ident = Fact.make(rule.then_kind, attrs, 0.0, f"rule:{rule.id}").id
+            attrs, ident = derivation.identity(matched, variables, on_error)
         except Exception as exc:
             self.stats["template_errors"] += 1
             logger.warning("rule %s derived a malformed fact: %s", rule.id, exc)
             return None
+        at = max(float(m.get("at", 0.0)) for m in matched.values())
         again = self.live.get(ident)
         if again is not None:
             again.count += 1
@@ -347,11 +344,7 @@ class Engine:
             if again.count <= REDERIVED_RECORDED:
                 self._rederived(again, (cr, {alias: str(m.get("id")) for alias, m in matched.items()}, ident))
             return None
-        for key, value in cr.then_templates.items():
-            if key in _DISPLAY_ONLY:
-                rendered = self._render(rule.id, value, variables)
-                if rendered is not None:
-                    attrs[key] = rendered
+        derivation.render_items(derivation.display_items, matched, variables, on_error, attrs)
         if rule.then_kind == "fault":
             attrs.setdefault("reason", rule.description)
         try:
@@ -674,6 +667,12 @@ class Engine:
 
     def advance(self, now: float) -> None:
         """Move time forward: fire due timers, close settled incidents, expire old facts."""
+        try:
+            self._advance(now)
+        finally:
+            self.store.flush()  # what it buffered is written before the caller sees the store
+
+    def _advance(self, now: float) -> None:
         if self.now is not None and now <= self.now:
             return
         self.now = now
@@ -734,6 +733,7 @@ class Engine:
             self.recent.pop(key, None)
             for fid in list(inc.facts):
                 self._retract(fid)
+        self.store.flush()
         return list(self.closed)
 
 
@@ -744,17 +744,3 @@ def _rank(f: Fact) -> tuple[int, float]:
 def _best_fault(faults: list[Fact]) -> Fact:
     """The strongest fault: highest priority, the earliest on a tie."""
     return min(faults, key=_rank)
-
-
-class _View(dict):
-    """A matched fact for templates: attribute access, lists for tuples."""
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-
-def _view(m: Mapping[str, Any]) -> _View:
-    return _View(m)

@@ -4,9 +4,11 @@ rulesets and runs facts through them, handling every sharp edge measured in DESI
 - a fact no rule can match raises MessageNotHandledException: swallowed (nothing to remember);
 - an identical message twice raises MessageObservedException: every message carries our unique
   fact id, and a re-assertion of a fact already held is ignored;
-- a two-parameter action is treated as asynchronous: our actions take exactly one parameter;
-- an exception inside an action is swallowed by durable_rules and blocks the session: our action
-  never raises; it records the error, and ``assert_fact`` re-raises it afterwards as ReteError;
+- a two-parameter action is treated as asynchronous, and an exception inside an action is
+  swallowed and blocks the session: no action of ours ever runs. Each session drives the C engine
+  directly (assert, then start/complete each action it reports) and reads the firings from it,
+  which also saves the JSON round trips of session state that durable_rules' Python host makes
+  around every action;
 - ``set_rulesets`` mutates its input: we hand it a deep copy;
 - a ruleset name cannot be registered twice in one host: names are versioned (``recover_v3``);
 - a ruleset is never freed (~11 MB for the default rulebook): a network whose rules compile to a
@@ -14,8 +16,8 @@ rulesets and runs facts through them, handling every sharp edge measured in DESI
 - its timers and background dispatch threads are not used: time is our clock's business, so
   the host is created without its dispatch loop and every action runs synchronously, here.
 
-Derived facts are not asserted from inside actions: the firing is handed to ``on_fire`` after
-the assertion that caused it returns, and the caller asserts what it derives (no re-entrancy).
+Derived facts are not asserted from inside actions: ``assert_fact`` returns the firings after the
+assertion that caused them, and the caller asserts what it derives (no re-entrancy).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import logging
 import threading
 from typing import Any, Callable
 
+import durable_rules_engine as _C
 from durable import engine as _dr
 
 from engine.facts import Fact
@@ -135,27 +138,9 @@ def fact_message(fact: Fact, sid: str) -> dict:
     return msg
 
 
-def _action(name: str, key: str) -> Callable[[Any], None]:
-    """The action of rule ``key`` of ruleset ``name``: hands the firing to the session it fired
-    in (whichever network, of the ones sharing the ruleset, that session belongs to)."""
-
-    def action(c):  # exactly one parameter: durable_rules runs it synchronously
-        sessions = _SESSIONS.get(name, {})
-        try:
-            sid = str(c.s.sid) if c.s is not None else "0"
-            session = sessions.get(sid)
-            if session is None:
-                return
-            matched = {}
-            for alias, value in (c._m or {}).items():
-                matched[alias] = dict(value) if isinstance(value, dict) else value
-            session._pending.append((session.network.rules.get(key), matched))
-        except BaseException as exc:  # never let durable_rules see an exception
-            session = sessions.get(str(getattr(c.s, "sid", "0")))
-            if session is not None:
-                session._error = exc
-
-    return action
+def _never_run(c: Any) -> None:  # exactly one parameter: durable_rules would run it synchronously
+    """The ``run`` durable_rules requires of every rule. It is never called: sessions drive the C
+    engine themselves and read each firing's matched facts from it (``ReteSession._call``)."""
 
 
 class ReteNetwork:
@@ -179,7 +164,7 @@ class ReteNetwork:
             self.reused = name is not None
             if name is None:
                 name = f"recover_v{next(_VERSION)}"
-                definition = {key: dict(body, run=_action(name, key)) for key, body in bodies.items()}
+                definition = {key: dict(body, run=_never_run) for key, body in bodies.items()}
                 _host().register_rulesets({name: copy.deepcopy(definition)})  # it mutates its input
                 _RULESETS[signature] = name
                 _SESSIONS[name] = {}
@@ -188,6 +173,7 @@ class ReteNetwork:
             self._sessions = _SESSIONS[name]
             self._sids = _SIDS[name]
             self._ruleset = _host().get_ruleset(name)
+            self._handle = self._ruleset._handle  # the C engine's ruleset, driven directly
 
     def definition_json(self) -> str:
         """The JSON handed to durable_rules (for golden tests and debugging)."""
@@ -214,52 +200,52 @@ class ReteSession:
     def __init__(self, network: ReteNetwork, sid: str):
         self.network = network
         self.sid = sid
-        self._pending: list[tuple[CompiledRule | None, dict]] = []
-        self._error: BaseException | None = None
-        self._held: dict[str, dict] = {}  # fact id -> message, for retraction
+        self._held: dict[str, str] = {}  # fact id -> its message (JSON), for retraction
         self.handled = True  # did the last assertion reach any rule?
 
     def __len__(self) -> int:
         return len(self._held)
 
-    def _call(self, fn: Callable[[dict], Any], msg: dict) -> list[tuple[CompiledRule, dict]]:
+    def _call(self, fn: Callable[[Any, str], Any], payload: str, fact_id: str) -> list[tuple[CompiledRule, dict]]:
+        """Run one assertion or retraction through durable_rules' C engine and collect the
+        firings it starts. The engine is driven directly (what its Python ``Host`` does, less the
+        JSON round trips of session state between actions, which our actions never change)."""
+        rules = self.network.rules
+        handle = self.network._handle
         with _LOCK:
-            self._pending = []
-            self._error = None
             self.handled = True
             try:
-                fn(msg)
-            except _dr.MessageNotHandledException:
-                self.handled = False  # no rule can use it: durable_rules did not keep it
-            except _dr.MessageObservedException:
-                pass
+                result = fn(handle, payload)
             except Exception as exc:
-                raise ReteError(f"durable_rules refused fact {msg.get('id')}: {exc}") from exc
-            state_exc = None
+                raise ReteError(f"durable_rules refused fact {fact_id}: {exc}") from exc
+            code = result[0]
+            if code == 1:
+                self.handled = False  # no rule can use it: durable_rules did not keep it
+                return []
+            if code == 2:
+                return []  # observed before: nothing new
+            state = 0 if code == 3 else result[1]
+            fired: list[tuple[CompiledRule, dict]] = []
             try:
-                state = self.network._ruleset.get_state(self.sid)
-                state_exc = state.get("exception") if isinstance(state, dict) else None
-            except Exception:
-                state = None
-            if state_exc:
-                # unblock the session, then report
-                cleared = {k: v for k, v in state.items() if k != "exception"}
-                cleared["sid"] = self.sid
-                self.network._ruleset.update_state(cleared)
-                raise ReteError(f"a rule action failed: {state_exc}")
-            if self._error is not None:
-                err, self._error = self._error, None
-                raise ReteError(f"a rule action failed: {err!r}") from err
-            fired, self._pending = self._pending, []
-            return [(cr, m) for cr, m in fired if cr is not None]
+                started = _C.start_action_for_state(handle, state)
+                while started:
+                    for key, matched in json.loads(started[1]).items():
+                        cr = rules.get(key)
+                        if cr is not None:
+                            fired.append((cr, matched))
+                    message = _C.complete_and_start_action(handle, state)
+                    started = (None, message) if message else None
+            except Exception as exc:
+                raise ReteError(f"a rule action failed: {exc!r}") from exc
+            return fired
 
     def assert_fact(self, fact: Fact) -> list[tuple[CompiledRule, dict]]:
         if fact.id in self._held:
             return []
-        msg = fact_message(fact, self.sid)
-        self._held[fact.id] = msg
+        payload = json.dumps(fact_message(fact, self.sid), ensure_ascii=False)
+        self._held[fact.id] = payload
         try:
-            fired = self._call(lambda m: _host().assert_fact(self.network.name, m), msg)
+            fired = self._call(_C.assert_fact, payload, fact.id)
         except ReteError:
             self._held.pop(fact.id, None)
             raise
@@ -268,10 +254,10 @@ class ReteSession:
         return fired
 
     def retract_fact(self, fact_id: str) -> list[tuple[CompiledRule, dict]]:
-        msg = self._held.pop(fact_id, None)
-        if msg is None:
+        payload = self._held.pop(fact_id, None)
+        if payload is None:
             return []
-        return self._call(lambda m: _host().retract_fact(self.network.name, m), msg)
+        return self._call(_C.retract_fact, payload, fact_id)
 
     def held(self) -> list[str]:
         return list(self._held)
