@@ -124,6 +124,9 @@ class Derivation:
         self.aliases = [c.alias for c in rule.conditions]
         self.origin = f"rule:{rule.id}"
         self.ids: dict[tuple, str] = {}
+        # the whole identity by the values it reads (None: a template may read anything)
+        self._identity_reads: tuple[tuple[str, str], ...] | None | bool = False  # False: not yet known
+        self.identities: dict[tuple, tuple[dict[str, Any], str]] = {}
 
     def _memo(self, template: Template) -> TemplateMemo:
         memo = self.memos.get(id(template))
@@ -149,9 +152,47 @@ class Derivation:
             if rendered is not None:
                 attrs[key] = rendered
 
+    def _reads_of_identity(self) -> tuple[tuple[str, str], ...] | None:
+        reads: set[tuple[str, str]] = set()
+        for _, value in self.identity_items:
+            for t in value if isinstance(value, tuple) else (value,):
+                if isinstance(t, Template) and t._tmpl is not None:
+                    found = self._memo(t).reads
+                    if found is None:
+                        return None
+                    reads.update(found)
+        reads.update((a, name) for a in self.aliases for name in self.implicit)
+        return tuple(sorted(reads))
+
     def identity(self, matched: Mapping[str, dict], variables, on_error) -> tuple[dict[str, Any], str]:
         """The derived fact's attributes but its display-only ones, and its id (which raises
         FactError when they are malformed)."""
+        whole: tuple | None = None
+        if self.memo:
+            if self._identity_reads is False:
+                self._identity_reads = self._reads_of_identity()
+            reads = self._identity_reads
+            if isinstance(reads, tuple):
+                whole = tuple(
+                    _key_of(matched[a].get(attr, _MISSING)) if a in matched else _MISSING for a, attr in reads
+                )
+                hit = self.identities.get(whole)
+                if hit is not None:
+                    return dict(hit[0]), hit[1]
+        failed: list[Exception] = []
+
+        def counted(exc: Exception) -> None:
+            failed.append(exc)
+            on_error(exc)
+
+        attrs, ident = self._identity(matched, variables, counted)
+        if whole is not None and not failed:  # a failed render is never remembered
+            if len(self.identities) >= MEMO_SIZE:
+                self.identities.clear()
+            self.identities[whole] = (dict(attrs), ident)
+        return attrs, ident
+
+    def _identity(self, matched: Mapping[str, dict], variables, on_error) -> tuple[dict[str, Any], str]:
         rule = self.cr.rule
         attrs: dict[str, Any] = {}
         self.render_items(self.identity_items, matched, variables, on_error, attrs)
