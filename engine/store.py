@@ -209,7 +209,11 @@ class Store:
 
     def close(self) -> None:
         with self._lock:
-            if not self.db.in_transaction:
+            try:
+                pending = not self.db.in_transaction
+            except sqlite3.ProgrammingError:  # closed already
+                pending = False
+            if pending:
                 self.flush()
             self.db.close()
 

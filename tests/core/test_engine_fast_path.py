@@ -163,3 +163,5 @@ def test_store_write_behind_keeps_the_order_of_writes(tmp_path):
     store.close()
     again = Store(tmp_path / "s.db")
     assert [c for _, c, _ in again.facts(a)] == [4]  # written when the store closed
+    again.close()
+    again.close()  # closing twice is harmless, as it was
