@@ -15,12 +15,15 @@ different key, and a render that fails is never remembered, so it fails, and is 
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Mapping
 
-from jinja2 import nodes
+from jinja2 import TemplateSyntaxError, nodes
 
 from engine.facts import NODE_RE, Fact
 from engine.rulebook.compile import CompiledRule, Template, jinja_env
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["DISPLAY_ONLY", "Derivation", "TemplateMemo", "template_reads", "view"]
 
@@ -52,7 +55,7 @@ def template_reads(source: str) -> tuple[tuple[str, str], ...] | None:
     anything else (a bare alias, a global, an impure filter, a name a dict has as a method)."""
     try:
         ast = jinja_env().parse(source)
-    except Exception:  # noqa: BLE001 - an unparsable template is simply not memoised
+    except TemplateSyntaxError:  # the compiler parsed it already; an unparsable one is simply not memoised
         return None
     reads: set[tuple[str, str]] = set()
     wrapped: set[int] = set()
@@ -138,7 +141,8 @@ class Derivation:
         if isinstance(value, Template):
             try:
                 return self._memo(value).render(matched, variables)
-            except Exception as exc:  # noqa: BLE001 - a template failing at fire time is counted, not fatal
+            except Exception as exc:  # a template failing at fire time is logged and counted, not fatal
+                logger.warning("rule %s: template failed: %s", self.cr.rule.id, exc)
                 on_error(exc)
                 return None
         if isinstance(value, tuple):

@@ -322,9 +322,8 @@ class Engine:
                 views.update((alias, view(m)) for alias, m in matched.items())
             return views
 
-        def on_error(exc: Exception) -> None:
+        def on_error(exc: Exception) -> None:  # derive logged it
             self.stats["template_errors"] += 1
-            logger.warning("rule %s: template failed: %s", rule.id, exc)
 
         # identity first: a conclusion drawn again (64 ranks printing one error) is counted, and
         # its display-only text (reason, evidence) is not even rendered
