@@ -97,11 +97,11 @@ class TemplateMemo:
 
     def __init__(self, template: Template, memo: bool = True):
         self.template = template
-        self.reads = template_reads(template.source) if memo and template._tmpl is not None else None
+        self.reads = template_reads(template.source) if memo and template.is_template else None
         self.memo: dict[tuple, str] = {}
 
     def render(self, matched: Mapping[str, Mapping[str, Any]], variables: Callable[[], Mapping[str, Any]]) -> str:
-        if self.reads is None or self.template._tmpl is None:
+        if self.reads is None:
             return self.template.render(variables())
         key = tuple(_key_of(matched[a].get(attr, _MISSING)) if a in matched else _MISSING for a, attr in self.reads)
         out = self.memo.get(key)
@@ -160,7 +160,7 @@ class Derivation:
         reads: set[tuple[str, str]] = set()
         for _, value in self.identity_items:
             for t in value if isinstance(value, tuple) else (value,):
-                if isinstance(t, Template) and t._tmpl is not None:
+                if isinstance(t, Template) and t.is_template:
                     found = self._memo(t).reads
                     if found is None:
                         return None

@@ -6,7 +6,9 @@ must give the same incidents, decisions, evidence, firings, actions and explain 
 from __future__ import annotations
 
 import json
+import io
 import logging
+import pickle
 import sys
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from engine.core.derive import template_reads
 from engine.core.incidents import Engine
 from engine.facts import Fact
 from engine.ops import explain
-from engine.rulebook import require_rulebook
+from engine.rulebook import require_rulebook, stored
 from engine.store import Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -26,9 +28,20 @@ from bench_replay import engine_mixes  # noqa: E402
 _WALL = {"detected_wall", "closed_wall", "created_at", "updated_at"}
 
 
-@pytest.fixture(scope="module")
-def compiled():
-    return require_rulebook()
+@pytest.fixture(scope="module", params=["compiled", "stored"])
+def compiled(request):
+    """The rulebook as compiled, and as read back from the rulebook store (its templates not
+    compiled until their first render)."""
+    book = require_rulebook()
+    if request.param == "compiled":
+        return book
+    buf = io.BytesIO()
+    pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.dispatch_table = stored._dispatch()  # as the store writes it
+    pickler.dump(book)
+    again = pickle.loads(buf.getvalue())
+    assert all(t._tmpl is None for cr in again.rules for t in cr.then_templates.values() if hasattr(t, "_tmpl"))
+    return again
 
 
 def _no_wall(value):
