@@ -321,8 +321,9 @@ class HitConverter:
     ) -> tuple[float | None, float]:
         """(the line's own time or None, the time of its fact). ``timeless``: the line is known to
         carry no timestamp."""
-        if self._last_line is not None and self._last_line[0] == line:
-            logged = self._last_line[1]
+        last = self._last_line
+        if last is not None and last[0] == line:
+            logged = last[1]
         else:
             logged = None if timeless else parse_line_time(line, ctx.year)
             self._last_line = (line, logged)

@@ -106,13 +106,16 @@ def scan_chunks(
     """Yield the facts and floods of one stream (context lines update ``ctx``); ``index_map``
     maps the scanner's matcher numbers to the converter's."""
     stream = StreamFacts(scanner, converter, ctx, index_map)
+    convert = stream.item
     for data in chunks:
         if on_bytes:
             on_bytes(len(data))
-        for _, _, item in stream.feed(data):
+        for hit in stream.scan(data):  # StreamFacts.feed without its (line, offset, item) per hit
+            item = convert(hit)
             if item is not None:
                 yield item
-    for _, _, item in stream.flush():
+    for hit in stream.scan_end():
+        item = convert(hit)
         if item is not None:
             yield item
 
