@@ -282,16 +282,7 @@ class Follower:
         except OSError:
             return  # not there (yet) or not a file: a file that appears later is new
         try:
-            lines, end = 0, 0
-            while True:
-                pos = f.pos
-                data = f.read(READ_BYTES)
-                if not data:
-                    break
-                lines += data.count(b"\n")
-                nl = data.rfind(b"\n")
-                if nl >= 0:
-                    end = pos + nl + 1
+            lines, end = f.count_lines()
         except OSError:
             return
         finally:

@@ -346,19 +346,13 @@ class KernelLogSource:
     def _count_lines(self, ino: int, start: int, end: int) -> int:
         assert self._file is not None
         try:
-            f = TailFile.open(self._file.path, start)
+            f = TailFile.open(self._file.path)
         except OSError:
             return 0
         try:
             if f.ino != ino:
                 return 0  # the file was rotated away: numbers restart with the new one
-            count = 0
-            while f.pos < end:
-                data = f.read(min(1 << 20, end - f.pos))
-                if not data:
-                    break
-                count += data.count(b"\n")
-            return count
+            return f.count_lines(start, end)[0]
         except OSError:
             return 0
         finally:

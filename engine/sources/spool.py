@@ -361,10 +361,8 @@ class SpoolReader:
                 continue
             f, size, _ = opened[-1]
             try:
-                f.pos = max(0, size - self.max_line - 1)
-                tail = f.read(min(size, self.max_line + 1))
-                nl = tail.rfind(b"\n")
-                end = size - len(tail) + nl + 1 if nl >= 0 else 0
+                found, end = f.count_lines(max(0, size - self.max_line - 1), size)
+                end = end if found else 0
                 self.offsets[base] = (f.ino, end, f.head(end))
             except OSError:
                 pass

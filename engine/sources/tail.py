@@ -135,6 +135,22 @@ class TailFile:
         self.pos += len(data)
         return data
 
+    def count_lines(self, start: int = 0, end: int | None = None) -> tuple[int, int]:
+        """Newlines between ``start`` and ``end`` (the end of the file: None), and the offset just
+        past the last of them (``start`` if none): where the last complete line ends. Raises OSError."""
+        count, last = 0, start
+        self.pos = start
+        while end is None or self.pos < end:
+            at = self.pos
+            data = self.read(1 << 20 if end is None else min(1 << 20, end - at))
+            if not data:
+                break
+            n = data.count(b"\n")
+            if n:
+                count += n
+                last = at + data.rfind(b"\n") + 1
+        return count, last
+
     def head(self, offset: int) -> str:
         """The fingerprint of the bytes before ``offset`` (at most HEAD_BYTES), to remember
         with the offset (see ``identify``)."""

@@ -124,6 +124,17 @@ def test_reads_are_bounded_and_at_the_position(tmp_path):
     f.close()
 
 
+def test_count_lines_says_where_the_last_complete_line_ends(tmp_path):
+    path = tmp_path / "a.log"
+    path.write_bytes(b"a\nbb\nccc")
+    f = TailFile.open(str(path))
+    assert f.count_lines() == (2, 5)
+    assert f.count_lines(2) == (1, 5)
+    assert f.count_lines(0, 2) == (1, 2)
+    assert f.count_lines(5) == (0, 5)  # none: where it started
+    f.close()
+
+
 def test_change_tells_rotation_truncation_and_deletion_apart(tmp_path):
     path = tmp_path / "a.log"
     path.write_bytes(b"line 1\nline 2\n")
