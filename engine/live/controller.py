@@ -39,6 +39,7 @@ from engine.live.reload import RulebookWatch
 from engine.live.schedpoll import SchedulerPoll
 from engine.rulebook import CompiledRulebook, load_rulebook
 from engine.sources.follow import Follower
+from engine.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +83,6 @@ class ControllerConfig:
 
 class Controller:
     def __init__(self, config: ControllerConfig, compiled: CompiledRulebook):
-        from engine.store import Store
-
         self.cfg = config
         self.compiled = compiled
         if config.from_start and not config.dry_run:
