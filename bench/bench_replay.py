@@ -57,15 +57,17 @@ def to_ere(pattern: str) -> str | None:
     return out if r.returncode in (0, 1) else None
 
 
-def timed(cmd: list[str], env: dict | None = None) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS (KiB) of the command, its stdout."""
+def timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, int, str]:
+    """Wall seconds, CPU seconds (user + system: steadier than wall on a shared machine), peak
+    RSS (KiB) of the command, its stdout."""
     t0 = time.perf_counter()
-    r = subprocess.run(["/usr/bin/time", "-f", "%M", *cmd], capture_output=True, text=True, env=env)
+    r = subprocess.run(["/usr/bin/time", "-f", "%M %U %S", *cmd], capture_output=True, text=True, env=env)
     dt = time.perf_counter() - t0
-    rss = int(r.stderr.strip().splitlines()[-1]) if r.stderr.strip() else -1
+    last = r.stderr.strip().splitlines()[-1].split() if r.stderr.strip() else []
+    rss, cpu = (int(last[0]), float(last[1]) + float(last[2])) if len(last) == 3 else (-1, -1.0)
     if r.returncode not in (0, 1):
         raise SystemExit(f"{cmd[0]} failed ({r.returncode}): {r.stderr[-500:]}")
-    return dt, rss, r.stdout
+    return dt, cpu, rss, r.stdout
 
 
 def engine_mixes(compiled, n: int = 20000) -> tuple[list, list]:
@@ -200,27 +202,37 @@ def main() -> None:
         t_read = time.perf_counter() - t0
         results = []
         for rnd in range(2):  # two rounds, alternating, to see the noise
-            t_grep, rss_grep, out = timed(["grep", "-E", "-c", "-f", str(pat_file), big], env_c)
+            t_grep, c_grep, _, out = timed(["grep", "-E", "-c", "-f", str(pat_file), big], env_c)
             db = tmp / f"bench-{rnd}.db"
-            t_rep, rss_rep, rout = timed(recover + ["replay", "--db", str(db), "--json", big])
-            results.append((t_grep, t_rep, rss_rep, int(out.strip() or 0), len(rout.splitlines())))
+            t_rep, c_rep, rss_rep, rout = timed(recover + ["replay", "--db", str(db), "--json", big])
+            results.append((t_grep, t_rep, rss_rep, int(out.strip() or 0), len(rout.splitlines()), c_grep, c_rep))
             db.unlink(missing_ok=True)
-        t_start, _, _ = timed(recover + ["rules", "check"])
+        t_start, _, _, _ = timed(recover + ["rules", "check"])
         print()
-        print(f"{'':34}{'seconds':>10}{'MB/s':>10}{'ratio to grep':>15}")
+        print(f"{'':34}{'seconds':>10}{'MB/s':>10}{'ratio to grep':>15}{'CPU s':>10}{'CPU ratio':>11}")
         print(f"{'read only (4 MiB chunks)':34}{t_read:10.2f}{size_b / 2**20 / t_read:10.0f}")
-        for i, (tg, tr, rss, grep_lines, incidents) in enumerate(results):
-            print(f"{f'grep -E -c -f (round {i + 1})':34}{tg:10.2f}{size_b / 2**20 / tg:10.0f}{1.0:15.2f}")
-            print(f"{f'recover replay (round {i + 1})':34}{tr:10.2f}{size_b / 2**20 / tr:10.0f}{tr / tg:15.2f}")
+        for i, (tg, tr, rss, grep_lines, incidents, cg, cr) in enumerate(results):
+            print(
+                f"{f'grep -E -c -f (round {i + 1})':34}{tg:10.2f}{size_b / 2**20 / tg:10.0f}{1.0:15.2f}{cg:10.2f}{1.0:11.2f}"
+            )
+            print(
+                f"{f'recover replay (round {i + 1})':34}{tr:10.2f}{size_b / 2**20 / tr:10.0f}{tr / tg:15.2f}"
+                f"{cr:10.2f}{cr / max(cg, 0.01):11.2f}"
+            )
         print(f"{'recover startup (rules check)':34}{t_start:10.2f}")
-        tg, tr, rss, grep_lines, incidents = results[-1]
+        tg, tr, rss, grep_lines, incidents, _, _ = results[-1]
         print(
             f"\nfile: {size_b / 2**20:.0f} MiB; grep matched {grep_lines} lines; replay found {incidents} incident(s)"
         )
-        print(f"replay/grep ratio (best of rounds): {min(r[1] / r[0] for r in results):.2f}")
+        print(
+            f"replay/grep ratio (best of rounds): {min(r[1] / r[0] for r in results):.2f}; "
+            f"CPU seconds: {min(r[6] / max(r[5], 0.01) for r in results):.2f}"
+        )
 
         if args.small_mb != args.size_mb:
-            _, rss_small, _ = timed(recover + ["replay", "--db", str(tmp / "small.db"), "--json", logs[args.small_mb]])
+            _, _, rss_small, _ = timed(
+                recover + ["replay", "--db", str(tmp / "small.db"), "--json", logs[args.small_mb]]
+            )
             print(
                 f"peak RSS of replay: {rss_small / 1024:.0f} MiB at {args.small_mb} MB, {rss / 1024:.0f} MiB at {args.size_mb} MB"
             )
