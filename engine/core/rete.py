@@ -228,11 +228,16 @@ class ReteSession:
             fired: list[tuple[CompiledRule, dict]] = []
             try:
                 started = _C.start_action_for_state(handle, state)
+                if started:
+                    session_state = started[0]
                 while started:
                     for key, matched in json.loads(started[1]).items():
                         cr = rules.get(key)
                         if cr is not None:
                             fired.append((cr, matched))
+                    # what durable_rules' host does after each action: the session's state is
+                    # written back before the action completes (without it the C engine crashed)
+                    _C.update_state(handle, session_state)
                     message = _C.complete_and_start_action(handle, state)
                     started = (None, message) if message else None
             except Exception as exc:
