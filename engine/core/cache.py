@@ -125,14 +125,50 @@ def key(kind: str, *parts: Any) -> str:
     return f"{kind}-{h.hexdigest()[:40]}"
 
 
+#: entries kept per kind (the part of a key before its first "-"); the least recently used go
+#: first. A rulebook entry is ~300 KB and every differently named rulebook (a test's temporary
+#: folder) is one more; a rulebook's hyperscan databases are ~10 per source kind.
+KEEP = {"rulebook": 32}
+KEEP_DEFAULT = 256
+
+
 def get(k: str) -> bytes | None:
     d = cache_dir()
     if d is None:
         return None
     try:
-        return (d / k).read_bytes()
+        data = (d / k).read_bytes()
     except OSError:
         return None
+    try:
+        os.utime(d / k)  # used now: the last to be pruned
+    except OSError:
+        pass
+    return data
+
+
+def _prune(d: Path, kind: str) -> None:
+    """Remove the least recently used entries of ``kind`` beyond its KEEP."""
+    keep = KEEP.get(kind, KEEP_DEFAULT)
+    entries = []
+    try:
+        with os.scandir(d) as it:
+            for e in it:
+                if e.name.startswith(kind + "-"):
+                    try:
+                        entries.append((e.stat().st_mtime_ns, e.name))
+                    except OSError:
+                        continue  # removed meanwhile
+    except OSError:
+        return
+    if len(entries) <= keep:
+        return
+    entries.sort()
+    for _, name in entries[: len(entries) - keep]:
+        try:
+            os.unlink(d / name)
+        except OSError:  # another process pruned it first
+            pass
 
 
 def put(k: str, data: bytes) -> None:
@@ -149,5 +185,6 @@ def put(k: str, data: bytes) -> None:
         except BaseException:
             os.unlink(tmp)
             raise
+        _prune(d, k.split("-", 1)[0])
     except OSError as exc:  # a read-only home or a full disk costs speed, nothing else
         logger.debug("cache %s: not written: %s", d, exc)

@@ -162,3 +162,28 @@ def test_a_file_that_cannot_be_read_is_never_cached(cache_dir, builds, tmp_path)
     assert not load_rulebook([bad]).ok
     assert builds[0] == 2
     assert not any(p.name.startswith("rulebook-") for p in cache_dir.iterdir()) if cache_dir.exists() else True
+
+
+def test_entries_of_a_kind_are_bounded_and_the_least_recently_used_go(cache_dir, monkeypatch):
+    import os
+    import time
+
+    monkeypatch.setitem(cache.KEEP, "thing", 3)
+    now = time.time()
+    for i in range(3):
+        cache.put(f"thing-{i}", b"x")
+        os.utime(cache_dir / f"thing-{i}", (now - 100 + i, now - 100 + i))
+    cache.put("other-0", b"y")
+    assert cache.get("thing-0") == b"x"  # used: now the most recent of its kind
+    cache.put("thing-3", b"x")
+    cache.put("thing-4", b"x")
+    assert sorted(p.name for p in cache_dir.iterdir()) == ["other-0", "thing-0", "thing-3", "thing-4"]
+
+
+def test_many_differently_named_rulebooks_keep_the_cache_bounded(cache_dir, tmp_path, monkeypatch):
+    monkeypatch.setitem(cache.KEEP, "rulebook", 2)
+    for i in range(4):
+        site = tmp_path / f"site{i}.yaml"
+        site.write_text(SITE.format(pattern=f"thing {i}"))
+        assert load_rulebook([site]).ok
+    assert len([p for p in cache_dir.iterdir() if p.name.startswith("rulebook-")]) == 2
