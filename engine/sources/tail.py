@@ -34,7 +34,7 @@ import logging
 import os
 from typing import Any
 
-from engine.sources.files import HEAD_BYTES, NOT_REGULAR, fd_file_head, fd_head, open_regular
+from engine.sources.files import NOT_REGULAR, fd_file_head, fd_head, open_regular
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,6 @@ __all__ = [
     "NOT_REGULAR_FILE",
     "NO_DESCRIPTORS",
     "UNREADABLE",
-    "HEAD_BYTES",
 ]
 
 #: what a path shows compared with the file opened there (``TailFile.change``)
