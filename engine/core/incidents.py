@@ -8,6 +8,13 @@ Flow of one fact::
     advance(now) -> delayed (for:) firings and expired absences fire -> settled incidents close:
                     strongest fault wins -> policy decision -> rendered plan -> store; facts retracted
 
+This module holds ``Engine`` (what callers use) and the incident lifecycle: which incident a
+derived fact joins, when one opens, settles and closes, and what late evidence of a closed one
+does. The rest is in its own module: ``memory`` (working memory, repeats, retraction),
+``timers`` (``for:`` and ``absent_for:``), ``derive`` (a firing's conclusion), ``decide``
+(guards, decision and plan when an incident closes, fatal hardware at once), ``progress``
+(hangs and stragglers).
+
 Time is whatever the caller says it is (virtual in replay and tests, wall time live), so the
 same input gives the same incidents.
 """
@@ -19,26 +26,28 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from engine.core.actions import PlannedAction, plan_actions
+from engine.core.decide import ClosedIncident, Decider, best_fault, rank
 from engine.core.derive import Derivation, view
-from engine.facts import JOB_ACTIVE_STATES, Fact
 from engine.core.linefacts import ClusterContext
-from engine.core.policy import Decision, GuardContext, decide, fingerprint, isolate_settings
+from engine.core.memory import Live, WorkingMemory
 from engine.core.progress import ProgressTracker
 from engine.core.rete import ReteNetwork, ReteSession
+from engine.core.timers import Timers
+from engine.facts import JOB_ACTIVE_STATES, Fact
 from engine.rulebook.compile import CompiledRule, CompiledRulebook
-from engine.rulebook.conditions import evaluate
 from engine.store import Store
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Engine", "ClosedIncident", "incident_key"]
 
-_STATE_KEYS = {"job": ("job",), "node": ("node",), "gpu_state": ("node", "gpu", "signal")}
 _OPENING = ("error", "fatal")
 DEFAULT_FACT_TTL = 3600.0
 #: firings recorded per re-derived conclusion (64 ranks printing one error); later ones are counted
 REDERIVED_RECORDED = 64
+
+#: (rule, {alias: fact id}, id of the fact it derived)
+Firing = tuple[CompiledRule, dict[str, str], str]
 
 
 def incident_key(attrs: Mapping[str, Any]) -> str | None:
@@ -52,15 +61,6 @@ def incident_key(attrs: Mapping[str, Any]) -> str | None:
 
 
 @dataclass
-class _Live:
-    fact: Fact
-    incident: int | None = None
-    count: int = 1
-    asserted: bool = False
-    flood: Any = None  # linefacts.Flood of its repeats, when a flood was collapsed into it
-
-
-@dataclass
 class _Open:
     id: int
     key: str
@@ -70,26 +70,6 @@ class _Open:
     facts: set[str] = field(default_factory=set)
     best: Fact | None = None
     closed_at: float | None = None
-
-
-@dataclass
-class _Watch:
-    rule: CompiledRule
-    matched: dict[str, dict]
-    deadline: float
-    join: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class ClosedIncident:
-    id: int
-    key: str
-    job: str | None
-    attempt: int | None
-    decision: Decision
-    plan: tuple[PlannedAction, ...]
-    problems: tuple[str, ...]
-    at: float
 
 
 class Engine:
@@ -118,25 +98,11 @@ class Engine:
         self._derivations: dict[int, Derivation] = {}
         self.settle = float(compiled.policy.get("settle", 120.0))
         self.cascade = float(compiled.policy.get("cascade", 900.0))  # seconds: the compiler parsed it
-        self.recent: dict[str, _Open] = {}
         hang = compiled.policy.get("hang")
         self.fact_ttl = (
             float((hang or {}).get("fact_ttl", DEFAULT_FACT_TTL)) if isinstance(hang, Mapping) else DEFAULT_FACT_TTL
         )
         self.now: float | None = None
-        self.live: dict[str, _Live] = {}
-        self.order: deque[tuple[float, str]] = deque()
-        self.flood: dict[tuple, str] = {}
-        self.state_of: dict[tuple, str] = {}
-        self.open: dict[str, _Open] = {}
-        self.pending: dict[str, deque[tuple[Fact, list[tuple[CompiledRule, dict[str, str], str]]]]] = {}
-        self.delayed: list[tuple[float, CompiledRule, dict[str, dict]]] = []
-        self.watches: list[_Watch] = []
-        self.tracker = ProgressTracker(compiled.policy)
-        self._last_due = float("-inf")
-        self.closed: list[ClosedIncident] = []
-        self.node_states: dict[str, dict[str, Any]] = {}
-        self.job_states: dict[str, str] = {}
         self.stats = {
             "facts": 0,
             "flooded": 0,
@@ -148,12 +114,21 @@ class Engine:
             "template_errors": 0,
             "rete_errors": 0,
         }
-        self.at_once = isolate_settings(compiled)["at_once"]
-        self._isolated: set[tuple[int, str]] = set()  # (incident, node) isolated before the close
-        self._early_drains: list[tuple[str, float]] = []
-        self._absent_rules = {
-            id(cr) for cr in compiled.rules if any(c.absent_for is not None for c in cr.rule.conditions)
-        }
+        self.memory = WorkingMemory(self.session, self.stats)
+        self.timers = Timers(compiled)
+        self.memory.on_retract = self.timers.forget
+        self.live: dict[str, Live] = self.memory.live
+        self.open: dict[str, _Open] = {}
+        self.recent: dict[str, _Open] = {}  # closed, still gathering their cascade
+        self.pending: dict[str, deque[tuple[Fact, list[Firing]]]] = {}  # warnings waiting for an incident
+        self.tracker = ProgressTracker(compiled.policy)
+        self._last_due = float("-inf")
+        self.closed: list[ClosedIncident] = []
+        self.node_states: dict[str, dict[str, Any]] = {}
+        self.job_states: dict[str, str] = {}
+        self.decider = Decider(
+            compiled, store, self.tracker, self.node_states, self.job_states, scheduler=scheduler, mode=mode
+        )
 
     def resume(self) -> int:
         """After a restart: take over the incidents the store still has open, so they settle and
@@ -169,7 +144,7 @@ class Engine:
                 row.last_evidence_at,
                 faults,
                 {f.id for f in facts},
-                _best_fault(faults) if faults else None,
+                best_fault(faults) if faults else None,
             )
             n += 1
         return n
@@ -186,18 +161,14 @@ class Engine:
         self._advance(fact.at)
         self.stats["facts"] += 1
         fact = self._with_job(fact)
-        if fact.kind in ("log", "xid"):
-            fkey = (fact.kind, tuple(sorted((k, v) for k, v in fact.attrs.items() if k != "text")))
-            known = self.flood.get(fkey)
-            if known is not None and known in self.live:
-                live = self.live[known]
-                live.count += 1
-                self.stats["flooded"] += 1
-                if live.incident is not None:
-                    self.store.bump_fact(known)
-                return
-            self.flood[fkey] = fact.id
-        self._check_watches(fact)
+        repeated = self.memory.repeat_of(fact)
+        if repeated is not None:
+            repeated.count += 1
+            self.stats["flooded"] += 1
+            if repeated.incident is not None:
+                self.store.bump_fact(repeated.fact.id)
+            return
+        self.timers.saw(fact)
         if fact.kind == "progress":
             for conclusion in self.tracker.observe(fact):
                 self._assert_chain(conclusion)
@@ -218,12 +189,7 @@ class Engine:
                 )
             else:
                 self.cluster.release(str(fact.get("job")))
-        skey = self._state_key(fact)
-        if skey is not None:
-            old = self.state_of.get(skey)
-            self.state_of[skey] = fact.id
-            if old is not None:
-                self._retract(old)
+        self.memory.replace_state(fact)
         self._assert_chain(fact)
 
     def flooded(self, flood: Any) -> None:
@@ -261,46 +227,14 @@ class Engine:
         attrs["attempt"] = attempt or 0
         return Fact.make(fact.kind, attrs, fact.at, fact.origin)
 
-    def _state_key(self, fact: Fact) -> tuple | None:
-        names = _STATE_KEYS.get(fact.kind)
-        if not names:
-            return None
-        if fact.kind == "gpu_state":  # the agent names the signal `state`; rules may say `signal`
-            return (fact.kind, fact.get("node"), fact.get("gpu"), fact.get("signal") or fact.get("state"))
-        return (fact.kind,) + tuple(fact.get(n) for n in names)
-
     # -- the Rete --------------------------------------------------------------------------
     def _assert_chain(self, fact: Fact) -> None:
         queue: deque[Fact] = deque([fact])
         while queue:
-            f = queue.popleft()
-            live = self.live.get(f.id)
-            if live is not None and live.asserted:
-                continue
-            if live is None:
-                live = self.live[f.id] = _Live(f)
-            live.asserted = True
-            self.order.append((f.at, f.id))
-            try:
-                firings = self.session.assert_fact(f)
-            except Exception as exc:  # a broken fact or action must not stop the service
-                self.stats["rete_errors"] += 1
-                logger.error("rule engine refused fact %s (%s): %s", f.id, f.kind, exc)
-                continue
-            if not self.session.handled and live.incident is None:
-                # no rule can ever use it: nothing to remember (the Rete did not keep it either)
-                del self.live[f.id]
-                self.order.pop()
-                self.stats["unused"] += 1
-                continue
-            for cr, matched in firings:
+            firings = self.memory.assert_fact(queue.popleft())
+            for cr, matched in firings or ():
                 self.stats["firings"] += 1
-                if id(cr) in self._absent_rules:
-                    self._add_watch(cr, matched)
-                    continue
-                if cr.rule.for_s:
-                    due = max(float(m.get("at", 0.0)) for m in matched.values()) + cr.rule.for_s
-                    self.delayed.append((due, cr, matched))
+                if self.timers.hold(cr, matched):
                     continue
                 derived = self._fire(cr, matched)
                 if derived is not None:
@@ -357,7 +291,7 @@ class Engine:
         self._route(derived, (cr, matched_ids, derived.id))
         return derived
 
-    def _rederived(self, again: _Live, firing: tuple[CompiledRule, dict[str, str], str]) -> None:
+    def _rederived(self, again: Live, firing: Firing) -> None:
         """A conclusion drawn again from other evidence: the firing is recorded and the facts it
         matched join the incident, so that explain shows every derivation and its lines."""
         if again.incident is not None:
@@ -372,7 +306,7 @@ class Engine:
                     return
 
     # -- incidents -------------------------------------------------------------------------
-    def _route(self, derived: Fact, firing: tuple[CompiledRule, dict[str, str], str]) -> None:
+    def _route(self, derived: Fact, firing: Firing) -> None:
         # a derived fact joins the open incident of the facts it was derived from; else its scope's
         inc = None
         for fid in firing[1].values():
@@ -393,7 +327,7 @@ class Engine:
             # after the Xid) is late evidence of that incident, unless it is a stronger fault
             late = self.recent.get(key)
             if late is not None and derived.at - late.last_at <= self.cascade:
-                if not (derived.kind == "fault" and late.best is not None and _rank(derived) < _rank(late.best)):
+                if not (derived.kind == "fault" and late.best is not None and rank(derived) < rank(late.best)):
                     self._attach(late, derived, [firing])
                     return
         if inc is None and not opens:
@@ -430,7 +364,7 @@ class Engine:
                     return key
         return None
 
-    def _attach(self, inc: _Open, fact: Fact, firings: list[tuple[CompiledRule, dict[str, str], str]]) -> None:
+    def _attach(self, inc: _Open, fact: Fact, firings: list[Firing]) -> None:
         first_firing: int | None = None
         for cr, matched_ids, asserted in firings:
             for fid in matched_ids.values():
@@ -455,14 +389,14 @@ class Engine:
                 self.store.bump_fact(fact.id, known.count - 1)
         # a derived fact is attached before it is asserted: register it now, so that what is
         # derived from it finds this incident
-        self.live.setdefault(fact.id, _Live(fact)).incident = inc.id
+        self.live.setdefault(fact.id, Live(fact)).incident = inc.id
         if fact.kind == "fault" and all(f.id != fact.id for f in inc.faults):
             inc.faults.append(fact)
-            if inc.best is None or _rank(fact) < _rank(inc.best):
+            if inc.best is None or rank(fact) < rank(inc.best):
                 inc.best = fact
                 self.store.set_provisional(inc.id, str(fact.get("fault_class")), fact.get("nodes") or (), fact.id)
-            if fact.get("fault_class") in self.at_once and fact.get("nodes"):
-                self._isolate_now(inc, fact)
+            if self.decider.wants_at_once(fact):
+                self.decider.isolate_now(inc.id, inc.key, fact, lambda: self._evidence(inc))
         inc.last_at = max(inc.last_at, fact.at)
         self.store.touch_incident(inc.id, fact.at)
 
@@ -484,76 +418,10 @@ class Engine:
         return {"first_line": str(first) if first else None, "count": sum(lv.count for lv in lives), "nodes": nodes}
 
     def _close(self, inc: _Open, at: float) -> ClosedIncident:
-        if inc.faults:
-            best = inc.best or _best_fault(inc.faults)
-            fault_class, nodes, reason, fault_id = (
-                best.get("fault_class"),
-                tuple(best.get("nodes") or ()),
-                str(best.get("reason", "")),
-                best.id,
-            )
-        else:
-            fault_class, nodes, reason, fault_id = "unknown", (), "no rule could tell what caused this failure", None
-        job, _, rest = inc.key.partition(":")
-        job_id = attempt = None
-        if job == "job":
-            job_id, _, att = rest.rpartition(":")
-            attempt = int(att)
-        rule = next((f.get("rule") for f in inc.faults if f.id == fault_id), None)
-        with self.store.transaction():
-            if job_id is not None:
-                p = self.tracker.get(job_id, attempt or 0)
-                if p:
-                    self.store.save_progress(job_id, attempt or 0, p.get("step"), p.get("checkpoint"), p.get("last_at"))
-            ctx = self._guard_context(inc, job_id, attempt, at)
-            decision = decide(self.compiled, fault_class, nodes, reason, ctx, rule)
-            plan, problems = plan_actions(
-                self.compiled,
-                decision.decision,
-                inc.id,
-                job_id,
-                attempt,
-                decision.nodes,
-                fault_class,
-                self.scheduler,
-                names=decision.plan_only,
-                reason=reason,
-                evidence=self._evidence(inc),
-            )
-            plan = [p for p in plan if (p.name, p.target) not in decision.skip_targets]
-            guards = list(decision.guards) + [{"guard": "plan", "why": p} for p in problems]
-            mode = (
-                decision.autonomy
-                if self.mode == "act"
-                else ("observe" if decision.autonomy == "observe" else "recommend")
-            )
-            self.store.close_incident(
-                inc.id,
-                at,
-                fault_class,
-                decision.decision,
-                decision.nodes,
-                fault_id,
-                reason,
-                guards,
-                mode,
-                fingerprint(fault_class, decision.nodes, rule),
-            )
-            if mode in ("recommend", "act"):
-                for pa in plan:
-                    self.store.add_action(
-                        inc.id,
-                        pa.idem_key,
-                        pa.name,
-                        pa.target,
-                        pa.argv,
-                        mode,
-                        "recommended" if mode == "recommend" else "planned",
-                    )
+        closed = self.decider.close(inc.id, inc.key, inc.faults, inc.best, at, self._evidence(inc))
         # its facts stay in the Rete for the cascade window, so late evidence still correlates
         self.recent[inc.key] = inc
         inc.closed_at = at
-        closed = ClosedIncident(inc.id, inc.key, job_id, attempt, decision, tuple(plan), tuple(problems), at)
         self.closed.append(closed)
         if self.on_close is not None:
             try:
@@ -562,108 +430,14 @@ class Engine:
                 logger.exception("incident %s: close callback failed", inc.id)
         return closed
 
-    def _isolate_now(self, inc: _Open, fault: Fact) -> None:
-        """Fatal node hardware: journal the isolation (drain, requeue, exclude) now, under the same
-        guards as at the close, instead of after the settle window; the close then finds these
-        actions journaled (same idempotency keys) and adds only what is new (the page)."""
-        nodes = tuple(n for n in fault.get("nodes") or () if (inc.id, n) not in self._isolated)
-        if not nodes or self.mode != "act":
-            return  # recommendations are recorded when the incident closes
-        job_id = attempt = None
-        kind, _, rest = inc.key.partition(":")
-        if kind == "job":
-            job_id, _, att = rest.rpartition(":")
-            attempt = int(att)
-        ctx = self._guard_context(inc, job_id, attempt, fault.at)
-        decision = decide(
-            self.compiled, str(fault.get("fault_class")), nodes, str(fault.get("reason", "")), ctx, fault.get("rule")
-        )
-        if decision.decision != "isolate_and_restart" or decision.autonomy != "act":
-            return  # a guard changed it (blast radius, silence, budget, autonomy): left to the close
-        names = [n for n in self.compiled.policy["plans"].get("isolate_and_restart", ()) if n != "notify"]
-        plan, _ = plan_actions(
-            self.compiled,
-            decision.decision,
-            inc.id,
-            job_id,
-            attempt,
-            decision.nodes,
-            str(fault.get("fault_class")),
-            self.scheduler,
-            names=names,
-            reason=str(fault.get("reason", "")),
-            evidence=self._evidence(inc),
-        )
-        for p in plan:
-            if (p.name, p.target) in decision.skip_targets:
-                continue
-            self.store.add_action(
-                inc.id, p.idem_key, p.name, p.target, p.argv, "act", "planned", note="at once: fatal node hardware"
-            )
-        for n in nodes:
-            self._isolated.add((inc.id, n))
-            self._early_drains.append((n, fault.at))
-        logger.warning("incident %s: %s on %s isolated at once", inc.id, fault.get("fault_class"), ",".join(nodes))
+    def _retract_all(self, inc: _Open) -> None:
+        for fid in list(inc.facts):
+            self.memory.retract(fid)
 
-    def _guard_context(self, inc: _Open, job: str | None, attempt: int | None, now: float) -> GuardContext:
-        # ``now`` is engine time (the logs' own time in replay): a silence applies when it was
-        # active then, never because it is active on the wall clock today
-        progress: dict[int, dict] = {}
-        history: list = []
-        requeued: set = set()
-        if job is not None:
-            progress = self.store.progress_of(job)
-            history = self.store.job_history(job, exclude=inc.id)
-            requeued = self.store.requeued_attempts(job)
-        silences = {s["node"]: s["reason"] for s in self.store.silences(active_at=now)}
-        drains = [(t, w) for t, w, _ in self.store.recent_actions("drain", now - 86400)]
-        drains += [d for d in self._early_drains if d[1] >= now - 86400 and d not in drains]
-        return GuardContext(
-            job=job,
-            attempt=attempt,
-            incident=inc.id,
-            now=now,
-            history=history,
-            progress=progress,
-            job_state=self.job_states.get(job) if job is not None else None,
-            recent_drains=drains,
-            cluster_size=len(self.node_states),
-            node_states=self.node_states,
-            silenced=silences.get,
-            requeued_attempts=frozenset(requeued),
-            forced_mode="recommend" if self.mode == "recommend" else None,
-        )
-
-    def _retract(self, fact_id: str) -> None:
-        live = self.live.pop(fact_id, None)
-        if live is None:
-            return
-        try:
-            self.session.retract_fact(fact_id)
-        except Exception as exc:
-            self.stats["rete_errors"] += 1
-            logger.error("could not retract fact %s: %s", fact_id, exc)
-        self.watches = [w for w in self.watches if all(m.get("id") != fact_id for m in w.matched.values())]
+    def _is_open(self, incident: int) -> bool:
+        return any(i.id == incident for i in self.open.values())
 
     # -- time ------------------------------------------------------------------------------
-    def _add_watch(self, cr: CompiledRule, matched: dict[str, dict]) -> None:
-        absent = next(c for c in cr.rule.conditions if c.absent_for is not None)
-        first = matched[cr.rule.conditions[0].alias]
-        join = {a: first.get(a) for a in cr.rule.join}
-        start = max(float(m.get("at", 0.0)) for m in matched.values())
-        self.watches.append(_Watch(cr, matched, start + float(absent.absent_for or 0), join))
-
-    def _check_watches(self, fact: Fact) -> None:
-        if not self.watches:
-            return
-        flat = dict(fact.attrs) | {"kind": fact.kind, "at": fact.at}
-        for w in self.watches:
-            for cond, tree in zip(w.rule.rule.conditions, w.rule.trees):
-                if cond.absent_for is None or cond.kind != fact.kind:
-                    continue
-                if all(flat.get(a) == v for a, v in w.join.items()) and evaluate(tree, flat, w.matched):
-                    w.deadline = max(w.deadline, fact.at + float(cond.absent_for))
-
     def advance(self, now: float) -> None:
         """Move time forward: fire due timers, close settled incidents, expire old facts."""
         try:
@@ -671,31 +445,25 @@ class Engine:
         finally:
             self.store.flush()  # what it buffered is written before the caller sees the store
 
+    def _fire_later(self, cr: CompiledRule, matched: dict[str, dict]) -> None:
+        """A delayed or absence firing whose facts are all still held."""
+        if all(str(m.get("id")) in self.live for m in matched.values()):
+            derived = self._fire(cr, matched)
+            if derived is not None:
+                self._assert_chain(derived)
+
     def _advance(self, now: float) -> None:
         if self.now is not None and now <= self.now:
             return
         self.now = now
-        if self.delayed:
-            due = [d for d in self.delayed if d[0] <= now]
-            self.delayed = [d for d in self.delayed if d[0] > now]
-            for _, cr, matched in due:
-                if all(str(m.get("id")) in self.live for m in matched.values()):
-                    derived = self._fire(cr, matched)
-                    if derived is not None:
-                        self._assert_chain(derived)
-        if self.watches:
-            expired = [w for w in self.watches if w.deadline <= now]
-            self.watches = [w for w in self.watches if w.deadline > now]
-            for w in expired:
-                if all(str(m.get("id")) in self.live for m in w.matched.values()):
-                    derived = self._fire(w.rule, w.matched)
-                    if derived is not None:
-                        self._assert_chain(derived)
+        for _, cr, matched in self.timers.due_delayed(now):
+            self._fire_later(cr, matched)
+        for w in self.timers.expired_watches(now):
+            self._fire_later(w.rule, w.matched)
         for key, inc in list(self.recent.items()):
             if now - max(inc.last_at, inc.closed_at or 0.0) > self.cascade:
                 del self.recent[key]
-                for fid in list(inc.facts):
-                    self._retract(fid)
+                self._retract_all(inc)
         if now - self._last_due >= 0.5:  # hang bounds are minutes: checking twice a second is plenty
             self._last_due = now
             for stall in list(self.tracker.due(now)):
@@ -710,13 +478,7 @@ class Engine:
             if now - inc.last_at >= self.settle:
                 del self.open[key]
                 self._close(inc, now)
-        while self.order and self.order[0][0] < now - self.fact_ttl:
-            _, fid = self.order.popleft()
-            live = self.live.get(fid)
-            if live is not None and (live.incident is None or all(i.id != live.incident for i in self.open.values())):
-                self._retract(fid)
-        if len(self.flood) > 4 * len(self.live) + 1024:
-            self.flood = {k: v for k, v in self.flood.items() if v in self.live}
+        self.memory.expire(now - self.fact_ttl, lambda live: live.incident is not None and self._is_open(live.incident))
 
     def finish(self) -> list[ClosedIncident]:
         """End of input (replay, tests): fire what is due and close every open incident."""
@@ -724,22 +486,11 @@ class Engine:
         at = self.now if self.now is not None else 0.0
         for key, inc in list(self.recent.items()):
             del self.recent[key]
-            for fid in list(inc.facts):
-                self._retract(fid)
+            self._retract_all(inc)
         for key, inc in list(self.open.items()):
             del self.open[key]
             self._close(inc, max(at, inc.last_at))
             self.recent.pop(key, None)
-            for fid in list(inc.facts):
-                self._retract(fid)
+            self._retract_all(inc)
         self.store.flush()
         return list(self.closed)
-
-
-def _rank(f: Fact) -> tuple[int, float]:
-    return (-int(f.get("priority", 0)), f.at)
-
-
-def _best_fault(faults: list[Fact]) -> Fact:
-    """The strongest fault: highest priority, the earliest on a tie."""
-    return min(faults, key=_rank)

@@ -1,0 +1,229 @@
+"""Deciding: when an incident closes, its strongest fault goes through the policy's guards
+(``core.policy.decide``) to a decision, and the decision's actions are planned and journaled;
+fatal node hardware is isolated at once, under the same guards, before the incident settles.
+
+    decider = Decider(compiled, store, tracker, node_states, job_states, scheduler="slurm", mode="recommend")
+    closed = decider.close(incident_id, key, faults, best, at, evidence)
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from engine.core.actions import PlannedAction, plan_actions
+from engine.core.policy import Decision, GuardContext, decide, fingerprint, isolate_settings
+from engine.core.progress import ProgressTracker
+from engine.facts import Fact
+from engine.rulebook.compile import CompiledRulebook
+from engine.store import Store
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ClosedIncident", "Decider", "best_fault", "rank", "split_key"]
+
+
+@dataclass(frozen=True)
+class ClosedIncident:
+    id: int
+    key: str
+    job: str | None
+    attempt: int | None
+    decision: Decision
+    plan: tuple[PlannedAction, ...]
+    problems: tuple[str, ...]
+    at: float
+
+
+def rank(f: Fact) -> tuple[int, float]:
+    return (-int(f.get("priority", 0)), f.at)
+
+
+def best_fault(faults: Sequence[Fact]) -> Fact:
+    """The strongest fault: highest priority, the earliest on a tie."""
+    return min(faults, key=rank)
+
+
+def split_key(key: str) -> tuple[str | None, int | None]:
+    """``job:J:A`` -> (J, A); a node's or an origin's incident has neither."""
+    kind, _, rest = key.partition(":")
+    if kind != "job":
+        return None, None
+    job_id, _, att = rest.rpartition(":")
+    return job_id, int(att)
+
+
+class Decider:
+    def __init__(
+        self,
+        compiled: CompiledRulebook,
+        store: Store,
+        tracker: ProgressTracker,
+        node_states: Mapping[str, dict[str, Any]],
+        job_states: Mapping[str, str],
+        *,
+        scheduler: str,
+        mode: str,
+    ):
+        self.compiled = compiled
+        self.store = store
+        self.tracker = tracker
+        self.node_states = node_states  # the engine's, kept current by what it ingests
+        self.job_states = job_states
+        self.scheduler = scheduler
+        self.mode = mode
+        self.at_once = isolate_settings(compiled)["at_once"]
+        self._isolated: set[tuple[int, str]] = set()  # (incident, node) isolated before the close
+        self._early_drains: list[tuple[str, float]] = []
+
+    def close(
+        self,
+        incident: int,
+        key: str,
+        faults: Sequence[Fact],
+        best: Fact | None,
+        at: float,
+        evidence: Mapping[str, Any],
+    ) -> ClosedIncident:
+        """Decide a settled incident, journal its plan and close it in the store."""
+        if faults:
+            top = best or best_fault(faults)
+            fault_class, nodes, reason, fault_id = (
+                top.get("fault_class"),
+                tuple(top.get("nodes") or ()),
+                str(top.get("reason", "")),
+                top.id,
+            )
+        else:
+            fault_class, nodes, reason, fault_id = "unknown", (), "no rule could tell what caused this failure", None
+        job_id, attempt = split_key(key)
+        rule = next((f.get("rule") for f in faults if f.id == fault_id), None)
+        with self.store.transaction():
+            if job_id is not None:
+                p = self.tracker.get(job_id, attempt or 0)
+                if p:
+                    self.store.save_progress(job_id, attempt or 0, p.get("step"), p.get("checkpoint"), p.get("last_at"))
+            ctx = self.guard_context(incident, job_id, attempt, at)
+            decision = decide(self.compiled, fault_class, nodes, reason, ctx, rule)
+            plan, problems = self._plan(
+                decision, incident, job_id, attempt, fault_class, reason, evidence, decision.plan_only
+            )
+            plan = [p for p in plan if (p.name, p.target) not in decision.skip_targets]
+            guards = list(decision.guards) + [{"guard": "plan", "why": p} for p in problems]
+            mode = (
+                decision.autonomy
+                if self.mode == "act"
+                else ("observe" if decision.autonomy == "observe" else "recommend")
+            )
+            self.store.close_incident(
+                incident,
+                at,
+                fault_class,
+                decision.decision,
+                decision.nodes,
+                fault_id,
+                reason,
+                guards,
+                mode,
+                fingerprint(fault_class, decision.nodes, rule),
+            )
+            if mode in ("recommend", "act"):
+                for pa in plan:
+                    self.store.add_action(
+                        incident,
+                        pa.idem_key,
+                        pa.name,
+                        pa.target,
+                        pa.argv,
+                        mode,
+                        "recommended" if mode == "recommend" else "planned",
+                    )
+        return ClosedIncident(incident, key, job_id, attempt, decision, tuple(plan), tuple(problems), at)
+
+    def _plan(
+        self,
+        decision: Decision,
+        incident: int,
+        job_id: str | None,
+        attempt: int | None,
+        fault_class: str,
+        reason: str,
+        evidence: Mapping[str, Any],
+        names: Iterable[str] | None,
+    ) -> tuple[list[PlannedAction], list[str]]:
+        return plan_actions(
+            self.compiled,
+            decision.decision,
+            incident,
+            job_id,
+            attempt,
+            decision.nodes,
+            fault_class,
+            self.scheduler,
+            names=names,
+            reason=reason,
+            evidence=evidence,
+        )
+
+    def wants_at_once(self, fault: Fact) -> bool:
+        return fault.get("fault_class") in self.at_once and bool(fault.get("nodes"))
+
+    def isolate_now(self, incident: int, key: str, fault: Fact, evidence: Callable[[], Mapping[str, Any]]) -> None:
+        """Fatal node hardware: journal the isolation (drain, requeue, exclude) now, under the same
+        guards as at the close, instead of after the settle window; the close then finds these
+        actions journaled (same idempotency keys) and adds only what is new (the page)."""
+        nodes = tuple(n for n in fault.get("nodes") or () if (incident, n) not in self._isolated)
+        if not nodes or self.mode != "act":
+            return  # recommendations are recorded when the incident closes
+        job_id, attempt = split_key(key)
+        ctx = self.guard_context(incident, job_id, attempt, fault.at)
+        decision = decide(
+            self.compiled, str(fault.get("fault_class")), nodes, str(fault.get("reason", "")), ctx, fault.get("rule")
+        )
+        if decision.decision != "isolate_and_restart" or decision.autonomy != "act":
+            return  # a guard changed it (blast radius, silence, budget, autonomy): left to the close
+        names = [n for n in self.compiled.policy["plans"].get("isolate_and_restart", ()) if n != "notify"]
+        fault_class = str(fault.get("fault_class"))
+        plan, _ = self._plan(
+            decision, incident, job_id, attempt, fault_class, str(fault.get("reason", "")), evidence(), names
+        )
+        for p in plan:
+            if (p.name, p.target) in decision.skip_targets:
+                continue
+            self.store.add_action(
+                incident, p.idem_key, p.name, p.target, p.argv, "act", "planned", note="at once: fatal node hardware"
+            )
+        for n in nodes:
+            self._isolated.add((incident, n))
+            self._early_drains.append((n, fault.at))
+        logger.warning("incident %s: %s on %s isolated at once", incident, fault.get("fault_class"), ",".join(nodes))
+
+    def guard_context(self, incident: int, job: str | None, attempt: int | None, now: float) -> GuardContext:
+        # ``now`` is engine time (the logs' own time in replay): a silence applies when it was
+        # active then, never because it is active on the wall clock today
+        progress: dict[int, dict] = {}
+        history: list = []
+        requeued: set = set()
+        if job is not None:
+            progress = self.store.progress_of(job)
+            history = self.store.job_history(job, exclude=incident)
+            requeued = self.store.requeued_attempts(job)
+        silences = {s["node"]: s["reason"] for s in self.store.silences(active_at=now)}
+        drains = [(t, w) for t, w, _ in self.store.recent_actions("drain", now - 86400)]
+        drains += [d for d in self._early_drains if d[1] >= now - 86400 and d not in drains]
+        return GuardContext(
+            job=job,
+            attempt=attempt,
+            incident=incident,
+            now=now,
+            history=history,
+            progress=progress,
+            job_state=self.job_states.get(job) if job is not None else None,
+            recent_drains=drains,
+            cluster_size=len(self.node_states),
+            node_states=self.node_states,
+            silenced=silences.get,
+            requeued_attempts=frozenset(requeued),
+            forced_mode="recommend" if self.mode == "recommend" else None,
+        )
