@@ -315,7 +315,9 @@ class KernelLogSource:
             self._kmsg = _KmsgReader(kmsg_path, position, replay)
             self.name = f"kmsg:{node}"
         else:
-            self._file = LineTail(str(path), position, replay)
+            # the operator names this file, so a link there (a kern.log kept on another disk) is
+            # resolved once, here; the file it names is then read without following links
+            self._file = LineTail(os.path.realpath(str(path)), position, replay)
             self.name = str(path)
 
     def open(self) -> None:

@@ -319,3 +319,20 @@ def test_a_new_file_with_the_same_inode_number_is_read_from_zero(tmp_path):
         os.close(fd)
     b = KernelLogSource(NODE, str(log), position=saved)
     assert pids(b.poll()) == [8, 9]
+
+
+def test_a_kernel_log_named_through_a_link_is_read_and_followed_across_rotation(tmp_path):
+    # the operator names the kernel log (sites point /var/log/kern.log at another disk): a link
+    # there is resolved once, at start, and the file it names is then followed like any other
+    real = tmp_path / "data" / "kern.log"
+    real.parent.mkdir()
+    real.write_text("")
+    link = tmp_path / "kern.log"
+    link.symlink_to(real)
+    src = KernelLogSource(NODE, str(link))
+    assert src.poll() == []
+    append(real, xid(1))
+    assert pids(src.poll()) == [1]
+    os.rename(real, real.parent / "kern.log.1")
+    append(real, xid(2))
+    assert pids(src.poll()) + pids(src.poll()) == [2]
