@@ -10,7 +10,6 @@ this build, not a proof. Exit status -11 (139 from a shell) is the crash.
     python scripts/repro/durable_two_rulesets.py; echo $?
 """
 
-import json
 
 import durable_rules_engine as C
 
