@@ -10,7 +10,6 @@ this build, not a proof. Exit status -11 (139 from a shell) is the crash.
     python scripts/repro/durable_two_rulesets.py; echo $?
 """
 
-
 import durable_rules_engine as C
 
 FIRST = '{"a0": {"all": [{"x": {"$and": [{"kind": "log"}, {"$ex": {"node": 1}}, {"$ex": {"job": 1}}, {"$ex": {"c": 1}}]}}, {"y": {"$and": [{"kind": "xid"}, {"node": {"x": "node"}}, {"job": {"x": "job"}}, {"$lte": {"at": {"$add": {"$l": {"x": "at"}, "$r": 2.0}}}}, {"$gte": {"at": {"$sub": {"$l": {"x": "at"}, "$r": 2.0}}}}, {"$ex": {"node": 1}}, {"$ex": {"job": 1}}, {"$or": [{"$and": [{"$or": [{"b": "z"}, {"b": "z"}]}, {"$or": [{"$nex": {"a": 1}}, {"$and": [{"$neq": {"a": "z"}}, {"$neq": {"a": true}}, {"$neq": {"a": -3}}]}]}, {"$gt": {"b": 2}}]}, {"$or": [{"b": "x"}, {"b": true}]}, {"$or": [{"b": "x"}, {"b": true}]}]}]}}]}}'
