@@ -70,6 +70,10 @@ class _Open:
     facts: set[str] = field(default_factory=set)
     best: Fact | None = None
     closed_at: float | None = None
+    fault_ids: set[str] = field(default_factory=set)  # of ``faults``
+
+    def __post_init__(self) -> None:
+        self.fault_ids.update(f.id for f in self.faults)
 
 
 class Engine:
@@ -390,8 +394,9 @@ class Engine:
         # a derived fact is attached before it is asserted: register it now, so that what is
         # derived from it finds this incident
         self.live.setdefault(fact.id, Live(fact)).incident = inc.id
-        if fact.kind == "fault" and all(f.id != fact.id for f in inc.faults):
+        if fact.kind == "fault" and fact.id not in inc.fault_ids:
             inc.faults.append(fact)
+            inc.fault_ids.add(fact.id)
             if inc.best is None or rank(fact) < rank(inc.best):
                 inc.best = fact
                 self.store.set_provisional(inc.id, str(fact.get("fault_class")), fact.get("nodes") or (), fact.id)
