@@ -21,6 +21,7 @@ same input gives the same incidents.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import deque
 from dataclasses import dataclass, field
@@ -74,6 +75,20 @@ class _Open:
 
     def __post_init__(self) -> None:
         self.fault_ids.update(f.id for f in self.faults)
+
+
+def _then_flush(method: Callable[..., None]) -> Callable[..., None]:
+    """An entry point of the Engine: what the call buffered in the store (incident times, fact
+    counts) is written before its caller sees the store, also when the call raised."""
+
+    @functools.wraps(method)
+    def call(self: "Engine", *args: Any) -> None:
+        try:
+            method(self, *args)
+        finally:
+            self.store.flush()
+
+    return call
 
 
 class Engine:
@@ -154,14 +169,9 @@ class Engine:
         return n
 
     # -- input -----------------------------------------------------------------------------
+    @_then_flush
     def ingest(self, fact: Fact) -> None:
         """Take one fact from a source (not a derived one)."""
-        try:
-            self._ingest(fact)
-        finally:
-            self.store.flush()  # what it buffered is written before the caller sees the store
-
-    def _ingest(self, fact: Fact) -> None:
         self._advance(fact.at)
         self.stats["facts"] += 1
         fact = self._with_job(fact)
@@ -196,14 +206,9 @@ class Engine:
         self.memory.replace_state(fact)
         self._assert_chain(fact)
 
+    @_then_flush
     def flooded(self, flood: Any) -> None:
         """Repeats of a fact already ingested (a ``linefacts.Flood``): counted, never asserted."""
-        try:
-            self._flooded(flood)
-        finally:
-            self.store.flush()  # what it buffered is written before the caller sees the store
-
-    def _flooded(self, flood: Any) -> None:
         delta = flood.count - flood.applied
         if delta <= 0:
             return
@@ -443,12 +448,10 @@ class Engine:
         return any(i.id == incident for i in self.open.values())
 
     # -- time ------------------------------------------------------------------------------
+    @_then_flush
     def advance(self, now: float) -> None:
         """Move time forward: fire due timers, close settled incidents, expire old facts."""
-        try:
-            self._advance(now)
-        finally:
-            self.store.flush()  # what it buffered is written before the caller sees the store
+        self._advance(now)
 
     def _fire_later(self, cr: CompiledRule, matched: dict[str, dict]) -> None:
         """A delayed or absence firing whose facts are all still held."""

@@ -671,29 +671,31 @@ class Scanner:
                 sampled[c.idx] = _hs_compile([_stretch(c.hs_src or b"")], [c.idx], [f])
             except Exception as e:  # hyperscan refuses some RE2 syntax, e.g. (?U)
                 _log_fallback(c, e)
+
         # non-sampled: one database, each pattern stretched to the end of its line, so that a
         # line is reported once per pattern (bare patterns report every end offset: a flood
         # line cost ~90 Python callbacks)
+        def database(pairs: list) -> Any:
+            return _hs_compile(
+                [_stretch(c.hs_src or b"") for c, _ in pairs], [c.idx for c, _ in pairs], [f for _, f in pairs]
+            )
+
         db = None
         if main:
             try:
-                db = _hs_compile(
-                    [_stretch(c.hs_src or b"") for c, _ in main], [c.idx for c, _ in main], [f for _, f in main]
-                )
+                db = database(main)
             except Exception:  # find the patterns it refuses, keep the rest
                 keep = []
                 for c, f in main:
                     try:
-                        _hs_compile([_stretch(c.hs_src or b"")], [c.idx], [f])
+                        database([(c, f)])
                         keep.append((c, f))
                     except Exception as e:
                         _log_fallback(c, e)
                 main = keep
                 if main:
                     try:
-                        db = _hs_compile(
-                            [_stretch(c.hs_src or b"") for c, _ in main], [c.idx for c, _ in main], [f for _, f in main]
-                        )
+                        db = database(main)
                     except Exception as e:
                         if strict:
                             raise
