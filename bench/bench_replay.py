@@ -70,13 +70,56 @@ def timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, int, s
     return dt, cpu, rss, r.stdout
 
 
+#: what a bench fact's own scope replaces in a corpus line's attributes
+_CONTEXT = frozenset({"job", "attempt", "node", "rank", "local_rank", "logged_at"})
+
+
+def matcher_samples(compiled) -> dict[str, dict]:
+    """Per log matcher, the attributes of the first line it matched in the shipped rulebook's
+    tests or the corpus (tests/corpus: excerpts from public issue trackers), so that the bench facts carry what the
+    rules' conditions and templates read (an exception's name, the text)."""
+    from engine.core.replay import Input, replay_inputs
+    from engine.core.rete import ReteNetwork
+    from engine.ops.corpus_eval import CASE_JOB, STREAM_SOURCES, load_cases
+    from engine.store import Store
+
+    cases, _ = load_cases([str(ROOT / "tests" / "corpus")])
+    network = ReteNetwork(compiled)
+    out: dict[str, dict] = {}
+
+    def keep(fact) -> None:
+        if fact.kind == "log" and fact.get("matcher") not in out:
+            out[str(fact.get("matcher"))] = {k: v for k, v in fact.attrs.items() if k not in _CONTEXT}
+
+    # the rulebook's own tests, then the corpus: each a few lines, replayed alone
+    streams = [(i.file, i.source, i.lines) for t in compiled.book.tests for i in t.inputs]
+    for case in cases:
+        name = "kern.log" if case.stream == "kernel" else f"slurm-{CASE_JOB}.out"
+        streams.append((name, STREAM_SOURCES[case.stream], case.text))
+    for name, source, text in streams:
+        data = text.encode("utf-8")
+        store = Store(":memory:")
+        try:
+            replay_inputs([Input(name, lambda d=data: [d], source)], compiled, store, network=network, on_fact=keep)
+        finally:
+            store.close()
+    return out
+
+
 def engine_mixes(compiled, n: int = 20000) -> tuple[list, list]:
     """The two fact streams of ``engine_throughput``: realistic incidents (each job attempt fails
     with one cause, printed by 8 ranks, a fatal Xid in every fifth) and a worst case where every
-    failure matcher fires in every job attempt (the correlation rules then join every pair)."""
+    failure matcher fires in every job attempt (the correlation rules then join every pair).
+    Each log fact carries the attributes a real line of its matcher gave (``matcher_samples``);
+    the few matchers no corpus line matched carry only their id."""
     from engine.facts import Fact
 
     ids = [m.id for m in compiled.matchers if m.emit == "log"]
+    samples = matcher_samples(compiled)
+
+    def log(m: str, job: str, node: str, rank: int, at: float, origin: str) -> Fact:
+        attrs = dict(samples.get(m, {}), matcher=m, job=job, attempt=0, node=node, rank=rank)
+        return Fact.make("log", attrs, at, origin)
 
     def realistic():
         out, job = [], 100
@@ -90,35 +133,17 @@ def engine_mixes(compiled, n: int = 20000) -> tuple[list, list]:
                     )
                 )
             for rank in range(8):
-                out.append(
-                    Fact.make(
-                        "log",
-                        {"matcher": m, "job": str(job), "attempt": 0, "node": f"n{rank}", "rank": rank},
-                        t + 1 + rank * 0.01,
-                        f"bench:{job}:{rank}",
-                    )
-                )
+                out.append(log(m, str(job), f"n{rank}", rank, t + 1 + rank * 0.01, f"bench:{job}:{rank}"))
             job += 1
         return out[:n]
 
     def worst():
         return [
-            Fact.make(
-                "log",
-                {
-                    "matcher": ids[i % len(ids)],
-                    "job": str(100 + i // 50),
-                    "attempt": 0,
-                    "node": f"n{i % 16}",
-                    "rank": i % 64,
-                },
-                float(i),
-                f"bench:{i}",
-            )
-            for i in range(n)
+            log(ids[i % len(ids)], str(100 + i // 50), f"n{i % 16}", i % 64, float(i), f"bench:{i}")
+            for i in range(max(1, n // 10))
         ]
 
-    return realistic(), worst()[: max(1, n // 10)]
+    return realistic(), worst()
 
 
 def engine_throughput(n: int = 20000) -> tuple[float, float, float]:
@@ -138,6 +163,7 @@ def engine_throughput(n: int = 20000) -> tuple[float, float, float]:
         s.assert_fact(f)
         s.retract_fact(f.id)
     rete = n / (time.perf_counter() - t0)
+    s.close()
     rates = []
     for mix in (facts, worst):
         eng = Engine(compiled, Store(":memory:"), network=net)
@@ -146,6 +172,7 @@ def engine_throughput(n: int = 20000) -> tuple[float, float, float]:
             eng.ingest(f)
         eng.finish()
         rates.append(len(mix) / (time.perf_counter() - t0))
+        eng.close()
     return rete, rates[0], rates[1]
 
 

@@ -110,6 +110,7 @@ class Engine:
         self.mode = mode
         self.network = network or ReteNetwork(compiled)
         self.session: ReteSession = self.network.session()
+        self._closed = False
         self.cluster = cluster or ClusterContext()
         self.on_close = on_close
         #: False: the reference path (every template rendered, every id hashed), for differential tests
@@ -487,6 +488,13 @@ class Engine:
                 del self.open[key]
                 self._close(inc, now)
         self.memory.expire(now - self.fact_ttl, lambda live: live.incident is not None and self._is_open(live.incident))
+
+    def close(self) -> None:
+        """Done with this engine (after ``finish``, or when a controller replaces it): its facts
+        leave the Rete and its session is handed on (durable_rules holds 1,024 per rulebook)."""
+        if not self._closed:
+            self._closed = True
+            self.session.close()
 
     def finish(self) -> list[ClosedIncident]:
         """End of input (replay, tests): fire what is due and close every open incident."""

@@ -14,7 +14,11 @@ rulesets and runs facts through them, handling every sharp edge measured in DESI
 - a ruleset is never freed (~11 MB for the default rulebook): a network whose rules compile to a
   definition already registered reuses that ruleset (a reload of unchanged rules costs nothing);
 - its timers and background dispatch threads are not used: time is our clock's business, so
-  the host is created without its dispatch loop and every action runs synchronously, here.
+  the host is created without its dispatch loop and every action runs synchronously, here;
+- a ruleset holds at most 1,024 sessions (its state table) and never frees one: the 1,025th
+  session's facts were refused, and the process then crashed (SIGSEGV). A closed session whose
+  facts were all retracted is empty, so its sid is handed to the next session of that ruleset;
+  asking for a session past the limit is a clear ``ReteError``, never a refused fact.
 
 Derived facts are not asserted from inside actions: ``assert_fact`` returns the firings after the
 assertion that caused them, and the caller asserts what it derives (no re-entrancy).
@@ -60,6 +64,10 @@ _LOCK = threading.RLock()
 _RULESETS: dict[str, str] = {}
 _SESSIONS: dict[str, dict[str, "ReteSession"]] = {}
 _SIDS: dict[str, "itertools.count[int]"] = {}
+#: per ruleset name, the sids of closed sessions that hold nothing (reused before a new sid)
+_FREE: dict[str, list[str]] = {}
+#: sessions durable_rules keeps per ruleset (measured: the 1,025th is refused, then it crashes)
+SESSION_LIMIT = 1024
 
 
 def _host() -> _QuietHost:
@@ -169,9 +177,11 @@ class ReteNetwork:
                 _RULESETS[signature] = name
                 _SESSIONS[name] = {}
                 _SIDS[name] = itertools.count(1)
+                _FREE[name] = []
             self.name = name
             self._sessions = _SESSIONS[name]
             self._sids = _SIDS[name]
+            self._free = _FREE[name]
             self._ruleset = _host().get_ruleset(name)
             self._handle = self._ruleset._handle  # the C engine's ruleset, driven directly
 
@@ -183,15 +193,29 @@ class ReteNetwork:
         return json.dumps(out, sort_keys=True, indent=1)
 
     def session(self, sid: str | None = None) -> "ReteSession":
-        sid = sid or str(next(self._sids))
-        s = ReteSession(self, sid)
-        self._sessions[sid] = s
-        return s
+        """A new, empty session: the sid of a closed one where there is one (see ``SESSION_LIMIT``)."""
+        with _LOCK:
+            if sid is None:
+                if self._free:
+                    sid = self._free.pop()
+                else:
+                    n = next(self._sids)
+                    if n > SESSION_LIMIT:
+                        raise ReteError(
+                            f"rule engine: {SESSION_LIMIT} sessions of one rulebook are open in this process, "
+                            "the most durable_rules can hold; close engines that are done (Engine.close)"
+                        )
+                    sid = str(n)
+            s = ReteSession(self, sid)
+            self._sessions[sid] = s
+            return s
 
-    def close_session(self, sid: str) -> None:
+    def close_session(self, sid: str, empty: bool = False) -> None:
         # durable_rules never frees a session's state (delete_state crashed the process in our
-        # measurements), so a closed session is only forgotten here; callers keep sessions few.
-        self._sessions.pop(sid, None)
+        # measurements): a session that holds no fact any more is handed on to the next one
+        with _LOCK:
+            if self._sessions.pop(sid, None) is not None and empty and sid not in self._free:
+                self._free.append(sid)
 
 
 class ReteSession:
@@ -269,10 +293,12 @@ class ReteSession:
 
     def close(self) -> None:
         """Retract every fact this session holds (their memory is reused) and forget it: what a
-        replaced engine does on a rulebook reload."""
+        replaced or finished engine does. A session left empty hands its sid to the next one."""
+        clean = True
         for fact_id in list(self._held):
             try:
                 self.retract_fact(fact_id)
             except ReteError as exc:
+                clean = False  # durable_rules may still hold it: this sid is not handed on
                 logger.debug("closing session %s: %s", self.sid, exc)
-        self.network.close_session(self.sid)
+        self.network.close_session(self.sid, empty=clean and not self._held)

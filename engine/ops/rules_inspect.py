@@ -254,6 +254,9 @@ class _RecordingSession:
     def __len__(self) -> int:
         return len(self.session)
 
+    def close(self) -> None:
+        self.session.close()
+
 
 def _produces(cr) -> dict[str, Any]:
     attrs = cr.rule.then_attrs
