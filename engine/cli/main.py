@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -206,9 +207,13 @@ def run(
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the controller: follow logs, the agents' spool and the scheduler; record or act."""
-    from engine.live.controller import Controller, ControllerConfig
+    from engine.live.controller import RESTART, Controller, ControllerConfig
+    from engine.live.reload import RELOADED_ENV
     from engine.store import StoreError
 
+    # set by the process this one replaced to load a changed rulebook; said and counted once,
+    # so it leaves the environment (a later restart of this process is a plain start)
+    reloaded = os.environ.pop(RELOADED_ENV, None) == "1"
     _setup_logging(verbose)
     logging.getLogger().setLevel(logging.INFO if verbose else logging.WARNING)
     compiled = _load_or_exit(rules, no_defaults)
@@ -246,6 +251,7 @@ def run(
         scheduler_interval=scheduler_interval,
         actuator_factory=actuator_factory,
         from_start=from_start,
+        reloaded=reloaded,
     )
     try:
         controller = Controller(cfg, compiled)
@@ -255,7 +261,31 @@ def run(
     except Exception as exc:  # e.g. the scheduler adapter cannot start
         _err(f"cannot start: {exc}")
         raise typer.Exit(2)
-    raise typer.Exit(controller.run())
+    code = controller.run()
+    if code == RESTART:
+        _restart_in_place()
+    raise typer.Exit(code)
+
+
+def _restart_in_place() -> None:
+    """Run this same command line again in this process (same pid: systemd and pid files see no
+    change; Python's descriptors are not inherited, so sockets and the store close). The
+    controller has stopped as on SIGTERM to load a rulebook whose rules changed."""
+    from engine.live.reload import RELOADED_ENV
+
+    os.environ[RELOADED_ENV] = "1"
+    # a handler does not survive exec, an ignored signal does: a SIGHUP before the new process
+    # installs its handler must not end it (it loads the rulebook files as they are then anyway)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execv(sys.executable, sys.orig_argv)
+    except OSError as exc:  # the service manager restarts it
+        _err(f"cannot restart to load the rulebook: {exc}")
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -287,8 +317,6 @@ def agent(
 ) -> None:
     """Run the node agent: kernel-log lines (the rulebook's kernel matchers) and NVML counters
     (the rulebook's thresholds) -> facts in the spool."""
-    import signal
-
     from engine.live.agent import run_agent
 
     # a stop that comes while the agent still starts (loading the rulebook) is a clean stop too

@@ -13,6 +13,10 @@ rulesets and runs facts through them, handling every sharp edge measured in DESI
 - a ruleset name cannot be registered twice in one host: names are versioned (``recover_v3``);
 - a ruleset is never freed (~11 MB for the default rulebook): a network whose rules compile to a
   definition already registered reuses that ruleset (a reload of unchanged rules costs nothing);
+- a second ruleset in one process can crash it at a later assertion
+  (scripts/repro/durable_two_rulesets.py): ``is_registered`` tells whether a network would
+  register a new one, and ``try_definition`` registers one in a child process that the
+  controller starts for it (engine.live.reload), so a live controller restarts to load new rules;
 - its timers and background dispatch threads are not used: time is our clock's business, so
   the host is created without its dispatch loop and every action runs synchronously, here;
 - a ruleset holds at most 1,024 sessions (its state table) and never frees one: the 1,025th
@@ -43,7 +47,16 @@ from engine.rulebook.conditions import AllOf, AnyOf, Cmp, Same
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ReteError", "ReteNetwork", "ReteSession", "compile_rule", "fact_message"]
+__all__ = [
+    "ReteError",
+    "ReteNetwork",
+    "ReteSession",
+    "compile_rule",
+    "fact_message",
+    "is_registered",
+    "ruleset_definition",
+    "try_definition",
+]
 
 _NEVER = {"kind": "\x00never"}
 
@@ -151,33 +164,85 @@ def _never_run(c: Any) -> None:  # exactly one parameter: durable_rules would ru
     engine themselves and read each firing's matched facts from it (``ReteSession._call``)."""
 
 
+def _bodies(compiled: CompiledRulebook) -> tuple[dict[str, CompiledRule], dict[str, dict]]:
+    """The rules that go into the Rete by key, and the durable_rules definition of each (less the
+    ``run`` durable_rules wants): matchers, actions and policy are not part of it."""
+    rules: dict[str, CompiledRule] = {}
+    bodies: dict[str, dict] = {}
+    for idx, cr in enumerate(compiled.rules):
+        if not any(c.absent_for is None for c in cr.rule.conditions):
+            continue
+        key = f"r{idx}"
+        rules[key] = cr
+        bodies[key] = compile_rule(cr)
+    if not bodies:  # durable_rules needs at least one rule
+        bodies["r_none"] = {"all": [{"m": dict(_NEVER)}]}
+    return rules, bodies
+
+
+def _signature(bodies: dict[str, dict]) -> str:
+    return json.dumps(bodies, sort_keys=True, default=str)
+
+
+def _register(bodies: dict[str, dict]) -> str:
+    """Register a definition in this process's host under a new versioned name (the caller holds
+    _LOCK); ReteError when durable_rules refuses it."""
+    name = f"recover_v{next(_VERSION)}"
+    definition = {key: dict(body, run=_never_run) for key, body in bodies.items()}
+    try:
+        _host().register_rulesets({name: copy.deepcopy(definition)})  # it mutates its input
+    except Exception as exc:
+        raise ReteError(f"durable_rules refused the ruleset: {exc}") from exc
+    _RULESETS[_signature(bodies)] = name
+    _SESSIONS[name] = {}
+    _SIDS[name] = itertools.count(1)
+    _FREE[name] = []
+    return name
+
+
+def ruleset_definition(compiled: CompiledRulebook) -> str:
+    """The durable_rules ruleset these rules compile to, as JSON (what ``try_definition`` takes)."""
+    return json.dumps(_bodies(compiled)[1], ensure_ascii=False)
+
+
+def is_registered(compiled: CompiledRulebook) -> bool:
+    """Does this process already hold a ruleset for these rules? Then a ``ReteNetwork`` for them
+    registers nothing new; otherwise it would be a second ruleset in this process, which
+    durable_rules 2.0.28 does not survive (scripts/repro/durable_two_rulesets.py): a new one is
+    tried in a child process first (``try_definition``) and loaded by a restart."""
+    with _LOCK:
+        return _signature(_bodies(compiled)[1]) in _RULESETS
+
+
+def try_definition(definition: str) -> None:
+    """Register a ruleset (``ruleset_definition``'s JSON) in this process and assert one fact no
+    rule can match: ReteError when durable_rules refuses it. Meant for a fresh child process
+    (engine.live.reload runs it there), never for one that holds a ruleset already."""
+    try:
+        bodies = json.loads(definition)
+    except ValueError as exc:
+        raise ReteError(f"not a ruleset definition: {exc}") from exc
+    with _LOCK:
+        name = _RULESETS.get(_signature(bodies)) or _register(bodies)
+        handle = _host().get_ruleset(name)._handle
+        probe = json.dumps({"id": "probe", "sid": "probe", "kind": "\x00probe", "at": 0.0})
+        try:
+            _C.assert_fact(handle, probe)
+        except Exception as exc:
+            raise ReteError(f"durable_rules refused a fact: {exc}") from exc
+
+
 class ReteNetwork:
     """One compiled rulebook registered in the process-wide host under a versioned name."""
 
     def __init__(self, compiled: CompiledRulebook):
         self.compiled = compiled
-        self.rules: dict[str, CompiledRule] = {}
-        bodies: dict[str, dict] = {}
-        for idx, cr in enumerate(compiled.rules):
-            if not any(c.absent_for is None for c in cr.rule.conditions):
-                continue
-            key = f"r{idx}"
-            self.rules[key] = cr
-            bodies[key] = compile_rule(cr)
-        if not bodies:  # durable_rules needs at least one rule
-            bodies["r_none"] = {"all": [{"m": dict(_NEVER)}]}
-        signature = json.dumps(bodies, sort_keys=True, default=str)
+        self.rules, bodies = _bodies(compiled)
         with _LOCK:
-            name = _RULESETS.get(signature)
+            name = _RULESETS.get(_signature(bodies))
             self.reused = name is not None
             if name is None:
-                name = f"recover_v{next(_VERSION)}"
-                definition = {key: dict(body, run=_never_run) for key, body in bodies.items()}
-                _host().register_rulesets({name: copy.deepcopy(definition)})  # it mutates its input
-                _RULESETS[signature] = name
-                _SESSIONS[name] = {}
-                _SIDS[name] = itertools.count(1)
-                _FREE[name] = []
+                name = _register(bodies)
             self.name = name
             self._sessions = _SESSIONS[name]
             self._sids = _SIDS[name]

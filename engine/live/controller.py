@@ -10,11 +10,15 @@ offsets, so a kill -9 neither loses nor repeats a line; closed incidents are the
 When the store refuses writes or a step fails unexpectedly, input pauses (``outage``) and memory
 is rebuilt from what the store committed once it takes writes again. SIGTERM/SIGINT stop it
 within a second; SIGHUP or a changed rulebook file reloads the rulebook after validating it
-(``reload``: an invalid one is reported and the old one kept). Gauges are refreshed every second
-(``metrics``).
+(``reload``: an invalid one is reported and the old one kept). Rules that compile to a
+durable_rules ruleset this process does not hold are checked in a child process and then loaded
+by a restart in place: ``run()`` stops as on SIGTERM and returns ``RESTART``, and the CLI
+re-executes the same command line in the same process (durable_rules 2.0.28 crashes with two
+rulesets in one process). Gauges are refreshed every second (``metrics``).
 
     controller = Controller(ControllerConfig(follow=["logs/*.out"], db="recover.db"), compiled)
-    controller.run()          # until SIGTERM; or startup() then step() in tests
+    if controller.run() == RESTART:   # until SIGTERM; or startup() then step() in tests
+        ...                           # the CLI: os.execv the same command line
 """
 
 from __future__ import annotations
@@ -30,12 +34,13 @@ from typing import Any, Callable, Sequence
 
 from engine.core.incidents import ClosedIncident, Engine
 from engine.core.linefacts import ClusterContext, HitConverter
+from engine.core.rete import is_registered, ruleset_definition
 from engine.live.batch import STORE_ERRORS, Batch
 from engine.live.ingest import FileIngest, SpoolIngest, clock, set_job
 from engine.live.launch import READY
 from engine.live.metrics import Gauges, LogLimiter, Metrics
 from engine.live.outage import StoreOutage
-from engine.live.reload import RulebookWatch
+from engine.live.reload import RulebookWatch, engine_refusal
 from engine.live.schedpoll import SchedulerPoll
 from engine.rulebook import CompiledRulebook, load_rulebook
 from engine.sources.follow import Follower
@@ -43,7 +48,11 @@ from engine.store import Store
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["READY", "Controller", "ControllerConfig"]
+__all__ = ["READY", "RESTART", "Controller", "ControllerConfig"]
+
+#: what ``run()`` returns when it stopped to load a rulebook whose rules changed: the caller
+#: starts the service again (the CLI re-executes itself, same pid); nothing else exits with it
+RESTART = 4
 
 
 def _raise_nofile_limit() -> None:
@@ -79,6 +88,8 @@ class ControllerConfig:
     from_start: bool = False  # a new database reads existing files from their start (monitor mode only)
     #: at startup, input waits this long at most for the scheduler's first answer
     scheduler_startup_wait: float = 30.0
+    #: this process was restarted in place to load a changed rulebook: say so and count it once started
+    reloaded: bool = False
 
 
 class Controller:
@@ -100,6 +111,7 @@ class Controller:
         self.cluster = ClusterContext()
         self.stop_event = threading.Event()
         self.reload_requested = threading.Event()
+        self.restart_requested = False  # a changed rulebook waits for run() to stop and return RESTART
         self.mode = "recommend" if config.dry_run else "act"
         self.adapter = config.adapter
         if self.adapter is None and config.scheduler not in ("none", "", None):
@@ -285,9 +297,14 @@ class Controller:
                 self.actuator.submit(c)
 
     def reload(self) -> bool:
+        """Load the rulebook as its files are now; False when it was rejected (the old one kept).
+        Rules whose ruleset this process holds are swapped in place; others are checked in a
+        child process, and then the controller stops (``restart_requested``) for a restart."""
         compiled = self.rulebook.load()
         if compiled is None:
             return False
+        if not is_registered(compiled):
+            return self._restart_for(compiled)
         self.batch.commit()  # nothing is in flight between steps; to be sure
         try:
             engine = self._new_engine(compiled)
@@ -304,6 +321,28 @@ class Controller:
         for t in list(self.follower.files.values()):
             self.follower.rewind(t)  # new scanners, from the consumed position (a partial line is read again)
         self.rulebook.accepted(compiled)
+        return True
+
+    def _restart_for(self, compiled: CompiledRulebook) -> bool:
+        """Rules that compile to a new durable_rules ruleset: a second ruleset in this process
+        would crash it at some later assertion, so the C engine is asked in a child process and,
+        if it takes them, this controller stops as on SIGTERM for a restart that loads them."""
+        try:
+            why = engine_refusal(ruleset_definition(compiled))
+        except (TypeError, ValueError) as exc:  # not JSON: durable_rules could not be given it either
+            why = str(exc)
+        if why is not None:
+            logger.error(
+                "rulebook reload rejected, keeping the current rulebook: "
+                "the rule engine refused it (tried in a child process): %s",
+                why,
+            )
+            self.rulebook.rejected()
+            return False
+        logger.warning("rulebook changed: restarting in place to load it (pid %d kept)", os.getpid())
+        self.restart_requested = True
+        self.stop_event.set()
+        self.follower.wake.set()
         return True
 
     # -- the store refusing writes -----------------------------------------------------------
@@ -417,6 +456,8 @@ class Controller:
             self.cfg.scheduler,
             self.cfg.db,
         )
+        if self.cfg.reloaded:
+            self.rulebook.accepted(self.compiled)
         rescan_every = max(1.0, float(self.cfg.poll or 0.0))
         last_rescan = last_gauges = time.monotonic()
         self._update_gauges()
@@ -465,4 +506,6 @@ class Controller:
                 self.sched.stop()
             self.metrics.stop()
             self.store.close()
-        return 3 if self.lost_reason else 0
+        if self.lost_reason:
+            return 3
+        return RESTART if self.restart_requested else 0

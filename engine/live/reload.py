@@ -2,19 +2,26 @@
 
 A rulebook that does not load, does not validate, or that the rule engine refuses is reported
 (each error logged, ``recover_rulebook_reloads_total{result="rejected"}``) and the old one kept;
-the controller swaps engines only for one that passed.
+the controller swaps engines only for one that passed. Rules that compile to a durable_rules
+ruleset this process does not hold yet are tried in a child process (``engine_refusal``): a
+second ruleset in one process crashes durable_rules 2.0.28, so the controller loads them by
+restarting in place, and only once the C engine took them elsewhere.
 
     watch = RulebookWatch(rules, defaults, metrics, load=lambda: load_rulebook(...))
     if watch.changed(): ...
     compiled = watch.load()        # None: rejected, said in the log
     ...                            # build the engine; on failure log why, watch.rejected()
     watch.accepted(compiled)
+    why = engine_refusal(ruleset_definition(compiled))   # None: durable_rules takes it
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
+import subprocess
+import sys
 from typing import Callable, Sequence
 
 from engine.live.metrics import Metrics
@@ -22,7 +29,22 @@ from engine.rulebook import CompiledRulebook, LoadResult
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RulebookWatch", "rulebook_stamps"]
+__all__ = ["RELOADED_ENV", "RulebookWatch", "engine_refusal", "rulebook_stamps"]
+
+#: what the child runs: the definition comes on stdin; a refusal is one line on stderr, exit 1
+_CHILD = (
+    "import sys\n"
+    "from engine.core.rete import ReteError, try_definition\n"
+    "try:\n"
+    "    try_definition(sys.stdin.read())\n"
+    "except ReteError as exc:\n"
+    "    sys.exit(str(exc))\n"
+)
+#: the longest a child may take: registering the shipped rulebook takes milliseconds, but some
+#: definitions make durable_rules spin (an $or of 5,000 terms did not finish in a minute)
+CHECK_TIMEOUT_S = 30.0
+#: set by the CLI for the process it re-executes to load a changed rulebook (see Controller.run)
+RELOADED_ENV = "RECOVER_RELOADED"
 
 
 def rulebook_stamps(rules: Sequence[str], defaults: bool) -> dict[str, object]:
@@ -47,6 +69,40 @@ def rulebook_stamps(rules: Sequence[str], defaults: bool) -> dict[str, object]:
         except OSError:
             out[p] = -1.0
     return out
+
+
+def engine_refusal(definition: str, timeout: float = CHECK_TIMEOUT_S, argv: Sequence[str] | None = None) -> str | None:
+    """Why durable_rules refuses a ruleset definition (``rete.ruleset_definition``), or None when
+    it takes it. It is registered in a child process, never in this one; a child that fails,
+    crashes or runs past ``timeout`` is a refusal. ``argv``: the child's command line (a test seam;
+    by default this Python running ``rete.try_definition`` on the same ``engine`` package)."""
+    import engine
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(engine.__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    try:
+        done = subprocess.run(
+            list(argv) if argv is not None else [sys.executable, "-c", _CHILD],
+            input=definition.encode(),
+            capture_output=True,
+            timeout=timeout,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        return f"checking it did not finish within {timeout:g} s"
+    except OSError as exc:
+        return f"could not check it: {exc}"
+    if done.returncode == 0:
+        return None
+    if done.returncode < 0:
+        try:
+            name = signal.Signals(-done.returncode).name
+        except ValueError:
+            name = f"signal {-done.returncode}"
+        return f"checking it crashed the checking process ({name})"
+    said = [ln.strip() for ln in done.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+    return (said[-1] if said else f"checking it failed (exit status {done.returncode})")[:500]
 
 
 class RulebookWatch:

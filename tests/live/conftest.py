@@ -140,6 +140,17 @@ class Live:
     def all_output(self) -> str:
         return self.log_path.read_text("utf-8", "replace")
 
+    def wait_reloaded(self, times: int = 1, timeout: float = 30.0) -> None:
+        """Until the controller said ``rulebook reloaded`` ``times`` times; fails at once, with its
+        output, if it exits instead (durable_rules' crash with two rulesets, see DESIGN.md). A
+        changed rulebook is compiled cold (no cache entry): seconds on a loaded machine."""
+
+        def probe() -> bool:
+            assert self.proc.poll() is None, f"the controller exited {self.proc.returncode}:\n{self.output()[-3000:]}"
+            return self.output().count("rulebook reloaded") >= times
+
+        wait_for(probe, timeout, what="the reload")
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 

@@ -1,15 +1,24 @@
 """engine.live.reload alone: a changed rulebook file is noticed; a rulebook that does not load or
-does not validate is rejected (said, counted) and never handed to the controller."""
+does not validate is rejected (said, counted) and never handed to the controller. Then the
+controller's reload in process: the same conditions swap engines; new ones are tried by
+durable_rules in a child process and, if it takes them, stop the loop for a restart."""
 
 from __future__ import annotations
 
 import logging
+import os
+import sqlite3
+import sys
+import threading
+import uuid
 from types import SimpleNamespace
 
 import pytest
 
+from engine.core.rete import is_registered, ruleset_definition
 from engine.live.metrics import Metrics
-from engine.live.reload import RulebookWatch, rulebook_stamps
+from engine.live.reload import RulebookWatch, engine_refusal, rulebook_stamps
+from tests.helpers import wait_for
 
 
 def reloads(metrics: Metrics, result: str) -> float | None:
@@ -80,3 +89,155 @@ def test_a_valid_rulebook_is_handed_over_and_counted_once_accepted(tmp_path):
     assert reloads(metrics, "ok") == 1
     watch.rejected()
     assert reloads(metrics, "rejected") == 1
+
+
+# -- rules that need a new durable_rules ruleset: tried in a child, loaded by a restart ----------
+
+#: TAG makes the rules new to this process (rulesets are registered process-wide)
+RULES = """
+matchers:
+  - {id: evt, pattern: 'EVT (?P<n>\\w+)'}
+rules:
+  - id: s.evt
+    description: an event line
+    when: [{as: e, kind: log, where: {matcher: evt, n: TAG}}]
+    then: {symptom: {name: evt}}
+policy: {settle: 1s}
+"""
+#: valid to Recover, refused by durable_rules ("Could not create ruleset, error code: 202")
+REFUSED_RULE = """
+  - id: s.never
+    description: a threshold no number passes
+    when: [{as: e, kind: log, where: {matcher: evt, n: {gt: .inf}}}]
+    then: {symptom: {name: never}}
+"""
+NEW_RULE = """
+  - id: s.new
+    description: a new rule
+    when: [{as: e, kind: log, where: {matcher: evt, n: new}}]
+    then: {symptom: {name: new}}
+"""
+
+
+def _with_rule(text: str, rule: str) -> str:
+    return text.replace("\npolicy:", rule.rstrip("\n") + "\npolicy:")
+
+
+def _compiled(text: str, tmp_path):
+    from engine.rulebook import load_rulebook
+
+    path = tmp_path / f"{uuid.uuid4().hex}.yaml"
+    path.write_text(text)
+    result = load_rulebook([str(path)], defaults=False)
+    assert result.ok, result.errors
+    return result.compiled
+
+
+def _rules(tmp_path) -> str:
+    return RULES.replace("TAG", uuid.uuid4().hex)
+
+
+def test_the_child_takes_a_valid_definition_and_nothing_is_registered_here(tmp_path):
+    compiled = _compiled(_rules(tmp_path), tmp_path)
+    assert engine_refusal(ruleset_definition(compiled)) is None
+    assert not is_registered(compiled)
+
+
+def test_the_child_says_why_durable_rules_refuses_a_definition(tmp_path):
+    compiled = _compiled(_with_rule(_rules(tmp_path), REFUSED_RULE), tmp_path)
+    why = engine_refusal(ruleset_definition(compiled))
+    assert why is not None and "durable_rules refused the ruleset" in why and "202" in why
+    assert engine_refusal("{not json") is not None and "not a ruleset definition" in engine_refusal("{not json")
+
+
+@pytest.mark.parametrize(
+    "code, timeout, said",
+    [
+        ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", 30, "crashed the checking process (SIGSEGV)"),
+        ("import time; time.sleep(30)", 0.5, "did not finish within 0.5 s"),
+        ("import sys; sys.exit(3)", 30, "checking it failed (exit status 3)"),
+    ],
+)
+def test_a_child_that_crashes_hangs_or_fails_is_a_refusal(code, timeout, said):
+    assert said in engine_refusal("{}", timeout=timeout, argv=[sys.executable, "-c", code])
+
+
+def _controller(tmp_path, text: str):
+    from engine.live.controller import Controller, ControllerConfig
+
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(text)
+    cfg = ControllerConfig(rules=[str(rules)], defaults=False, db=str(tmp_path / "r.db"), tick=0.05)
+    return Controller(cfg, _compiled(text, tmp_path)), rules
+
+
+def test_a_reload_of_the_same_conditions_swaps_engines_in_place(tmp_path):
+    text = _rules(tmp_path)
+    ctl, rules = _controller(tmp_path, text)
+    try:
+        old = ctl.engine
+        rules.write_text(text.replace("'EVT (?P<n>", "'EVENT (?P<n>") + "# edited\n")  # a matcher only
+        assert ctl.reload()
+        assert ctl.engine is not old and ctl.engine.network.name == old.network.name
+        assert not ctl.restart_requested and not ctl.stop_event.is_set()
+        assert reloads(ctl.metrics, "ok") == 1
+    finally:
+        ctl.store.close()
+
+
+def test_rules_durable_rules_refuses_are_rejected_without_registering_them(tmp_path, caplog):
+    text = _rules(tmp_path)
+    ctl, rules = _controller(tmp_path, text)
+    try:
+        old = ctl.engine
+        rules.write_text(_with_rule(text, REFUSED_RULE))
+        with caplog.at_level(logging.ERROR):
+            assert not ctl.reload()
+        assert "the rule engine refused it (tried in a child process): durable_rules refused the ruleset" in caplog.text
+        assert ctl.engine is old and not ctl.restart_requested and not ctl.stop_event.is_set()
+        assert reloads(ctl.metrics, "rejected") == 1 and reloads(ctl.metrics, "ok") == 0
+    finally:
+        ctl.store.close()
+
+
+def test_new_conditions_stop_the_loop_for_a_restart_and_never_register_here(tmp_path, caplog):
+    """In process (a thread, as any embedding code would run it) the controller only stops and
+    says so: re-executing the command line is the CLI's business, never the controller's."""
+    from engine.live.controller import RESTART
+
+    text = _rules(tmp_path)
+    ctl, rules = _controller(tmp_path, text)
+    old = ctl.engine
+    returned: list[int] = []
+    runner = threading.Thread(target=lambda: returned.append(ctl.run()), daemon=True)
+    with caplog.at_level(logging.WARNING):
+        runner.start()
+        wait_for(lambda: "recover run: mode=" in caplog.text, 10, what="the loop")
+        rules.write_text(_with_rule(text, NEW_RULE))  # noticed by the loop's rescan (every second)
+        runner.join(30)
+    assert returned == [RESTART]
+    assert f"rulebook changed: restarting in place to load it (pid {os.getpid()} kept)" in caplog.text
+    assert "recover run: stopping" in caplog.text and "rulebook reloaded" not in caplog.text
+    assert ctl.engine is old and ctl.restart_requested
+    assert not is_registered(_compiled(_with_rule(text, NEW_RULE), tmp_path))
+    assert reloads(ctl.metrics, "ok") == 0 and reloads(ctl.metrics, "rejected") == 0  # the new process counts it
+    with pytest.raises(sqlite3.ProgrammingError):
+        ctl.store.db.execute("SELECT 1")  # stopped as on SIGTERM: the store is closed
+
+
+def test_the_restarted_process_says_and_counts_the_reload_once_started(tmp_path, caplog):
+    from engine.live.controller import Controller, ControllerConfig
+
+    text = _rules(tmp_path)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(text)
+    cfg = ControllerConfig(rules=[str(rules)], defaults=False, db=str(tmp_path / "r.db"), tick=0.05, reloaded=True)
+    ctl = Controller(cfg, _compiled(text, tmp_path))
+    runner = threading.Thread(target=ctl.run, daemon=True)
+    with caplog.at_level(logging.WARNING):
+        runner.start()
+        wait_for(lambda: "rulebook reloaded: 1 rules, 1 matchers" in caplog.text, 10, what="the reload said")
+        assert reloads(ctl.metrics, "ok") == 1
+        ctl.stop_event.set()
+        runner.join(10)
+    assert caplog.text.index("recover run: mode=") < caplog.text.index("rulebook reloaded")
