@@ -1,4 +1,4 @@
-"""What several test folders share: one ``wait_for``.
+"""What several test folders share: one ``wait_for``; a small rulebook new to this process.
 
 wait_for(probe)                                  # the probe's truthy value, or the test fails
 wait_for("the node to drain", probe, 60, 0.5)    # a description first reads better in e2e tests
@@ -8,6 +8,7 @@ wait_for(probe, timeout=2, fail=False)           # False instead of failing (a b
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any, Callable
 
 import pytest
@@ -42,3 +43,26 @@ def wait_for(
                 return False
             pytest.fail(f"waited {timeout:g} s for {what}; last seen: {last!r}", pytrace=False)
         time.sleep(interval)
+
+
+_FRESH_RULES = """
+matchers:
+  - {id: evt, pattern: 'EVT (?P<n>\\w+)'}
+rules:
+  - id: s.evt
+    description: an event line
+    when: [{as: e, kind: log, where: {matcher: evt, n: TAG}}]
+    then: {symptom: {name: evt}}
+policy: {settle: 1s}
+"""
+
+
+def fresh_rules() -> str:
+    """A one-rule rulebook whose durable_rules ruleset no other test registered (rulesets are
+    registered process-wide, and never freed): for tests of which reloads need a new one."""
+    return _FRESH_RULES.replace("TAG", uuid.uuid4().hex)
+
+
+def with_rule(rulebook: str, rule: str) -> str:
+    """``fresh_rules()`` with one more rule (YAML list item text) after its own."""
+    return rulebook.replace("\npolicy:", "\n" + rule.strip("\n") + "\npolicy:")

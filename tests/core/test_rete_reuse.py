@@ -5,33 +5,17 @@ into the ruleset: matchers, what a rule derives, actions and policy do not."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from engine.core.rete import ReteNetwork, is_registered
+from tests.helpers import fresh_rules, with_rule
 
-#: TAG makes each test's rules new to this process (rulesets are registered process-wide)
-BASE = """
-matchers:
-  - {id: evt, pattern: 'EVT (?P<n>\\w+)'}
-rules:
-  - id: s.evt
-    description: an event line
-    when: [{as: e, kind: log, where: {matcher: evt, n: TAG}}]
-    then: {symptom: {name: evt}}
-policy: {settle: 1s}
-"""
 NEW_RULE = """
   - id: s.other
     description: another
     when: [{as: e, kind: log, where: {matcher: evt, n: other}}]
     then: {symptom: {name: other}}
 """
-
-
-def _add_rule(text: str) -> str:
-    return text.replace("\npolicy:", NEW_RULE.rstrip("\n") + "\npolicy:")
 
 
 @pytest.mark.parametrize(
@@ -44,12 +28,12 @@ def _add_rule(text: str) -> str:
         (lambda t: t.replace("{symptom: {name: evt}}", "{symptom: {name: evt, severity: warning}}"), False),
         (lambda t: t.replace("settle: 1s", "settle: 9s"), False),
         (lambda t: t.replace("matcher: evt, n:", "matcher: evt, text:"), True),  # a condition
-        (_add_rule, True),
+        (lambda t: with_rule(t, NEW_RULE), True),
     ],
     ids=["comment", "pattern", "new-matcher", "description", "then", "policy", "condition", "new-rule"],
 )
 def test_only_a_change_of_conditions_needs_a_new_ruleset(write_rules, edit, new_ruleset):
-    base = BASE.replace("TAG", uuid.uuid4().hex)
+    base = fresh_rules()
     first = write_rules(base)
     assert first.ok, first.errors
     assert not is_registered(first.compiled)

@@ -18,7 +18,7 @@ import pytest
 from engine.core.rete import is_registered, ruleset_definition
 from engine.live.metrics import Metrics
 from engine.live.reload import RulebookWatch, engine_refusal, rulebook_stamps
-from tests.helpers import wait_for
+from tests.helpers import fresh_rules, wait_for, with_rule
 
 
 def reloads(metrics: Metrics, result: str) -> float | None:
@@ -93,17 +93,6 @@ def test_a_valid_rulebook_is_handed_over_and_counted_once_accepted(tmp_path):
 
 # -- rules that need a new durable_rules ruleset: tried in a child, loaded by a restart ----------
 
-#: TAG makes the rules new to this process (rulesets are registered process-wide)
-RULES = """
-matchers:
-  - {id: evt, pattern: 'EVT (?P<n>\\w+)'}
-rules:
-  - id: s.evt
-    description: an event line
-    when: [{as: e, kind: log, where: {matcher: evt, n: TAG}}]
-    then: {symptom: {name: evt}}
-policy: {settle: 1s}
-"""
 #: valid to Recover, refused by durable_rules ("Could not create ruleset, error code: 202")
 REFUSED_RULE = """
   - id: s.never
@@ -119,10 +108,6 @@ NEW_RULE = """
 """
 
 
-def _with_rule(text: str, rule: str) -> str:
-    return text.replace("\npolicy:", rule.rstrip("\n") + "\npolicy:")
-
-
 def _compiled(text: str, tmp_path):
     from engine.rulebook import load_rulebook
 
@@ -133,18 +118,14 @@ def _compiled(text: str, tmp_path):
     return result.compiled
 
 
-def _rules(tmp_path) -> str:
-    return RULES.replace("TAG", uuid.uuid4().hex)
-
-
 def test_the_child_takes_a_valid_definition_and_nothing_is_registered_here(tmp_path):
-    compiled = _compiled(_rules(tmp_path), tmp_path)
+    compiled = _compiled(fresh_rules(), tmp_path)
     assert engine_refusal(ruleset_definition(compiled)) is None
     assert not is_registered(compiled)
 
 
 def test_the_child_says_why_durable_rules_refuses_a_definition(tmp_path):
-    compiled = _compiled(_with_rule(_rules(tmp_path), REFUSED_RULE), tmp_path)
+    compiled = _compiled(with_rule(fresh_rules(), REFUSED_RULE), tmp_path)
     why = engine_refusal(ruleset_definition(compiled))
     assert why is not None and "durable_rules refused the ruleset" in why and "202" in why
     assert engine_refusal("{not json") is not None and "not a ruleset definition" in engine_refusal("{not json")
@@ -172,7 +153,7 @@ def _controller(tmp_path, text: str):
 
 
 def test_a_reload_of_the_same_conditions_swaps_engines_in_place(tmp_path):
-    text = _rules(tmp_path)
+    text = fresh_rules()
     ctl, rules = _controller(tmp_path, text)
     try:
         old = ctl.engine
@@ -186,11 +167,11 @@ def test_a_reload_of_the_same_conditions_swaps_engines_in_place(tmp_path):
 
 
 def test_rules_durable_rules_refuses_are_rejected_without_registering_them(tmp_path, caplog):
-    text = _rules(tmp_path)
+    text = fresh_rules()
     ctl, rules = _controller(tmp_path, text)
     try:
         old = ctl.engine
-        rules.write_text(_with_rule(text, REFUSED_RULE))
+        rules.write_text(with_rule(text, REFUSED_RULE))
         with caplog.at_level(logging.ERROR):
             assert not ctl.reload()
         assert "the rule engine refused it (tried in a child process): durable_rules refused the ruleset" in caplog.text
@@ -205,7 +186,7 @@ def test_new_conditions_stop_the_loop_for_a_restart_and_never_register_here(tmp_
     says so: re-executing the command line is the CLI's business, never the controller's."""
     from engine.live.controller import RESTART
 
-    text = _rules(tmp_path)
+    text = fresh_rules()
     ctl, rules = _controller(tmp_path, text)
     old = ctl.engine
     returned: list[int] = []
@@ -213,13 +194,13 @@ def test_new_conditions_stop_the_loop_for_a_restart_and_never_register_here(tmp_
     with caplog.at_level(logging.WARNING):
         runner.start()
         wait_for(lambda: "recover run: mode=" in caplog.text, 10, what="the loop")
-        rules.write_text(_with_rule(text, NEW_RULE))  # noticed by the loop's rescan (every second)
+        rules.write_text(with_rule(text, NEW_RULE))  # noticed by the loop's rescan (every second)
         runner.join(30)
     assert returned == [RESTART]
     assert f"rulebook changed: restarting in place to load it (pid {os.getpid()} kept)" in caplog.text
     assert "recover run: stopping" in caplog.text and "rulebook reloaded" not in caplog.text
     assert ctl.engine is old and ctl.restart_requested
-    assert not is_registered(_compiled(_with_rule(text, NEW_RULE), tmp_path))
+    assert not is_registered(_compiled(with_rule(text, NEW_RULE), tmp_path))
     assert reloads(ctl.metrics, "ok") == 0 and reloads(ctl.metrics, "rejected") == 0  # the new process counts it
     with pytest.raises(sqlite3.ProgrammingError):
         ctl.store.db.execute("SELECT 1")  # stopped as on SIGTERM: the store is closed
@@ -228,7 +209,7 @@ def test_new_conditions_stop_the_loop_for_a_restart_and_never_register_here(tmp_
 def test_the_restarted_process_says_and_counts_the_reload_once_started(tmp_path, caplog):
     from engine.live.controller import Controller, ControllerConfig
 
-    text = _rules(tmp_path)
+    text = fresh_rules()
     rules = tmp_path / "rules.yaml"
     rules.write_text(text)
     cfg = ControllerConfig(rules=[str(rules)], defaults=False, db=str(tmp_path / "r.db"), tick=0.05, reloaded=True)
