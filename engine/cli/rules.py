@@ -88,7 +88,7 @@ def rules_test(
     """Run the embedded tests of the default and given rulebooks. Exit 1 when a test fails or none is selected."""
     from engine.rulebook import default_rule_files
     from engine.rulebook import _display as display_name
-    from engine.ops.ruletest import junit_xml, outcome_json, run_tests, select_tests
+    from engine.ops.ruletest import junit_xml, outcome_json, run_tests, select_tests, unexercised_matchers
 
     compiled = _load_or_exit(paths or [], no_defaults)
     book = compiled.book
@@ -103,8 +103,12 @@ def rules_test(
         where = " in the site's files" if site_only else ""
         _err(f"no test selected{what}{where} (of {len(book.tests)}): nothing was run")
         raise typer.Exit(1)
-    outcomes = run_tests(compiled, tests=tests)
+    seen: set[str] = set()
+    outcomes = run_tests(compiled, tests=tests, seen=seen)
     failed = sum(1 for o in outcomes if not o.passed)
+    # which matchers no test line hit: said of a whole run only (all tests, or all the site's tests
+    # and then only of the site's matchers); a -k selection says nothing about the others
+    idle = None if name else unexercised_matchers(compiled, seen, only)
     for o in outcomes:
         if json_out:
             typer.echo(json.dumps(outcome_json(o)))
@@ -130,10 +134,13 @@ def rules_test(
                     "selected": len(outcomes),
                     "total": len(book.tests),
                 }
+                | ({} if idle is None else {"matchers_unexercised": idle})
             )
         )
     else:
         typer.echo(summary)
+        if idle:
+            typer.echo(f"warning: matchers no test exercises: {', '.join(idle)}")
     if junit:
         _write_or_exit(junit, junit_xml(outcomes, disabled), "cannot write ")
     raise typer.Exit(1 if failed else 0)

@@ -6,11 +6,17 @@ incident may be left over, so ``expect: []`` means "nothing must fire". A rule w
 derived fact fails while a test runs fails that test, naming the rule's file:line (the engine
 itself only logs such errors and goes on).
 
+A matcher that no test line hits can be silently broken (a wrong escape, a wording that changed):
+``run_tests`` records which matchers the tests' lines hit, and ``unexercised_matchers`` names the
+others.
+
 Usage::
 
     tests = select_tests(compiled, ["nccl", "^Xid 79"], only_files={"site/ib.yaml"})
-    outcomes = run_tests(compiled, tests=tests)
+    seen: set[str] = set()
+    outcomes = run_tests(compiled, tests=tests, seen=seen)
     junit_xml(outcomes)                     # for CI
+    unexercised_matchers(compiled, seen)    # ["site_flap_line", ...]: no test line hit them
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 from xml.sax.saxutils import quoteattr
 
 from engine.facts import Fact
@@ -29,7 +35,11 @@ from engine.rulebook.compile import CompiledRulebook
 from engine.rulebook.model import RuleTest
 from engine.store import Store
 
-__all__ = ["run_tests", "TestOutcome", "select_tests", "junit_xml", "outcome_json"]
+__all__ = ["run_tests", "TestOutcome", "select_tests", "junit_xml", "outcome_json", "unexercised_matchers"]
+
+#: the matchers whose hits are the rules' evidence; progress lines are sampled and aggregated before
+#: the rules see them, and context lines (job id, nodelist) emit no fact
+EVIDENCE_EMITS = frozenset({"log", "xid"})
 
 
 @dataclass
@@ -90,13 +100,16 @@ def _mismatch(expect: Mapping[str, Any], got: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def run_one(compiled: CompiledRulebook, test: RuleTest, network: ReteNetwork) -> TestOutcome:
+def run_one(
+    compiled: CompiledRulebook, test: RuleTest, network: ReteNetwork, seen: set[str] | None = None
+) -> TestOutcome:
+    """Runs one test; adds to ``seen`` the id of every matcher that one of its lines hit."""
     started = time.perf_counter()
     handler = _RuleErrors()
     engine_log = logging.getLogger("engine")
     engine_log.addHandler(handler)
     try:
-        outcome = _run_one(compiled, test, network)
+        outcome = _run_one(compiled, test, network, seen)
     finally:
         engine_log.removeHandler(handler)
     for rule_id, message in handler.errors:
@@ -111,7 +124,7 @@ def run_one(compiled: CompiledRulebook, test: RuleTest, network: ReteNetwork) ->
     return outcome
 
 
-def _run_one(compiled: CompiledRulebook, test: RuleTest, network: ReteNetwork) -> TestOutcome:
+def _run_one(compiled: CompiledRulebook, test: RuleTest, network: ReteNetwork, seen: set[str] | None) -> TestOutcome:
     store = Store(":memory:")
     inputs = [Input(i.file, (lambda b=i.lines.encode("utf-8"): [b]), i.source) for i in test.inputs]
     ctx = dict(test.context)
@@ -133,6 +146,7 @@ def _run_one(compiled: CompiledRulebook, test: RuleTest, network: ReteNetwork) -
             nodes=list(nodes),
             extra_facts=facts,
             network=network,
+            on_fact=None if seen is None else _matcher_recorder(seen, facts),
         )
     except Exception as exc:  # a test that crashes the pipeline is a failed test, with the reason
         return TestOutcome(test, False, [f"pipeline error: {type(exc).__name__}: {exc}"])
@@ -161,6 +175,18 @@ def _run_one(compiled: CompiledRulebook, test: RuleTest, network: ReteNetwork) -
     return TestOutcome(test, not problems, problems, got)
 
 
+def _matcher_recorder(seen: set[str], given: Sequence[Fact]) -> Callable[[Fact], None]:
+    """An ``on_fact`` for replay that adds to ``seen`` the matcher of every fact a line produced
+    (a test's own facts may name a matcher without any line hitting it: they do not count)."""
+    own = {id(f) for f in given}
+
+    def record(fact: Fact) -> None:
+        if id(fact) not in own and "matcher" in fact.attrs:
+            seen.add(str(fact.attrs["matcher"]))
+
+    return record
+
+
 def select_tests(
     compiled: CompiledRulebook, patterns: Sequence[str] = (), only_files: Iterable[str] | None = None
 ) -> list[RuleTest]:
@@ -187,12 +213,30 @@ def select_tests(
 
 
 def run_tests(
-    compiled: CompiledRulebook, names: Sequence[str] | None = None, tests: Sequence[RuleTest] | None = None
+    compiled: CompiledRulebook,
+    names: Sequence[str] | None = None,
+    tests: Sequence[RuleTest] | None = None,
+    seen: set[str] | None = None,
 ) -> list[TestOutcome]:
+    """Runs the tests (all, or those named, or ``tests``); ``seen`` collects the matchers their lines hit."""
     network = ReteNetwork(compiled)
     if tests is None:
         tests = [t for t in compiled.book.tests if names is None or t.name in names]
-    return [run_one(compiled, t, network) for t in tests]
+    return [run_one(compiled, t, network, seen) for t in tests]
+
+
+def unexercised_matchers(
+    compiled: CompiledRulebook, seen: Iterable[str], only_files: Iterable[str] | None = None
+) -> list[str]:
+    """The enabled evidence matchers (``EVIDENCE_EMITS``) that no test line hit, in rulebook order;
+    only those written in ``only_files`` when given."""
+    hit = set(seen)
+    files = set(only_files) if only_files is not None else None
+    return [
+        m.id
+        for m in compiled.matchers
+        if m.enabled and m.emit in EVIDENCE_EMITS and m.id not in hit and (files is None or m.mark.file in files)
+    ]
 
 
 def outcome_json(o: TestOutcome) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The shipped rulebook loads without problems and every embedded test passes, through the real
-pipeline (the same as `recover rules check` and `recover rules test`)."""
+pipeline (the same as `recover rules check` and `recover rules test`), and every evidence matcher
+is hit by a line of one of those tests."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 pytest.importorskip("engine.ops.ruletest")
 from engine.rulebook import load_rulebook  # noqa: E402
-from engine.ops.ruletest import run_tests  # noqa: E402
+from engine.ops.ruletest import run_tests, unexercised_matchers  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -18,11 +19,26 @@ def compiled():
     return result.compiled
 
 
-def test_embedded_tests_pass(compiled):
-    outcomes = run_tests(compiled)
+@pytest.fixture(scope="module")
+def ran(compiled):
+    """(outcomes, the matchers the tests' lines hit): the shipped tests run once for the module."""
+    seen: set[str] = set()
+    return run_tests(compiled, seen=seen), seen
+
+
+def test_embedded_tests_pass(ran):
+    outcomes, _ = ran
     assert len(outcomes) >= 70
     failed = [f"{o.test.name} ({o.test.mark}): {'; '.join(o.problems)}" for o in outcomes if not o.passed]
     assert not failed, "\n".join(failed)
+
+
+def test_every_shipped_evidence_matcher_is_exercised_by_a_test_line(compiled, ran):
+    # a matcher no test line hits can be broken silently (a wrong escape, a wording that changed):
+    # add a test with the line as the program prints it, and its source
+    _, seen = ran
+    assert len(seen) >= 90
+    assert unexercised_matchers(compiled, seen) == []
 
 
 def test_policy_is_the_documented_one(compiled):
