@@ -179,6 +179,10 @@ def explain(
         typer.echo(render_text(report))
 
 
+#: the signals that stop the controller
+_STOPS = {signal.SIGTERM, signal.SIGINT}
+
+
 @app.command()
 def run(
     dry_run: bool = typer.Option(False, "--dry-run", help="Monitor mode: record recommendations, execute nothing."),
@@ -214,6 +218,7 @@ def run(
     # set by the process this one replaced to load a changed rulebook; said and counted once,
     # so it leaves the environment (a later restart of this process is a plain start)
     reloaded = os.environ.pop(RELOADED_ENV, None) == "1"
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)  # held across a restart in place: see there
     _setup_logging(verbose)
     logging.getLogger().setLevel(logging.INFO if verbose else logging.WARNING)
     compiled = _load_or_exit(rules, no_defaults)
@@ -263,16 +268,27 @@ def run(
         raise typer.Exit(2)
     code = controller.run()
     if code == RESTART:
-        _restart_in_place()
+        code = _restart_in_place(controller)
     raise typer.Exit(code)
 
 
-def _restart_in_place() -> None:
+def _restart_in_place(controller) -> int:
     """Run this same command line again in this process (same pid: systemd and pid files see no
     change; Python's descriptors are not inherited, so sockets and the store close). The
-    controller has stopped as on SIGTERM to load a rulebook whose rules changed."""
+    controller has stopped as on SIGTERM to load a rulebook whose rules changed. Returns (0)
+    only when a stop was asked for in the meantime: then there is no restart."""
     from engine.live.reload import RELOADED_ENV
 
+    # a stop that came while the controller stopped has cancelled the restart (its handler has
+    # run once this returns); one that comes from here stays pending, blocked, across the exec
+    # and ends the new process as soon as it unblocks it (first thing in `run`), or, caught by
+    # another thread, ends this one: a `systemctl stop` is never lost to a restart
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    for sig in _STOPS:
+        signal.signal(sig, signal.SIG_DFL)
+    if not controller.restart_requested:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
+        return 0
     os.environ[RELOADED_ENV] = "1"
     # a handler does not survive exec, an ignored signal does: a SIGHUP before the new process
     # installs its handler must not end it (it loads the rulebook files as they are then anyway)
@@ -284,8 +300,9 @@ def _restart_in_place() -> None:
     try:
         os.execv(sys.executable, sys.orig_argv)
     except OSError as exc:  # the service manager restarts it
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
         _err(f"cannot restart to load the rulebook: {exc}")
-        raise typer.Exit(1)
+        return 1
 
 
 @app.command()

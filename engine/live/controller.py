@@ -432,17 +432,19 @@ class Controller:
             scheduler=self.adapter is not None,
         )
 
-    def run(self) -> int:
-        def on_signal(signum, frame):
-            if signum == signal.SIGHUP:
-                self.reload_requested.set()
-            else:
-                self.stop_event.set()
-            self.follower.wake.set()
+    def on_signal(self, signum: int, frame: Any = None) -> None:
+        """SIGHUP reloads; SIGTERM and SIGINT stop, and a stop wins over a restart to come."""
+        if signum == signal.SIGHUP:
+            self.reload_requested.set()
+        else:
+            self.restart_requested = False
+            self.stop_event.set()
+        self.follower.wake.set()
 
+    def run(self) -> int:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                signal.signal(sig, on_signal)
+                signal.signal(sig, self.on_signal)
         _raise_nofile_limit()
         self.startup()
         if self.sched is not None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sqlite3
+import subprocess
 import sys
 import threading
 import uuid
@@ -222,3 +224,47 @@ def test_the_restarted_process_says_and_counts_the_reload_once_started(tmp_path,
         ctl.stop_event.set()
         runner.join(10)
     assert caplog.text.index("recover run: mode=") < caplog.text.index("rulebook reloaded")
+
+
+def test_a_stop_signal_cancels_a_restart_still_to_come(tmp_path):
+    ctl, _ = _controller(tmp_path, fresh_rules())
+    try:
+        ctl.restart_requested = True
+        ctl.on_signal(signal.SIGHUP)
+        assert ctl.restart_requested and ctl.reload_requested.is_set() and not ctl.stop_event.is_set()
+        ctl.on_signal(signal.SIGTERM)
+        assert not ctl.restart_requested and ctl.stop_event.is_set()
+    finally:
+        ctl.store.close()
+
+
+#: a process that restarts in place (the CLI's own code) while a SIGTERM comes just after the
+#: controller returned; its second image runs `recover run`, which must be ended by that SIGTERM
+_STOP_DURING_RESTART = """
+import importlib, os, signal, sys
+cli = importlib.import_module("engine.cli.main")
+
+if os.environ.get("RECOVER_RELOADED") == "1":
+    print("second image", flush=True)
+    sys.argv = ["recover", "run", "--dry-run", "--no-defaults"]
+    cli.main()
+
+class Stopped:
+    @property
+    def restart_requested(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return True
+
+signal.signal(signal.SIGTERM, lambda *a: print("caught by the old image", flush=True))
+sys.exit(cli._restart_in_place(Stopped()))
+"""
+
+
+def test_a_stop_during_the_exec_stays_pending_and_ends_the_new_process():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {k: v for k, v in os.environ.items() if k != "RECOVER_RELOADED"}
+    done = subprocess.run(
+        [sys.executable, "-c", _STOP_DURING_RESTART], capture_output=True, text=True, cwd=root, env=env, timeout=60
+    )
+    assert done.stdout == "second image\n", (done.stdout, done.stderr)
+    assert done.returncode == -signal.SIGTERM, (done.returncode, done.stderr)
