@@ -8,6 +8,9 @@ iteration lines, then ``--ranks`` ranks (8 per node) each printing one NCCL ``NE
 ``--per-attempt`` different failure lines (the pathological mix: 50 different failures per
 attempt), drawn from the default rulebook's embedded test lines.
 
+``distinct``: one job log in which every line is a different Python exception (a name of random
+letters, so that no flood collapses two of them): what a hostile or broken program can print.
+
     python bench/gen_flood.py cascade --out /tmp/flood.log [--ranks 512 --repeat 600 --healthy 20000]
     python bench/gen_flood.py mix --out-dir /tmp/mix [--attempts 40 --per-attempt 50]
 """
@@ -56,6 +59,18 @@ def cascade(out: str, ranks: int = 512, repeat: int = 600, healthy: int = 20000,
                 )
                 n += 1
     return n
+
+
+def distinct(out: str, lines: int = 100000, seed: int = 7) -> int:
+    """Write a job log of ``lines`` different exception lines; return the number written."""
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    with open(out, "w") as fh:
+        fh.write("SLURM_JOB_ID=778\n")
+        for i in range(lines):
+            name = "".join(rng.choice(letters) for _ in range(10)).capitalize()
+            fh.write(f"[rank{i % 64}]: {name}Error: something went wrong\n")
+    return lines
 
 
 def mix(out_dir: str, attempts: int = 40, per_attempt: int = 50, seed: int = 7) -> int:

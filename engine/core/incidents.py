@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping
 from engine.core.decide import ClosedIncident, Decider, best_fault, rank
 from engine.core.derive import Derivation, view
 from engine.core.linefacts import ClusterContext
-from engine.core.memory import Live, WorkingMemory
+from engine.core.memory import SCOPE_MATCHER_MAX, Live, WorkingMemory
 from engine.core.progress import ProgressTracker
 from engine.core.rete import ReteNetwork, ReteSession
 from engine.core.timers import Timers
@@ -133,8 +133,11 @@ class Engine:
             "incidents": 0,
             "template_errors": 0,
             "rete_errors": 0,
+            "overflowed": 0,  # distinct log lines past their scope's bound, counted on the last held
         }
-        self.memory = WorkingMemory(self.session, self.stats)
+        self.memory = WorkingMemory(
+            self.session, self.stats, int(compiled.policy.get("distinct_lines", SCOPE_MATCHER_MAX))
+        )
         self.timers = Timers(compiled)
         self.memory.on_retract = self.timers.forget
         self.live: dict[str, Live] = self.memory.live

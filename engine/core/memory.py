@@ -5,6 +5,15 @@ was seen) until it is retracted: its incident's cascade window ran out, its time
 newer state of the same job, node or GPU signal replaced it. A repeat of a log line or Xid (equal
 but for its text) is counted on the fact already held, never asserted again.
 
+A job's printed lines are the job's own data, and a job may print endless distinct errors (every
+data-loader worker naming its own file, or a hostile program): one job attempt (or, without a job,
+one file) holds at most ``SCOPE_MATCHER_MAX`` log facts of one matcher in the Rete (the policy's
+``distinct_lines``). A further
+distinct line of that matcher and scope is counted on the last one held, as a repeat is, and the
+engine says so once. Without it, 100,000 distinct exception lines of one job took 46 s and 2.5 GB
+to replay (durable_rules' joins grow with the facts held), and in a controller they would have
+slowed every other job's detection.
+
     memory = WorkingMemory(network.session(), stats)
     firings = memory.assert_fact(fact)  # None: refused, or no rule can ever use it
     memory.retract(fact.id)
@@ -26,6 +35,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["Live", "WorkingMemory", "state_key"]
 
 _STATE_KEYS = {"job": ("job",), "node": ("node",), "gpu_state": ("node", "gpu", "signal")}
+#: log facts of one matcher that one job attempt (or one file) may hold in the Rete at once
+SCOPE_MATCHER_MAX = 256
 
 
 @dataclass
@@ -35,6 +46,15 @@ class Live:
     count: int = 1
     asserted: bool = False
     flood: Any = None  # linefacts.Flood of its repeats, when a flood was collapsed into it
+    scope: tuple | None = None  # (scope, matcher) of a log fact held, see SCOPE_MATCHER_MAX
+
+
+def scope_of(fact: Fact) -> tuple:
+    """Whose data a log fact is: its job attempt, else the file it was read from."""
+    job = fact.get("job")
+    if job is not None:
+        return ("job", str(job), fact.get("attempt"), fact.get("matcher"))
+    return ("file", fact.origin.rsplit(":", 1)[0], fact.get("matcher"))
 
 
 def state_key(fact: Fact) -> tuple | None:
@@ -48,23 +68,44 @@ def state_key(fact: Fact) -> tuple | None:
 
 
 class WorkingMemory:
-    def __init__(self, session: ReteSession, stats: dict[str, int]):
+    def __init__(self, session: ReteSession, stats: dict[str, int], distinct_lines: int = SCOPE_MATCHER_MAX):
         self.session = session
         self.stats = stats
+        self.distinct_lines = distinct_lines
         self.live: dict[str, Live] = {}
         self.order: deque[tuple[float, str]] = deque()  # (at, fact id) in assertion order, for the TTL
         self.flood: dict[tuple, str] = {}  # a log line or Xid's shape -> the fact that stands for it
         self.state_of: dict[tuple, str] = {}  # state key -> the fact that holds it now
         self.on_retract: Callable[[str], None] | None = None
+        self.scoped: dict[tuple, int] = {}  # (scope, matcher) -> log facts held
+        self.last_of: dict[tuple, str] = {}  # (scope, matcher) -> the last one asserted
+        self.overflowing: set[tuple] = set()  # said in the log already
 
     def repeat_of(self, fact: Fact) -> Live | None:
-        """The fact already held that this log line or Xid repeats (equal but for its text)."""
+        """The fact already held that this log line or Xid repeats (equal but for its text), or
+        that takes the count of a log line past its scope's bound (``SCOPE_MATCHER_MAX``)."""
         if fact.kind not in ("log", "xid"):
             return None
         fkey = (fact.kind, tuple(sorted((k, v) for k, v in fact.attrs.items() if k != "text")))
         known = self.flood.get(fkey)
         if known is not None and known in self.live:
             return self.live[known]
+        if fact.kind == "log":
+            skey = scope_of(fact)
+            if self.scoped.get(skey, 0) >= self.distinct_lines:
+                last = self.live.get(self.last_of.get(skey, ""))
+                if last is not None:
+                    self.stats["overflowed"] = self.stats.get("overflowed", 0) + 1
+                    if skey not in self.overflowing:
+                        self.overflowing.add(skey)
+                        logger.warning(
+                            "%s: more than %d distinct lines of matcher %s held; further ones are counted "
+                            "on the last, not asserted",
+                            f"job {skey[1]} attempt {skey[2]}" if skey[0] == "job" else f"file {skey[1]}",
+                            self.distinct_lines,
+                            skey[-1],
+                        )
+                    return last
         self.flood[fkey] = fact.id
         return None
 
@@ -98,12 +139,24 @@ class WorkingMemory:
             self.order.pop()
             self.stats["unused"] += 1
             return None
+        if f.kind == "log" and live.scope is None:
+            live.scope = skey = scope_of(f)
+            self.scoped[skey] = self.scoped.get(skey, 0) + 1
+            self.last_of[skey] = f.id
         return firings
 
     def retract(self, fact_id: str) -> None:
         live = self.live.pop(fact_id, None)
         if live is None:
             return
+        if live.scope is not None:
+            left = self.scoped.get(live.scope, 1) - 1
+            if left > 0:
+                self.scoped[live.scope] = left
+            else:
+                self.scoped.pop(live.scope, None)
+                self.last_of.pop(live.scope, None)
+                self.overflowing.discard(live.scope)
         try:
             self.session.retract_fact(fact_id)
         except Exception as exc:

@@ -269,6 +269,12 @@ def rulebook_schema() -> dict[str, Any]:
 
     policy_props: dict[str, Any] = {
         "settle": _ref("duration"),
+        "distinct_lines": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "Different lines of one matcher one job attempt holds in the rule engine; "
+            "more are counted on the last one held.",
+        },
         "decisions": {
             "type": "object",
             "propertyNames": {"pattern": _ID},

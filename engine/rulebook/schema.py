@@ -69,6 +69,7 @@ ITEM_KEYS = {
         "straggler",
         "thresholds",
         "isolate",
+        "distinct_lines",
     ),
 }
 #: the settings of each policy guard, and the type of each (dur: a duration; decision: a decision
@@ -503,6 +504,16 @@ class _Checker:
                     self.err(mark_of(node, key), "E-TYPE", "policy.priorities must map fault_class -> integer")
                     continue
                 out[key] = dict(value)
+            elif key == "distinct_lines":
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                    self.err(
+                        mark_of(node, key),
+                        "E-TYPE",
+                        "policy.distinct_lines must be a whole number of at least 1",
+                        "the log facts of one matcher one job attempt holds in the rule engine (default 256)",
+                    )
+                    continue
+                out[key] = value
             elif key == "thresholds" and isinstance(value, dict):
 
                 def report(where: Any, code: str, message: str, hint: str, value: Any = value) -> None:

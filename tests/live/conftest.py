@@ -58,6 +58,8 @@ actions:
 policy:
   settle: 1s
   plans: {restart: [requeue], isolate_and_restart: [requeue]}
+  # every EVT line is a probe of its own (read once, never twice): none is counted on another
+  distinct_lines: 1000000
 """
 
 
