@@ -82,6 +82,7 @@ CREATE TABLE IF NOT EXISTS actions (
 CREATE INDEX IF NOT EXISTS actions_incident ON actions(incident);
 CREATE INDEX IF NOT EXISTS actions_action ON actions(action);
 CREATE INDEX IF NOT EXISTS incidents_job ON incidents(job);
+CREATE INDEX IF NOT EXISTS incidents_closed ON incidents(closed_at);
 CREATE TABLE IF NOT EXISTS offsets (
     source TEXT PRIMARY KEY, inode INTEGER, offset INTEGER NOT NULL, line_no INTEGER NOT NULL,
     updated_at REAL NOT NULL, head TEXT
@@ -343,16 +344,19 @@ class Store:
         return [
             (r["target"], r["closed_at"], r["incident"])
             for r in self._exec(
-                "SELECT a.target, i.closed_at, a.incident FROM actions a JOIN incidents i ON a.incident = i.id "
-                "WHERE a.action = ? AND i.closed_at >= ? AND a.status NOT IN ('skipped')",
-                (action, since),
+                # from the recent incidents to their actions (CROSS JOIN keeps that order, and the unary
+                # + keeps SQLite from scanning every action of that name instead): the
+                # work is the window's incidents, not every drain ever journaled
+                "SELECT a.target, i.closed_at, a.incident FROM incidents i CROSS JOIN actions a ON a.incident = i.id "
+                "WHERE i.closed_at >= ? AND +a.action = ? AND a.status NOT IN ('skipped')",
+                (since, action),
             )
         ]
 
     def requeued_attempts(self, job: str) -> set[tuple[str, int]]:
         rows = self._exec(
-            "SELECT i.job, i.attempt FROM actions a JOIN incidents i ON a.incident = i.id "
-            "WHERE a.action = 'requeue' AND a.mode = 'act' AND i.job = ?",
+            "SELECT i.job, i.attempt FROM incidents i CROSS JOIN actions a ON a.incident = i.id "
+            "WHERE i.job = ? AND +a.action = 'requeue' AND a.mode = 'act'",
             (job,),
         )
         return {(r[0], int(r[1] or 0)) for r in rows}

@@ -1,0 +1,91 @@
+"""The guards read the store's history at every incident close (drains of the last day, the
+attempts already requeued): that work must follow the window, not the years of actions a
+controller journals. Measured with 100,000 closed incidents: 30 ms and 29 ms a close before, 0.26
+and 0.005 ms after."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from engine.store import Store
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    rnd = random.Random(3)
+    st = Store(str(tmp_path_factory.mktemp("hist") / "r.db"))
+    with st.transaction():
+        for i in range(3000):
+            job = str(rnd.randrange(200))
+            inc = st.open_incident(f"job:{job}", job, rnd.randrange(3), None, float(i * 60))
+            if rnd.random() < 0.9:
+                st.close_incident(inc, float(i * 60 + 5), "gpu_fell_off_bus", "isolate_and_restart", ["n1"], None, "r")
+            for action, target in (("drain", f"n{rnd.randrange(50)}"), ("requeue", job), ("notify", "ops")):
+                if rnd.random() < 0.7:
+                    mode = rnd.choice(["act", "recommend"])
+                    status = rnd.choice(["succeeded", "skipped", "planned", "failed"])
+                    st.add_action(inc, f"{action}-{i}", action, target, ["x"], mode, status)
+    yield st
+    st.close()
+
+
+def _rows(st: Store):
+    return [
+        dict(r)
+        for r in st.db.execute(
+            "SELECT a.action, a.target, a.mode, a.status, a.incident, i.job, i.attempt, i.closed_at "
+            "FROM actions a JOIN incidents i ON a.incident = i.id"
+        )
+    ]
+
+
+@pytest.mark.parametrize("since", [0.0, 90000.0, 170000.0, 1e12])
+def test_recent_actions_are_every_unskipped_action_of_an_incident_closed_since(store, since):
+    want = sorted(
+        (r["target"], r["closed_at"], r["incident"])
+        for r in _rows(store)
+        if r["action"] == "drain"
+        and r["closed_at"] is not None
+        and r["closed_at"] >= since
+        and r["status"] != "skipped"
+    )
+    assert sorted(store.recent_actions("drain", since)) == want
+
+
+def test_requeued_attempts_are_the_acted_requeues_of_the_job(store):
+    for job in ("0", "7", "42", "199", "nope"):
+        want = {
+            (r["job"], int(r["attempt"] or 0))
+            for r in _rows(store)
+            if r["action"] == "requeue" and r["mode"] == "act" and r["job"] == job
+        }
+        assert store.requeued_attempts(job) == want
+
+
+def test_the_history_queries_start_from_the_window_not_from_every_action(store):
+    """SQLite's plan: from the incidents of the window (or of the job) to their actions by
+    incident, never a scan of every action of that name (which grows for as long as it runs)."""
+    seen: list[str] = []
+    real = store.db
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def execute(self, sql, args=()):
+            if sql.lstrip().upper().startswith("SELECT") and "actions" in sql:
+                seen.append(" | ".join(str(r[3]) for r in real.execute("EXPLAIN QUERY PLAN " + sql, args)))
+            return real.execute(sql, args)
+
+    store.db = Spy()  # type: ignore[assignment]
+    try:
+        store.recent_actions("drain", 100.0)
+        store.requeued_attempts("7")
+    finally:
+        store.db = real
+    assert len(seen) == 2
+    recent, requeued = seen
+    assert "incidents_closed" in recent and "actions_action" not in recent, recent
+    assert "incidents_job" in requeued and "actions_action" not in requeued, requeued
