@@ -557,7 +557,10 @@ class Store:
         r = self._exec("SELECT * FROM incidents WHERE id = ?", (incident,)).fetchone()
         return _row_to_incident(r) if r else None
 
-    def incidents(self, status: str | None = None, since: float | None = None) -> list[IncidentRow]:
+    def incidents(
+        self, status: str | None = None, since: float | None = None, newest: int | None = None
+    ) -> list[IncidentRow]:
+        """In id order; ``newest``: only the last that many."""
         sql, args = "SELECT * FROM incidents WHERE 1=1", []
         if status:
             sql += " AND status = ?"
@@ -565,7 +568,15 @@ class Store:
         if since is not None:
             sql += " AND opened_at >= ?"
             args.append(since)
+        if newest is not None:
+            rows = self._exec(sql + " ORDER BY id DESC LIMIT ?", [*args, max(0, newest)]).fetchall()
+            return [_row_to_incident(r) for r in reversed(rows)]
         return [_row_to_incident(r) for r in self._exec(sql + " ORDER BY id", args)]
+
+    def count_incidents(self, status: str | None = None) -> int:
+        if status:
+            return int(self._exec("SELECT COUNT(*) FROM incidents WHERE status = ?", (status,)).fetchone()[0])
+        return int(self._exec("SELECT COUNT(*) FROM incidents").fetchone()[0])
 
     def facts(self, incident: int) -> list[tuple[Fact, int, int | None]]:
         out = []

@@ -125,6 +125,10 @@ def _print_incident_table(rows, title: str) -> None:
     Console(width=int(os.environ.get("COLUMNS", "120"))).print(table)
 
 
+#: incidents the table shows unless --limit says otherwise (a year of history is ~100,000 rows)
+TABLE_INCIDENTS = 50
+
+
 @app.command()
 def incidents(
     db: Optional[str] = DbOpt,
@@ -135,8 +139,15 @@ def incidents(
         "--errors",
         help="List the quarantined inputs instead: lines and spool facts whose handling failed, with the error.",
     ),
+    limit: Optional[int] = typer.Option(
+        None,
+        "--limit",
+        "-n",
+        min=0,
+        help="Only the newest N incidents; 0: all (default: the table shows the newest 50, --json all).",
+    ),
 ) -> None:
-    """List incidents."""
+    """List incidents: the table the newest 50, --json every one (unless --limit says otherwise)."""
     store = _open_store(db, readonly=True)
     if errors:
         quarantined = store.quarantined()
@@ -148,14 +159,19 @@ def incidents(
         if not json_out:
             typer.echo(f"{len(quarantined)} quarantined input(s) in {store.path}")
         return
-    rows = store.incidents(status=status)
+    if limit is None:
+        limit = 0 if json_out else TABLE_INCIDENTS
+    rows = store.incidents(status=status, newest=limit or None)
     if json_out:
         for r in rows:
             d = r.to_dict()
             d["rules"] = store.rules_fired(r.id)
             typer.echo(json.dumps(d))
-    else:
-        _print_incident_table(rows, title=f"{len(rows)} incident(s) in {store.path}")
+        return
+    total = store.count_incidents(status) if limit and len(rows) == limit else len(rows)
+    shown = f"the newest {len(rows)} of " if len(rows) < total else ""
+    more = " (--limit 0 for all)" if len(rows) < total else ""
+    _print_incident_table(rows, title=f"{shown}{total} incident(s) in {store.path}{more}")
 
 
 @app.command()
