@@ -461,7 +461,9 @@ class HitConverter:
                 if str(node) not in allowed:
                     self._refuse("other_node")  # not in the job's allocation: dropped, the evidence stays
                     fact_attrs.pop("node")
-            fact_attrs.pop("failed_nodes", None)
+        failed = fact_attrs.pop("failed_nodes", None)
+        if failed is not None:
+            self._failed_nodes(str(failed), fact_attrs, ctx, guarded)
         fact_attrs["matcher"] = m.id
         fact_attrs["source"] = ctx.source
         if "job" not in fact_attrs and ctx.job is not None:
@@ -479,6 +481,68 @@ class HitConverter:
         if "job" in fact_attrs and "attempt" not in fact_attrs:
             fact_attrs["attempt"] = self.cluster.job_attempt.get(str(fact_attrs["job"]), 0)
         return fact_attrs
+
+    #: the most nodes one line may name as failed (a Slurm hostlist, ``gpu[03-04]``): a fault's
+    #: nodes are a list of templates, one node each (``fault.node_failure_hostlist`` has this many);
+    #: a longer list is a shared outage for the blast-radius guard and a person, not a drain list
+    MAX_FAILED_NODES = 16
+
+    def _failed_nodes(self, text: str, fact_attrs: dict[str, Any], ctx: FileContext, guarded: bool) -> None:
+        """A hostlist of failed nodes (``failed_nodes``) -> the nodes the fact may name: one becomes
+        ``node`` (the line then reads as the single-node form), several ``failed_nodes`` (a tuple).
+
+        Who may say which nodes failed (DESIGN.md, "who may say what"): slurmctld's own log is the
+        scheduler speaking, so its nodes stand. A job's output is the user's text: srun's line
+        there only confirms nodes that the job's allocation holds (the nodes the scheduler lists
+        for it, or in replay the allocation known from the logs), like the single-node form's
+        ``node``; others are dropped and counted. A line naming more than MAX_FAILED_NODES, or a
+        malformed one, names none: the fault is then a node failure without nodes (restart, no
+        drain)."""
+        if self._hostlist_bound(text) > self.MAX_FAILED_NODES:
+            self._refuse("hostlist_too_large")
+            return
+        names = list(dict.fromkeys(expand_hostlist(text)))
+        if not names:
+            self._refuse("hostlist_malformed")
+            return
+        if ctx.source != "slurm":
+            allowed = ctx.nodes or (self.cluster.nodes_of(ctx.job) if ctx.job is not None else set())
+            if allowed or guarded:  # replay with no allocation known: the log is all there is
+                kept = [n for n in names if n in allowed]
+                if len(kept) < len(names):
+                    self._refuse("other_node")
+                names = kept
+        if len(names) == 1 and "node" not in fact_attrs:
+            fact_attrs["node"] = names[0]
+        elif names:
+            fact_attrs["failed_nodes"] = tuple(names)
+            if fact_attrs.get("job") is None and ctx.source == "slurm":
+                # slurmctld's line names no job: the one job running on these nodes, if there is one
+                jobs = {j for j in map(self.cluster.job_on, names) if j is not None}
+                if len(jobs) == 1:
+                    fact_attrs["job"], attempt = jobs.pop()
+                    if attempt is not None:
+                        fact_attrs["attempt"] = attempt
+
+    @staticmethod
+    def _hostlist_bound(text: str) -> int:
+        """An upper bound on how many names a hostlist stands for, without expanding it (a
+        hostile ``n[1-99999]`` would otherwise cost an expansion of 100,000 names per line)."""
+        total = text.count(",") + 1
+        for body in _BRACKETS.findall(text):
+            count = 0
+            for part in body.split(","):
+                lo, _, hi = part.partition("-")
+                if len(lo) > 9 or len(hi) > 9:
+                    return 1 << 62
+                count += max(int(hi) - int(lo) + 1, 0) if lo.isdigit() and hi.isdigit() else 1
+            total *= max(count, 1)
+            if total > 1 << 32:
+                break
+        return total
+
+
+_BRACKETS = re.compile(r"\[([^\[\]]*)\]")
 
 
 def _grown(before: dict[str, int] | None, after: dict[str, int]) -> tuple[str, ...]:
