@@ -50,6 +50,7 @@ def test_policy_is_the_documented_one(compiled):
         "nvlink_error": "isolate_and_restart",
         "gpu_hardware_other": "isolate_and_restart",
         "node_failure": "isolate_and_restart",
+        "gpu_unavailable": "isolate_and_restart",
         "job_time_limit": "observe",
         "preempted": "observe",
         "host_oom": "stop",
@@ -66,6 +67,8 @@ def test_policy_is_the_documented_one(compiled):
     assert tuple(p["plans"]["isolate_and_restart"]) == ("drain", "requeue", "exclude", "notify")
     # an unexplained failure is not restarted unless a site grants it restarts
     assert p["retry"]["per_class"]["unknown"] == 0
+    # a job that asked for no GPU prints what a node without a driver prints: one drain, not one per attempt
+    assert p["retry"]["per_class"]["gpu_unavailable"] == 1
     assert set(p["isolate"]["at_once"]) == {
         "gpu_fell_off_bus",
         "gpu_memory_uncorrectable",
