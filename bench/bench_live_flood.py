@@ -2,11 +2,13 @@
 a fatal Xid on another node take to reach the controller's store, and how large does the
 controller grow? Prints figures, never pass/fail.
 
-    python bench/bench_live_flood.py [--lines 1000000 --rate 200000 --xids 30 --every 0.3]
+    python bench/bench_live_flood.py [--shape cascade|distinct --lines 1000000 --rate 200000 --xids 30 --every 0.3]
 
 A real ``recover run --dry-run`` (default rulebook, no scheduler) follows ``logs/*.out`` and
-the agents' spool. Job A's log (``slurm-1001.out``) gets ``--lines`` cascade lines (512 ranks,
-as bench/gen_flood.py writes them) at ``--rate`` lines/s. Meanwhile, every ``--every`` seconds,
+the agents' spool. Job A's log (``slurm-1001.out``) gets ``--lines`` flood lines at ``--rate``
+lines/s: ``cascade`` (the default), 512 ranks each printing one NCCL ``NET/IB`` warning per round,
+as bench/gen_flood.py writes them; ``distinct``, every line a different Python exception
+(bench/gen_flood.py's ``distinct_lines``, pre-generated), which no flood collapses. Meanwhile, every ``--every`` seconds,
 a fatal Xid 79 is printed on another node: its kernel line goes through the node agent's own
 line->fact code (``KernelLineFacts``, the rulebook's kernel matchers) and is appended to that
 node's spool file as the agent does (``SpoolWriter``); each Xid is on a node of its own, so
@@ -29,6 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from _common import ROOT, cleanup, rss_of, setup
+from gen_flood import distinct_lines
 
 from engine.live import launch
 
@@ -48,18 +51,33 @@ def flood_block(ranks: int = 512) -> bytes:
     return "".join(out).encode()
 
 
-def write_flood(path: Path, lines: int, rate: float, done: threading.Event, stats: dict) -> None:
-    block = flood_block()
-    per = block.count(b"\n")
+#: per flood shape: the matcher whose facts count its lines in the store
+SHAPE_MATCHER = {"cascade": "nccl_ib_completion_error", "distinct": "python_exception_generic"}
+BLOCK_LINES = 512
+
+
+def flood_blocks(shape: str, lines: int) -> list[bytes]:
+    """The flood's blocks of BLOCK_LINES lines, written in turn: the one cascade round again and
+    again, or as many blocks of different exceptions as ``lines`` needs (made before the clock
+    starts, so that generating them takes no CPU from the controller)."""
+    if shape == "cascade":
+        return [flood_block(BLOCK_LINES)]
+    gen = distinct_lines(-(-lines // BLOCK_LINES) * BLOCK_LINES)
+    return ["".join(next(gen) for _ in range(BLOCK_LINES)).encode() for _ in range(-(-lines // BLOCK_LINES))]
+
+
+def write_flood(path: Path, blocks: list[bytes], lines: int, rate: float, done: threading.Event, stats: dict) -> None:
     t0 = time.monotonic()
     written = 0
     with open(path, "ab", buffering=0) as fh:
         while written < lines:
+            block = blocks[(written // BLOCK_LINES) % len(blocks)]
             fh.write(block)
-            written += per
+            written += block.count(b"\n")
             ahead = written / rate - (time.monotonic() - t0)
             if ahead > 0:
                 time.sleep(ahead)
+        stats["flood_bytes"] = fh.tell()
     stats["flood_lines"] = written
     stats["flood_write_s"] = time.monotonic() - t0
     done.set()
@@ -69,32 +87,33 @@ class Store:
     def __init__(self, db: Path):
         self.db = db
 
-    def xid_nodes(self) -> set[str]:
+    def _query(self, sql: str, *args: object) -> list:
+        """The rows of a read-only query; none while the store cannot be read yet."""
         if not self.db.exists():
-            return set()
+            return []
         try:
             con = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=1)
             try:
-                rows = con.execute("SELECT attrs FROM facts WHERE kind = 'xid'").fetchall()
+                return con.execute(sql, args).fetchall()
             finally:
                 con.close()
         except sqlite3.OperationalError:
-            return set()
-        return {json.loads(a).get("node") for (a,) in rows}
+            return []
 
-    def flood_count(self) -> int:
-        try:
-            con = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=1)
-            try:
-                row = con.execute(
-                    "SELECT COALESCE(SUM(count), 0) FROM facts WHERE kind = 'log' AND "
-                    "attrs LIKE '%nccl_ib_completion_error%'"
-                ).fetchone()
-            finally:
-                con.close()
-        except sqlite3.OperationalError:
-            return 0
-        return int(row[0])
+    def xid_nodes(self) -> set[str]:
+        return {json.loads(a).get("node") for (a,) in self._query("SELECT attrs FROM facts WHERE kind = 'xid'")}
+
+    def flood_count(self, matcher: str) -> int:
+        """Lines of ``matcher`` counted on the facts of incidents (a flood is one fact with a count)."""
+        rows = self._query(
+            "SELECT COALESCE(SUM(count), 0) FROM facts WHERE kind = 'log' AND attrs LIKE ?", f'%"matcher": "{matcher}"%'
+        )
+        return int(rows[0][0]) if rows else 0
+
+    def committed_lines(self, path: Path) -> int:
+        """Lines of ``path`` the controller has read and committed (its stored read position)."""
+        rows = self._query("SELECT line_no FROM offsets WHERE source = ?", str(path))
+        return int(rows[0][0]) if rows else 0
 
 
 def xid_round(spool: Path, compiled, store: Store, prefix: str, n: int, every: float, watch=None) -> list[float]:
@@ -140,6 +159,7 @@ def row(name: str, value: str, goal: str = "", ref: str = "") -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", choices=sorted(SHAPE_MATCHER), default="cascade", help="what the flood's lines are")
     ap.add_argument("--lines", type=int, default=1_000_000)
     ap.add_argument("--rate", type=float, default=200_000, help="flood lines per second")
     ap.add_argument("--xids", type=int, default=30)
@@ -162,6 +182,8 @@ def main() -> None:
             f"controller up in {time.monotonic() - t_start:.2f} s (pid {proc.pid}); RSS idle {rss_of(proc.pid)[0] / 1024:.0f} MiB"
         )
 
+        blocks = flood_blocks(args.shape, args.lines)
+        matcher = SHAPE_MATCHER[args.shape]
         idle = xid_round(tmp / "spool", compiled, store, "idle", max(5, args.xids // 3), args.every, watch)
 
         log = tmp / "logs" / "slurm-1001.out"
@@ -170,28 +192,29 @@ def main() -> None:
         done = threading.Event()
         fstats: dict = {}
         t_flood = time.monotonic()
-        writer = threading.Thread(target=write_flood, args=(log, args.lines, args.rate, done, fstats), daemon=True)
+        writer = threading.Thread(
+            target=write_flood, args=(log, blocks, args.lines, args.rate, done, fstats), daemon=True
+        )
         writer.start()
         flood = xid_round(tmp / "spool", compiled, store, "gpub", args.xids, args.every, watch)
         done.wait()
         t_written = time.monotonic() - t_flood
-        # then until the controller has counted the whole flood
-        while store.flood_count() < fstats["flood_lines"]:
+        # then until the controller has read and committed the whole flood
+        while store.committed_lines(log) < fstats["flood_lines"]:
             watch()
             if time.monotonic() - t_flood > 600:
                 break
             time.sleep(0.1)
         t_drained = time.monotonic() - t_flood
-        counted = store.flood_count()
+        committed, counted = store.committed_lines(log), store.flood_count(matcher)
         rss, hwm = rss_of(proc.pid)
         watch()
 
-        block = flood_block()
-        mib = fstats["flood_lines"] * len(block) / block.count(b"\n") / 2**20
+        mib = fstats["flood_bytes"] / 2**20
         print(
-            f"flood: {fstats['flood_lines']:,} lines ({mib:.0f} MiB) "
-            f"written in {t_written:.1f} s; {counted:,} counted in the store after {t_drained:.1f} s "
-            f"({counted / t_drained:,.0f} lines/s)"
+            f"flood ({args.shape}): {fstats['flood_lines']:,} lines ({mib:.0f} MiB) "
+            f"written in {t_written:.1f} s; {committed:,} read and committed after {t_drained:.1f} s "
+            f"({committed / t_drained:,.0f} lines/s); {counted:,} counted on incidents' {matcher} facts"
         )
         row(
             "live: Xid on node B while job A floods, p50",
@@ -213,8 +236,8 @@ def main() -> None:
             f"after the flood {rss / 1024:.0f} MiB",
         )
         row(
-            "live: flood lines counted per second",
-            f"{counted / t_drained:,.0f} lines/s",
+            "live: flood lines read and committed per second",
+            f"{committed / t_drained:,.0f} lines/s",
             "",
             f"written at {args.rate:,.0f} lines/s",
         )

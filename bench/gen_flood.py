@@ -23,6 +23,7 @@ import random
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Iterator
 
 GPUS_PER_NODE = 8
 
@@ -61,15 +62,22 @@ def cascade(out: str, ranks: int = 512, repeat: int = 600, healthy: int = 20000,
     return n
 
 
-def distinct(out: str, lines: int = 100000, seed: int = 7) -> int:
-    """Write a job log of ``lines`` different exception lines; return the number written."""
+def distinct_lines(lines: int, seed: int = 7) -> Iterator[str]:
+    """``lines`` different Python exception lines (a name of random letters, so that no flood
+    collapses two of them), each with its newline: the body of the ``distinct`` log, and the
+    live flood's ``--shape distinct`` (bench/bench_live_flood.py)."""
     rng = random.Random(seed)
     letters = "abcdefghijklmnopqrstuvwxyz"
+    for i in range(lines):
+        name = "".join(rng.choice(letters) for _ in range(10)).capitalize()
+        yield f"[rank{i % 64}]: {name}Error: something went wrong\n"
+
+
+def distinct(out: str, lines: int = 100000, seed: int = 7) -> int:
+    """Write a job log of ``lines`` different exception lines; return the number written."""
     with open(out, "w") as fh:
         fh.write("SLURM_JOB_ID=778\n")
-        for i in range(lines):
-            name = "".join(rng.choice(letters) for _ in range(10)).capitalize()
-            fh.write(f"[rank{i % 64}]: {name}Error: something went wrong\n")
+        fh.writelines(distinct_lines(lines, seed))
     return lines
 
 

@@ -392,6 +392,8 @@ class Controller:
         if self.outage.down and not self._store_recover():
             return
         try:
+            for t in self.files.resume(self.engine):  # files paused in the last pass go on first
+                self.follower.rewind(t)  # stopping: the rest is read again (after a restart)
             gen = self.follower.read_ready()
             try:
                 for t, data in gen:

@@ -23,7 +23,8 @@ import math
 import os
 import threading
 import time
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 from engine.core.incidents import Engine
 from engine.core.linefacts import ClusterContext, FileContext, Flood, HitConverter, StreamFacts, job_from_filename
@@ -37,12 +38,18 @@ from engine.store import Store
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CLOCK_STEP", "FileIngest", "SpoolIngest", "clock", "set_job"]
+__all__ = ["CLOCK_STEP", "PASS_SECONDS", "FileIngest", "SpoolIngest", "clock", "set_job"]
 
 #: resolution of the engine's clock (see clock)
 CLOCK_STEP = 0.01
 #: the spool is read this much at most per pass
 SPOOL_READ_BYTES = 4 << 20
+#: one file's hits are converted for at most this long per pass (then the other files, the
+#: spool and the scheduler are served; the rest of the hits waits, already scanned, for the next
+#: pass). The follower's byte budget alone does not bound a pass: a line's cost is per line, and
+#: 2 MiB of short lines that all differ (every one a new exception) took 2.2 s to convert, so a
+#: node's fatal Xid waited that long behind one job's log (bench_live_flood.py --shape distinct)
+PASS_SECONDS = 0.1
 #: the spool reader's refusals -> the reason label of recover_refused_total
 _SPOOL_REFUSALS = (
     ("refused_node", "spool_other_node"),
@@ -69,8 +76,22 @@ def set_job(t: Tailed, job: str, attempt: int, nodes: Sequence[str]) -> None:
     ctx.nodes = set(nodes)
 
 
+@dataclass
+class _Pending:
+    """What a file was given and has not all converted yet (see PASS_SECONDS)."""
+
+    hits: list[Any]
+    next: int  # the first hit not converted
+    end: tuple[int, int]  # the position after all of them
+    lines: int
+    data: bytes
+    read_pos: int  # file offset of data[0]
+
+
 class FileIngest:
-    """Followed files -> facts -> the engine, inside the batch."""
+    """Followed files -> facts -> the engine, inside the batch. A file whose hits take longer
+    than PASS_SECONDS to convert is paused (``Tailed.held``: the follower reads nothing more of
+    it) and goes on at the next pass (``resume``)."""
 
     def __init__(
         self,
@@ -81,6 +102,7 @@ class FileIngest:
         stop: threading.Event,
         *,
         scheduled: bool,
+        monotonic: Callable[[], float] = time.monotonic,
     ):
         self.cluster = cluster
         self.batch = batch
@@ -88,6 +110,8 @@ class FileIngest:
         self.limiter = limiter
         self.stop = stop
         self.scheduled = scheduled
+        self._monotonic = monotonic
+        self.paused: dict[str, Tailed] = {}  # files with hits left to convert, by path
 
     def use(self, compiled: CompiledRulebook) -> None:
         """The matchers of this rulebook from now on (each file's scanner is replaced when the
@@ -128,6 +152,8 @@ class FileIngest:
         t.meta["scanner"] = scanner
         t.meta["index_map"] = index_map
         t.meta["long_lines"] = 0
+        t.meta.pop("pending", None)  # read again from the consumed position
+        self.paused.pop(t.path, None)
 
     def feed(self, engine: Engine, t: Tailed, data: bytes) -> bool:
         """Scan what was read, ingest the facts and record the new position, inside the current
@@ -156,8 +182,31 @@ class FileIngest:
             end = (0, 0)
             t.meta["reset"] = True
         self._count_long_lines(t, scanner)
+        return self._convert(engine, t, stream, _Pending(hits, 0, end, lines, data, t.read_pos))
+
+    def resume(self, engine: Engine) -> list[Tailed]:
+        """Go on converting the hits of the files paused in an earlier pass, each for at most
+        PASS_SECONDS more. Returns the files it stopped in because the controller is stopping
+        (the caller rewinds them, as after ``feed`` returned False)."""
+        stopped = []
+        for path, t in list(self.paused.items()):
+            pending = t.meta.get("pending")
+            if pending is None or not t.held or t.meta.get("reset"):  # rewound since: read again
+                self.paused.pop(path, None)
+                t.meta.pop("pending", None)
+                continue
+            if self.stop.is_set():
+                break
+            if not self._convert(engine, t, t.meta["stream"], pending):
+                stopped.append(t)
+        return stopped
+
+    def _convert(self, engine: Engine, t: Tailed, stream: StreamFacts, p: _Pending) -> bool:
+        """Convert ``p``'s hits from ``p.next`` on and ingest them (see ``feed``); after
+        PASS_SECONDS of it the file is paused, the rest kept in ``t.meta['pending']``."""
+        hits, n, i = p.hits, len(p.hits), p.next
+        deadline = self._monotonic() + PASS_SECONDS if p.data else math.inf  # a rotated file's end is never paused
         batch = self.batch
-        i, n = 0, len(hits)
         while True:
             batch.begin()
             opened_before = engine.stats["incidents"]
@@ -179,7 +228,7 @@ class FileIngest:
                         batch.quarantine("line", f"{t.path}:{hit.line_no}", hit.line.decode("utf-8", "replace"), exc)
                     j += 1
                     batch.count_hit()
-                if j < n and (batch.full() or self.stop.is_set()):
+                if j < n and (batch.full() or self.stop.is_set() or self._monotonic() >= deadline):
                     break
             for flood in stream.grown():  # repeats after a flood's first one in this piece
                 engine.flooded(flood)
@@ -187,15 +236,24 @@ class FileIngest:
             if opened > 0:
                 batch.opened(_written_at(t), opened)
             if j >= n:
-                t.offset, t.line_no = end
-                batch.count_lines(lines)
+                t.offset, t.line_no = p.end
+                batch.count_lines(p.lines)
+                if t.held:
+                    t.held = False
+                    t.meta.pop("pending", None)
+                    self.paused.pop(t.path, None)
                 return True
             # a piece of a burst: commit up to the end of the last line ingested
             last = hits[j - 1]
-            t.offset, t.line_no = _line_end(t, data, last.offset), last.line_no
+            t.offset, t.line_no = _line_end(p.read_pos, p.data, last.offset), last.line_no
             batch.commit()
             if self.stop.is_set():
                 return False
+            if self._monotonic() >= deadline:  # the others' turn: the rest at the next pass
+                p.next = j
+                t.meta["pending"], t.held = p, True
+                self.paused[t.path] = t
+                return True
             i = j
 
     def _count_long_lines(self, t: Tailed, scanner: Scanner) -> None:
@@ -222,11 +280,12 @@ def _written_at(t: Tailed) -> float:
         return t.read_at
 
 
-def _line_end(t: Tailed, data: bytes, offset: int) -> int:
-    """File offset just past the newline that ends the line that starts at ``offset``."""
-    k = offset - t.read_pos
+def _line_end(read_pos: int, data: bytes, offset: int) -> int:
+    """File offset just past the newline that ends the line that starts at ``offset`` (``data``
+    was read from ``read_pos``)."""
+    k = offset - read_pos
     nl = data.find(b"\n", max(0, k))
-    return t.read_pos + nl + 1
+    return read_pos + nl + 1
 
 
 class SpoolIngest:

@@ -134,6 +134,9 @@ class Tailed:
     checked_at: float = 0.0  # monotonic time of the last check for rotation/truncation
     gone_since: float | None = None
     last_error: str | None = None
+    #: the caller has not consumed all it was given yet (it converts a burst across passes):
+    #: nothing more is read from the file until the caller clears this (or rewinds the file)
+    held: bool = False
 
     @property
     def healthy(self) -> bool:
@@ -345,6 +348,7 @@ class Follower:
         e.g. to the last committed position): the open file is closed, the next read reopens it
         and the caller's scanner is reset (``t.meta['reset']``)."""
         self._close(t)
+        t.held = False
         t.meta["reset"] = True
         self._mark(t.path)
 
@@ -462,6 +466,10 @@ class Follower:
             while todo:
                 path = todo[-1]
                 t = self.files.get(path)
+                if t is not None and t.held:  # read on once the caller has taken what it was given
+                    todo.pop()
+                    self._mark(path)
+                    continue
                 if t is None:
                     if not self.matches(path) or not os.path.isfile(path):
                         todo.pop()
@@ -511,6 +519,9 @@ class Follower:
                 budget -= len(data)
                 yield t, data
                 if t.fh is None:  # the caller rewound it
+                    return
+                if t.held:
+                    self._mark(t.path)  # the caller has more to convert: read on after that
                     return
                 if len(data) == max_bytes:
                     if budget <= 0:

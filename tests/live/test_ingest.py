@@ -1,6 +1,7 @@
 """engine.live.ingest's FileIngest alone: a real rulebook, scanner and store, an engine that only
 records what it is given. A burst is committed in pieces, each with the position of the last
-line it holds; a stop between lines leaves the rest to be read again."""
+line it holds; a stop between lines leaves the rest to be read again; a pass over one file ends
+after PASS_SECONDS, the rest of its hits kept for the next pass."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from engine.core.linefacts import ClusterContext
 from engine.live.batch import BATCH_HITS, Batch
-from engine.live.ingest import FileIngest, set_job
+from engine.live.ingest import PASS_SECONDS, FileIngest, set_job
 from engine.live.metrics import LogLimiter, Metrics
 from engine.rulebook import load_rulebook
 from engine.sources.follow import Tailed
@@ -54,10 +55,12 @@ def world(tmp_path, compiled, clock):
     # a clock that stands still: only the hits fill a transaction, however slow the machine
     batch = Batch(store, follower, Metrics(), LogLimiter(), lambda closed: commits.append(t.offset), monotonic=clock)
     stop = threading.Event()
-    files = FileIngest(ClusterContext(), batch, batch.metrics, LogLimiter(), stop, scheduled=False)
+    files = FileIngest(ClusterContext(), batch, batch.metrics, LogLimiter(), stop, scheduled=False, monotonic=clock)
     files.use(compiled)
     files.on_new_file(t)
-    yield SimpleNamespace(files=files, batch=batch, store=store, t=t, data=lines.encode(), stop=stop, commits=commits)
+    yield SimpleNamespace(
+        files=files, batch=batch, store=store, t=t, data=lines.encode(), stop=stop, commits=commits, clock=clock
+    )
     store.close()
 
 
@@ -98,3 +101,69 @@ def test_a_cut_long_line_is_counted_and_still_scanned(world):
         "recover_source_errors_total", {"kind": "file", "reason": "long_line"}
     )
     assert counted == 1
+
+
+class SlowEngine(RecordingEngine):
+    """Each fact takes a quarter of a pass (on the fake clock): lines that all differ, each
+    converted in full, as a job printing a new exception on every line makes them."""
+
+    def __init__(self, clock):
+        super().__init__()
+        self.clock = clock
+
+    def ingest(self, fact) -> None:
+        super().ingest(fact)
+        self.clock.advance(PASS_SECONDS / 4)
+
+
+def test_a_pass_over_one_file_ends_after_pass_seconds_and_the_next_goes_on(world):
+    engine = SlowEngine(world.clock)
+    total = 2 * BATCH_HITS + 100
+    assert world.files.feed(engine, world.t, world.data)
+    first = len(engine.facts)
+    assert (
+        1 <= first <= 5
+    )  # a pass's worth (and a line), not the whole read: the spool and the other files are served meanwhile
+    assert world.t.held and list(world.files.paused) == [world.t.path]
+    ends = [i + 1 for i, b in enumerate(world.data) if b == ord("\n")]
+    assert world.store.offsets()[world.t.path] == (world.t.inode, ends[first - 1], first)  # what was taken
+    passes = 1
+    while world.t.held:
+        assert world.files.resume(engine) == []
+        assert len(engine.facts) - first <= 5 * passes
+        passes += 1
+    world.batch.commit()
+    assert [f.attrs["n"] for f in engine.facts] == list(range(1, total + 1))  # every line once, in order
+    assert passes >= total // 5
+    assert not world.files.paused and "pending" not in world.t.meta
+    assert world.store.offsets()[world.t.path] == (world.t.inode, len(world.data), total)
+    assert world.batch.lines_total == total  # the read's lines counted once, when all were taken
+
+
+def test_a_paused_file_rewound_meanwhile_is_read_again_not_resumed(world):
+    engine = SlowEngine(world.clock)
+    assert world.files.feed(engine, world.t, world.data)
+    taken = len(engine.facts)
+    world.t.held, world.t.meta["reset"] = False, True  # what Follower.rewind does (reload, store outage)
+    assert world.files.resume(engine) == []
+    assert len(engine.facts) == taken and not world.files.paused and "pending" not in world.t.meta
+    # read again from the consumed position: the next line is the first one not taken
+    rest = world.data[world.t.offset :]
+    world.t.read_pos = world.t.offset
+    world.t.meta.pop("reset")
+    world.files._reset_scanner(world.t)
+    assert world.files.feed(engine, world.t, rest)
+    assert engine.facts[taken].attrs["n"] == taken + 1
+
+
+def test_a_stop_while_paused_hands_the_file_back_to_be_rewound(world):
+    engine = SlowEngine(world.clock)
+    assert world.files.feed(engine, world.t, world.data)
+    world.stop.set()
+    taken = len(engine.facts)
+    assert world.files.resume(engine) == [] and len(engine.facts) == taken  # stopping: nothing more taken
+    world.stop.clear()
+    engine.ingest = lambda fact: (SlowEngine.ingest(engine, fact), world.stop.set())  # a stop between two lines
+    assert world.files.resume(engine) == [world.t]  # the caller rewinds it: the rest is read again
+    assert len(engine.facts) == taken + 1
+    assert world.store.offsets()[world.t.path][2] == taken + 1
