@@ -415,7 +415,9 @@ class HitConverter:
         else:
             fact_attrs.pop("attempt_edge", None)
         kind = _KINDS[m.emit]
+        shape: tuple | None = None
         if collapse is not None and kind != "progress":
+            shape = collapse._key(kind, fact_attrs, m)  # once: learn, repeat and first share it
             if blank is not None:
                 collapse.learn(
                     index,
@@ -429,15 +431,16 @@ class HitConverter:
                     self.dropped_values - dropped,
                     _grown(refused, self.refused),
                     line,
+                    shape,
                 )
-            flood = collapse.repeat(kind, fact_attrs, at, f"{ctx.path}:{line_no}", line, m)
+            flood = collapse.repeat(shape, fact_attrs, at, f"{ctx.path}:{line_no}", line)
             if flood is not False and flood is not True:
                 return flood
         if m.emit != "progress":
             fact_attrs["text"] = clean_text(line, MAX_TEXT)
         fact = Fact.make(kind, fact_attrs, at, f"{ctx.path}:{line_no}")
-        if collapse is not None and kind != "progress":
-            collapse.first(fact, m)
+        if collapse is not None and shape is not None:
+            collapse.first(fact, shape)  # the text it gained is no part of its shape
         return fact
 
     def _fact_attrs(self, m: Matcher, attrs: Mapping[str, Any], ctx: FileContext, guarded: bool) -> dict[str, Any]:
@@ -710,8 +713,10 @@ class _Collapser:
         dropped: int,
         refusals: tuple[str, ...],
         line: str,
+        shape: tuple,
     ) -> None:
-        """Leave a template after the full conversion of a line (see the class)."""
+        """Leave a template after the full conversion of a line (see the class); ``shape``: the
+        line's (``_key``)."""
         if m.emit != "log":
             return  # Xids are decoded from their words; progress is not collapsed
         skip = VARYING | VARYING_IN_JOB_LOGS if (self.job_log or tuple(m.sources) == ("job",)) else VARYING
@@ -740,7 +745,7 @@ class _Collapser:
         if len(t.shapes) >= 256:
             t.shapes.clear()
         # [shape, values dropped, refusals, the flood of that shape, self.version when it was looked up]
-        t.shapes[tuple(map(groups.get, t.keyed))] = [self._key("log", fact_attrs, m), dropped, refusals, None, -1]
+        t.shapes[tuple(map(groups.get, t.keyed))] = [shape, dropped, refusals, None, -1]
 
     def fast(
         self,
@@ -799,10 +804,10 @@ class _Collapser:
         job_log = self.job_log or (kind == "log" and tuple(m.sources) == ("job",))
         return shape_key(kind, attrs, job_log)
 
-    def repeat(self, kind: str, attrs: dict, at: float, origin: str, line: str, m: Matcher) -> "Flood | None | bool":
+    def repeat(self, shape: tuple, attrs: dict, at: float, origin: str, line: str) -> "Flood | None | bool":
         """False: not a repeat (make the fact). A Flood: a repeat, hand this on. None: a repeat
-        already on its way in this batch."""
-        flood = self.shapes.get(self._key(kind, attrs, m))
+        already on its way in this batch. ``shape``: the line's (``_key``)."""
+        flood = self.shapes.get(shape)
         if flood is None or at - flood.first_at > self.window or at < flood.first_at:
             return False
         flood.count += 1
@@ -813,7 +818,7 @@ class _Collapser:
         self.touched.add(flood)
         return flood
 
-    def first(self, fact: Fact, m: Matcher) -> None:
+    def first(self, fact: Fact, shape: tuple) -> None:
         self.version += 1
         if len(self.shapes) >= _FLOOD_SHAPES_MAX:
             self.shapes = {k: f for k, f in self.shapes.items() if fact.at - f.first_at <= self.window}
@@ -821,7 +826,7 @@ class _Collapser:
                 self.shapes.clear()
         flood = Flood(fact.id, fact.at, fact.at, fact.origin)
         flood.seen(fact.attrs)
-        self.shapes[self._key(fact.kind, fact.attrs, m)] = flood
+        self.shapes[shape] = flood
 
 
 #: progress lines of one matcher in one file: after a burst of PROGRESS_BURST, one per
