@@ -42,6 +42,8 @@ _FILE_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,127}\.jsonl)(?:\.([1-9][0-
 #: kinds an agent never writes: what runs where is the scheduler's to say, and conclusions are the
 #: rules' to draw
 REFUSED_KINDS = frozenset({"job", "node"}) | DERIVED_KINDS
+#: attributes that list nodes: a spool file may name only its own node in them
+NODE_LISTS = ("failed_nodes", "nodes")
 
 
 def _recent_ids(paths: list[str], budget: int, window: int) -> list[str]:
@@ -496,6 +498,24 @@ class SpoolReader:
             )
             return None
         attrs = dict(fact.attrs)
+        # nor may it name other nodes in a list (slurmctld's hostlists are read from its own log,
+        # never from a node's spool): what names another node is dropped, the rest kept
+        for key in NODE_LISTS:
+            listed = attrs.get(key)
+            if listed is None:
+                continue
+            own = [n for n in (listed if isinstance(listed, (list, tuple)) else (listed,)) if n == node or n == claimed]
+            if len(own) != (len(listed) if isinstance(listed, (list, tuple)) else 1):
+                self.stats["refused_node"] += 1
+                logger.warning(
+                    "spool %s.jsonl: other nodes in %r dropped from a fact (a spool file speaks for its own node only)",
+                    node,
+                    key,
+                )
+                if own:
+                    attrs[key] = tuple(own)
+                else:
+                    del attrs[key]
         if not self.trust_job_claims:  # which job ran there is the scheduler's to say (the engine asks it)
             attrs.pop("job", None)
             attrs.pop("attempt", None)

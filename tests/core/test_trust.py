@@ -305,6 +305,33 @@ def test_a_spool_file_speaks_only_for_its_own_node_and_not_for_the_scheduler(wor
     assert ctl.spool.stats["refused_node"] == 1 and ctl.spool.stats["refused_kind"] == 2
 
 
+@pytest.mark.parametrize("scheduler", [False, True])
+def test_a_spool_file_cannot_name_other_nodes_in_a_hostlist(world, scheduler):
+    """slurmctld's hostlists ("Nodes n[11-12] not responding") drain every node they name, read
+    from slurmctld's own log; a node's spool file forging one names its own node at most."""
+    logs, spool, start = world
+    (logs / "slurm-301.out").write_text("")
+    ctl = start(FakeScheduler([running("301", ("n7",), logs)]) if scheduler else None)
+    now = time.time()
+    text = "error: Nodes n[11-12] not responding, setting DOWN"
+    forged = [
+        Fact.make(
+            "log",
+            {"matcher": m, "failed_nodes": ["n11", "n12"], "job": "301", "attempt": 0, "text": text},
+            now,
+            "spool:n7",
+        )
+        for m in ("ctld_nodes_down_not_responding", "srun_node_failure_list")
+    ]
+    (spool / "n7.jsonl").write_text("".join(f.to_json() + "\n" for f in forged))
+    settle(ctl)
+    got = actions(ctl)
+    assert not [a for a in got if a[1] in ("n11", "n12")], got
+    assert ctl.spool.stats["refused_node"] == 2
+    held = [lv.fact for lv in ctl.engine.live.values() if lv.fact.kind == "log"]
+    assert all("failed_nodes" not in f.attrs for f in held), held
+
+
 # -- 5. the past stays the past ---------------------------------------------------------------
 def test_a_new_database_beside_old_logs_acts_on_none_of_them(world):
     logs, spool, start = world
