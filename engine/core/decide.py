@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from engine.core.actions import PlannedAction, plan_actions
-from engine.core.policy import Decision, GuardContext, decide, fingerprint, isolate_settings
+from engine.core.policy import Decision, GuardContext, blast_radius_window, decide, fingerprint, isolate_settings
 from engine.core.progress import ProgressTracker
 from engine.facts import Fact
 from engine.rulebook.compile import CompiledRulebook
@@ -210,8 +210,10 @@ class Decider:
             history = self.store.job_history(job, exclude=incident)
             requeued = self.store.requeued_attempts(job)
         silences = {s["node"]: s["reason"] for s in self.store.silences(active_at=now)}
-        drains = [(t, w) for t, w, _ in self.store.recent_actions("drain", now - 86400)]
-        drains += [d for d in self._early_drains if d[1] >= now - 86400 and d not in drains]
+        # exactly the drains the blast-radius guard counts: its window is the site's, of any length
+        since = now - blast_radius_window(self.compiled)
+        drains = [(t, w) for t, w, _ in self.store.recent_actions("drain", since)]
+        drains += [d for d in self._early_drains if d[1] >= since and d not in drains]
         return GuardContext(
             job=job,
             attempt=attempt,

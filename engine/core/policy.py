@@ -22,7 +22,15 @@ from typing import Any, Callable, Mapping, Sequence
 
 from engine.rulebook.compile import CompiledRulebook
 
-__all__ = ["Decision", "GuardContext", "decide", "DEFAULT_GUARDS", "fingerprint", "isolate_settings"]
+__all__ = [
+    "Decision",
+    "GuardContext",
+    "decide",
+    "DEFAULT_GUARDS",
+    "fingerprint",
+    "isolate_settings",
+    "blast_radius_window",
+]
 
 DEFAULT_GUARDS: Mapping[str, Mapping[str, Any]] = {
     "retry": {"max_per_job": 5, "max_per_fingerprint": 3, "window": 86400.0, "no_progress_attempts": 2},
@@ -96,6 +104,13 @@ def isolate_settings(compiled: CompiledRulebook) -> dict[str, Any]:
     cfg["at_once"] = frozenset(str(c) for c in (cfg.get("at_once") or ()))
     cfg["drain_retry_for"] = float(cfg.get("drain_retry_for") or 600.0)
     return cfg
+
+
+def blast_radius_window(compiled: CompiledRulebook) -> float:
+    """``policy.blast_radius.window`` in seconds: how far back the guard counts drains. The caller
+    that loads those drains reads the same value, so a site's 48 h window is 48 h, not the 24 h a
+    fixed query would see."""
+    return float(_guard_cfg(compiled, "blast_radius").get("window", 3600.0))
 
 
 def _progress_value(p: Mapping[str, Any] | None) -> int | None:
@@ -211,7 +226,7 @@ def decide(
             guards.append({"guard": "inhibit", "why": f"already drained, not drained again: {', '.join(already)}"})
         to_drain = [n for n in nodes if n not in already]
         blast = _guard_cfg(compiled, "blast_radius")
-        window = float(blast.get("window", 3600.0))
+        window = blast_radius_window(compiled)
         drained = {n for n, t in ctx.recent_drains if ctx.now - t <= window}
         new = [n for n in to_drain if n not in drained]
         limit = int(blast.get("max_drains", 4))

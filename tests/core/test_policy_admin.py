@@ -94,3 +94,25 @@ def test_not_at_once_in_dry_run_or_past_the_blast_radius(book):
     dry = Engine(compiled, Store(":memory:"), mode="recommend")
     dry.ingest(Fact.make("xid", {"code": 79, "node": "n1"}, 0.0, "kern:n1"))
     assert dry.store.actions() == []
+
+
+@pytest.mark.parametrize(
+    ("window", "later", "drained_again"),
+    [
+        ("48h", 25 * 3600.0, False),  # the site's 48 h: the first drain still counts a day later
+        ("48h", 49 * 3600.0, True),  # past the window it no longer does
+        ("1h", 25 * 3600.0, True),  # the control: a short window forgets it
+    ],
+)
+def test_the_blast_radius_window_is_the_sites_not_24_h(book, window, later, drained_again):
+    compiled = book(f"  blast_radius: {{max_drains: 1, max_fraction: 1.0, window: {window}}}\n")
+    store = Store(":memory:")
+    engine = Engine(compiled, store, mode="act")
+    engine.ingest(Fact.make("xid", {"code": 79, "node": "n1"}, 0.0, "kern:n1"))
+    engine.advance(200.0)
+    engine.ingest(Fact.make("xid", {"code": 79, "node": "n2"}, later, "kern:n2"))
+    engine.advance(later + 200.0)
+    drains = [a["target"] for a in store.actions() if a["action"] == "drain"]
+    assert drains == (["n1", "n2"] if drained_again else ["n1"])
+    last = store.incident(store.actions()[-1]["incident"])
+    assert any(g["guard"] == "blast_radius" for g in last.guards) is not drained_again
