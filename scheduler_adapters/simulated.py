@@ -11,6 +11,7 @@ is recorded in ``history``. Tests that claim Slurm behaviour use the real Slurm 
 from __future__ import annotations
 
 import itertools
+import re
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -155,6 +156,9 @@ class SimulatedCluster:
         if prog != "scontrol":
             raise ValueError(f"unknown command {prog!r}")
         verb, rest = args[0], args[1:]
+        if verb in ("requeue", "requeuehold", "hold", "release") and rest:
+            # scontrol takes the job as `123` or `JobId=123` (seen on Slurm 22.05)
+            rest = rest[:-1] + [re.sub(r"(?i)^jobid=", "", rest[-1])]
         if verb in ("requeue", "requeuehold"):
             job = self._jobs[rest[-1]]
             if job.state == "PENDING":

@@ -283,14 +283,15 @@ class Actuator:
         # pages keep only characters safe everywhere (see actions.safe_reason): no ; or |
         return " / ".join(parts) or "nothing to do"
 
-    def _plan(self, inc, names: tuple[str, ...], **extra):
-        """Plan some of a stored incident's actions again, with what is known now."""
+    def _plan(self, inc, names: tuple[str, ...], *, job: str | None = None, attempt: int | None = None, **extra):
+        """Plan some of a stored incident's actions again, with what is known now; ``job`` and
+        ``attempt`` name another job than the incident's (one sharing its node)."""
         return plan_actions(
             self.compiled,
             inc.decision or "stop",
             inc.id,
-            inc.job,
-            inc.attempt,
+            inc.job if job is None else job,
+            inc.attempt if attempt is None else attempt,
             inc.nodes,
             inc.fault_class or "unknown",
             names=names,
@@ -470,13 +471,21 @@ class Actuator:
             holders |= {jid for jid, idx in maps.items() if idx and set(idx) & gpus}
         for other in sorted(holders - {job}):
             o = next(j for j in others if j.job_id == other)
-            key = f"{idem_key(inc.id, 'requeue', other)}@{o.attempt}"
+            # rendered for that job from the template: patching this job's argv would leave an
+            # element such as JobId=<this job> alone and requeue the job judged not to hold the GPU
+            plan, problems = self._plan(inc, ("requeue",), job=other, attempt=o.attempt, reason=inc.reason or "")
+            mine = [p for p in plan if p.target == other]
+            if not mine:
+                why = f"job {other} holds the faulty GPU but its requeue could not be planned: {'; '.join(problems) or 'no requeue action'}"
+                self._note_incident(inc, "shared_node", why)
+                self._page(inc, why, f"shared-{other}", job=other)
+                continue
             self.store.add_action(
                 inc.id,
-                key,
+                f"{mine[0].idem_key}@{o.attempt}",
                 "requeue",
                 other,
-                [a.replace(job, other) if a == job else a for a in action["argv"]],
+                list(mine[0].argv),
                 "act",
                 "planned",
                 note=f"holds the faulty GPU on {','.join(o.nodes)}",

@@ -232,6 +232,28 @@ def test_a_shared_node_requeues_only_the_job_holding_the_faulty_gpu(world, known
         assert told == {sim.a, sim.b}
 
 
+@pytest.mark.parametrize("template", ["{{ job }}", "JobId={{ job }}", "jobid={{ job }}"])
+def test_the_other_jobs_requeue_is_rendered_for_that_job(world, write_rules, template):
+    # a site's own requeue template: the requeue of the job that holds the faulty GPU must name
+    # that job in its argv, whatever the element around the id looks like
+    result = write_rules(RULES.replace('requeue, "{{ job }}"]', f'requeue, "{template}"]'))
+    assert result.ok, [str(d) for d in result.diagnostics]
+    store = Store(":memory:")
+    engine = Engine(result.compiled, store, mode="act")
+    sim = Shared(known=True)
+    act = Actuator(store, sim, result.compiled, verify_timeout=0.0, retry_delay=0.0)
+    engine.ingest(Fact.make("xid", {"code": 79, "node": "n1", "gpu": 0, "job": sim.b, "attempt": 0}, 0.0, "nvml:n1:0"))
+    engine.finish()
+    drive(act, 20)
+    requeues = by_name(store, "requeue")
+    ran = [a for a in requeues if a["status"] == "verified"]
+    assert [a["target"] for a in ran] == [sim.a]
+    assert ran[0]["argv"][-1] == template.replace("{{ job }}", sim.a)
+    assert [h for h in sim.history if h[:2] == ["scontrol", "requeue"]] == [ran[0]["argv"]]
+    assert sim.job(sim.a).attempt == 1
+    assert sim.job(sim.b).state == "RUNNING" and sim.job(sim.b).attempt == 0
+
+
 STOP_CANCEL = """
   - id: f.app
     description: traceback
