@@ -44,7 +44,9 @@ JOB_RE = re.compile(r"^[0-9]{1,12}(?:_[0-9]{1,9})?$")
 #: job states in which a job holds its nodes (Slurm's names)
 JOB_ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"})
 MAX_VALUE = 512
-_CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
+#: C0 and C1 controls (U+009B is a one-character CSI: terminals run what follows it), and the
+#: zero-width and bidi characters that make shown text differ from what it is
+_CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
 
 
 def clean_text(value: str, limit: int = MAX_VALUE) -> str:

@@ -289,10 +289,15 @@ def _register_rules(rules_app: typer.Typer) -> None:
             return
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
+        # every cell is the rulebook's own text (regexes, descriptions, paths): shown as it is, never
+        # read as Rich markup, where `[a-z]` is a style tag that vanishes and `[/-]` is an error
         console = Console(width=int(os.environ.get("COLUMNS", "160")))
         console.print(
-            f"effective rulebook from {len(doc['files'])} file(s): {', '.join(doc['files'])}", highlight=False
+            f"effective rulebook from {len(doc['files'])} file(s): {', '.join(doc['files'])}",
+            highlight=False,
+            markup=False,
         )
         for s in wanted:
             items = doc[s]
@@ -302,10 +307,10 @@ def _register_rules(rules_app: typer.Typer) -> None:
             for item in items:
                 label = item.get("id") or item.get("name") or item.get("key")
                 table.add_row(
-                    label,
-                    item.get("defined_at") or "-",
-                    ", ".join(item.get("overridden_by") or []) or "-",
-                    summary_of(s, item),
+                    Text(str(label)),
+                    Text(item.get("defined_at") or "-"),
+                    Text(", ".join(item.get("overridden_by") or []) or "-"),
+                    Text(summary_of(s, item)),
                 )
             console.print(table)
 

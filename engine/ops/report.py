@@ -351,12 +351,14 @@ def _lat(summary: Mapping[str, Any]) -> str:
 
 def print_report(rep: Mapping[str, Any], width: int = 120) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     console = Console(width=width)
     t = rep["totals"]
     since = f" since {rep['since']}" if rep["since"] else ""
-    console.print(f"[bold]Recover review report[/bold] — {rep['db']}{since}")
+    console.print(f"[bold]Recover review report[/bold] — {escape(rep['db'])}{escape(since)}")
     console.print(
         f"{t['incidents']} closed incident(s), {t['reviewed']} reviewed, agreement {fmt_rate(t['agreement'])}"
         + (f"; {t['open_not_counted']} open incident(s) not counted" if t["open_not_counted"] else "")
@@ -370,7 +372,7 @@ def print_report(rep: Mapping[str, Any], width: int = 120) -> None:
             tab.add_column(extra)
         for g in groups:
             cells = [
-                g["key"],
+                Text(str(g["key"])),
                 str(g["incidents"]),
                 str(g["reviewed"]),
                 str(g["agreed"]),
@@ -396,13 +398,15 @@ def print_report(rep: Mapping[str, Any], width: int = 120) -> None:
         for col in ("incident", "fault_class", "decision", "rules", "operator did", "by"):
             tab.add_column(col)
         for d in rep["disagreements"]:
+            # what an operator wrote (and the rulebook's names) is text, never Rich markup: `[/x]`
+            # would crash the report and `[red]` would vanish from it
             tab.add_row(
                 str(d["incident"]),
-                d["fault_class"],
-                d["decision"],
-                ", ".join(d["rules"]) or "-",
-                d["did"] or "-",
-                d["by"] or "-",
+                Text(d["fault_class"] or "-"),
+                Text(d["decision"] or "-"),
+                Text(", ".join(d["rules"]) or "-"),
+                Text(d["did"] or "-"),
+                Text(d["by"] or "-"),
             )
         console.print(tab)
 
@@ -427,9 +431,9 @@ def print_report(rep: Mapping[str, Any], width: int = 120) -> None:
         f"[bold]Autonomy[/bold] (needs ≥ {th['min_reviewed']} reviewed and ≥ {th['min_agreement']:.0%} agreement):"
     )
     for a in rep["autonomy"]:
-        mark = "[green]eligible[/green]" if a["eligible"] else f"not yet — {a['why_not']}"
+        mark = "[green]eligible[/green]" if a["eligible"] else f"not yet — {escape(a['why_not'])}"
         console.print(
-            f"  {a['decision']:<20} {a['reviewed']:>5} reviewed, agreement {fmt_rate(a['agreement']):>6}: {mark}"
+            f"  {escape(a['decision']):<20} {a['reviewed']:>5} reviewed, agreement {fmt_rate(a['agreement']):>6}: {mark}"
         )
     console.print("To grant what the evidence supports, layer this over the rulebook and run without --dry-run:")
     console.print(rep["autonomy_policy"], highlight=False, markup=False)

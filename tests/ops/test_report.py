@@ -204,6 +204,16 @@ def test_html_escapes_what_operators_wrote(populated_db):
     assert "<script" not in html and "&lt;script&gt;" in html and "&lt;b&gt;mallory" in html
 
 
+def test_text_report_shows_what_operators_wrote_as_written(populated_db):
+    # review text is no Rich markup: `[/oops]` crashed the report with a MarkupError, `[red]` vanished
+    store = Store(populated_db)
+    store.add_review(2, "disagree", "[/oops] drained [red]n7[/red]", "[bold]mallory")
+    store.close()
+    r = runner.invoke(app, ["report", "--db", str(populated_db)], env={"COLUMNS": "300"})
+    assert r.exit_code == 0, r.output
+    assert "[/oops] drained [red]n7[/red]" in r.stdout and "[bold]mallory" in r.stdout
+
+
 def test_empty_store_renders_placeholders(tmp_path):
     store = Store(tmp_path / "empty.db")
     rep = build_report(store, thresholds=Thresholds())

@@ -113,6 +113,31 @@ def test_rules_show_with_the_defaults():
     assert actions["drain"]["per"] == "node" and actions["drain"]["defined_at"].startswith("rules/40-actions.yaml:")
 
 
+def test_rules_show_prints_regexes_and_descriptions_as_written(tmp_path, tiny_rules):
+    # the rulebook's own text is no Rich markup: `[a-z]` was a style tag that vanished from the
+    # regex shown, and `[/-]` (a character class) crashed the command with a MarkupError traceback
+    site = tmp_path / "10-site.yaml"
+    site.write_text(
+        textwrap.dedent("""\
+            lists:
+              odd_names: ['[red]', 'a[/b]']
+            matchers:
+              - {id: dashed, source: [job], pattern: 'rank[/-][a-z]+ failed'}
+            rules:
+              - id: site.dashed
+                description: d
+                when: [{as: l, kind: log, where: {matcher: dashed}}]
+                then: {symptom: {name: dashed, severity: warning}}
+            """)
+    )
+    args = ["rules", "show", "--no-defaults", "--rules", str(tiny_rules), "--rules", str(site)]
+    r = runner.invoke(app, args, env={"COLUMNS": "400"})
+    assert r.exit_code == 0, r.output
+    assert "rank[/-][a-z]+ failed" in r.stdout and "[[red], a[/b]]" in r.stdout
+    proc = recover("rules", "show")  # the shipped rulebook
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
 def test_errors_point_at_file_line_col_with_a_hint(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("matchers:\n  - id: m\n    patern: 'x'\n")
