@@ -45,10 +45,13 @@ def replay(
     json_out: bool = JsonOpt,
     job: Optional[str] = typer.Option(None, "--job", help="Job id of the logs when their names do not say."),
     progress: bool = typer.Option(False, "--progress", help="Show a progress bar (large inputs)."),
+    all_files: bool = typer.Option(
+        False, "--all-files", help="Replay every file given, also documents (*.md, ...) and binary files."
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Evaluate the rulebook over historical logs and record the incidents."""
-    from engine.core.replay import replay as do_replay
+    from engine.core.replay import not_a_log, replay as do_replay
     from engine.store import Store, StoreError
 
     _setup_logging(verbose)
@@ -58,6 +61,16 @@ def replay(
         _err(f"{p}: no such file")
     if missing:
         raise typer.Exit(2)
+    if not all_files:
+        # `recover replay logs/*` takes whatever the folder holds: what is plainly no log is left
+        # out, and said so, never silently
+        skipped = [(p, why) for p in logs for why in [not_a_log(p)] if why]
+        for p, why in skipped:
+            _err(f"skipped {p}: {why} (--all-files replays it)")
+        logs = [p for p in logs if p not in {s for s, _ in skipped}]
+        if not logs:
+            _err("no logs to replay")
+            raise typer.Exit(2)
     with _exit_on(StoreError):
         store = Store(_db(db))
     on_bytes = None

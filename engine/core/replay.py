@@ -31,7 +31,17 @@ if TYPE_CHECKING:  # imported where a replay runs: loading a scanner needs neith
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["replay", "replay_inputs", "Input", "file_input", "ReplayResult", "scan_chunks", "matcher_specs", "CHUNK"]
+__all__ = [
+    "replay",
+    "replay_inputs",
+    "not_a_log",
+    "Input",
+    "file_input",
+    "ReplayResult",
+    "scan_chunks",
+    "matcher_specs",
+    "CHUNK",
+]
 
 CHUNK = 4 * 1024 * 1024
 #: items (facts, floods) the engine takes per store transaction in replay (~0.1-0.3 s of work)
@@ -147,6 +157,40 @@ class Input:
 
 def file_input(path: str) -> Input:
     return Input(path, lambda: _file_chunks(path))
+
+
+#: file name endings of documents that sit next to logs (a README in a log folder, a report):
+#: never what a job, the kernel or a Slurm daemon writes
+DOC_SUFFIXES = (".md", ".markdown", ".rst", ".adoc", ".html", ".htm", ".pdf", ".ipynb")
+#: the first bytes of files that are no text to scan: compressed, archived, a database
+_MAGIC = (
+    (b"\x1f\x8b", "gzip-compressed"),
+    (b"BZh", "bzip2-compressed"),
+    (b"\xfd7zXZ\x00", "xz-compressed"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed"),
+    (b"PK\x03\x04", "a zip archive"),
+    (b"SQLite format 3\x00", "an SQLite database"),
+)
+
+
+def not_a_log(path: str) -> str | None:
+    """Why ``path`` is no log to replay (a document by its name, or binary by its first bytes),
+    or None. ``recover replay logs/*`` takes everything a folder holds; a README or the incident
+    database beside the logs would otherwise be scanned as a job's log (examples/README.md quotes
+    the failures it describes, and each quote became an incident)."""
+    name = os.path.basename(path).lower()
+    for suffix in DOC_SUFFIXES:
+        if name.endswith(suffix):
+            return f"a document ({suffix}), not a log"
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(16)
+    except OSError:
+        return None  # replay reports what cannot be read
+    for magic, what in _MAGIC:
+        if head.startswith(magic):
+            return f"{what}, not a text log"
+    return None
 
 
 def replay(paths: Sequence[str], compiled: CompiledRulebook, store: Store, **kw) -> ReplayResult:
