@@ -66,3 +66,36 @@ def fresh_rules() -> str:
 def with_rule(rulebook: str, rule: str) -> str:
     """``fresh_rules()`` with one more rule (YAML list item text) after its own."""
     return rulebook.replace("\npolicy:", "\n" + rule.strip("\n") + "\npolicy:")
+
+
+def as_user(uid: int, gid: int, fn: Callable[[], Any]) -> Any:
+    """``fn()`` run in a forked child with this uid and gid (and no other groups), its result sent
+    back pickled: how a test run as root sees what another account may read. Needs root."""
+    import os
+    import pickle
+    import traceback
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to the account, run, report, never return into pytest
+        code = 0
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            payload = pickle.dumps(("ok", fn()))
+        except BaseException:  # anything the child hits goes back to the test as its failure
+            payload = pickle.dumps(("error", traceback.format_exc()))
+            code = 1
+        with os.fdopen(w, "wb") as out:
+            out.write(payload)
+        os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as inp:
+        data = inp.read()
+    os.waitpid(pid, 0)
+    status, value = pickle.loads(data)
+    if status != "ok":
+        raise AssertionError(f"in the child as uid {uid}:\n{value}")
+    return value

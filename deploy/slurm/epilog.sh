@@ -28,6 +28,8 @@ command -v "$NVIDIA_SMI" >/dev/null 2>&1 || exit 0
 case "$NODE" in *[!A-Za-z0-9._-]*|"") exit 0 ;; esac
 case "${SLURM_JOB_ID:-}" in *[!0-9_]*) job="" ;; *) job=${SLURM_JOB_ID:-} ;; esac
 
+# the file is the controller's to read through the spool folder's group (setgid: it inherits it)
+umask 027
 count=$(timeout 20 "$NVIDIA_SMI" --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c .)
 if [ "$count" -lt "$EXPECTED" ]; then
   now=$(date +%s)

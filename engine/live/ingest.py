@@ -319,6 +319,7 @@ class SpoolIngest:
         self.reader = SpoolReader(
             self.path, {k: tuple(v) for k, v in saved.items()}, trust_job_claims=self.trust_job_claims
         )
+        self._unreadable_seen = 0  # the new reader counts (and says) what it cannot read afresh
         self._mark()
 
     def _mark(self) -> None:
@@ -334,6 +335,8 @@ class SpoolIngest:
     def healthy(self) -> bool:
         """Whether the spool is a readable folder (said in the log, rate-limited, when not)."""
         ok = os.path.isdir(self.path)
+        if ok and self.reader.unreadable:
+            return False  # a file or the folder cannot be read: said at ERROR by the reader, once each
         if not ok and self.limiter.ok("spool-missing"):
             logger.warning("spool %s: not a readable folder", self.path)
         return ok
@@ -343,7 +346,8 @@ class SpoolIngest:
         reader = self.reader
         try:
             facts = reader.read(max_bytes=SPOOL_READ_BYTES)
-            self.metrics.source_health.labels(source="spool").set(1 if os.path.isdir(self.path) else 0)
+            readable = os.path.isdir(self.path) and not reader.unreadable
+            self.metrics.source_health.labels(source="spool").set(1 if readable else 0)
         except OSError as exc:
             self.metrics.source_health.labels(source="spool").set(0)
             if self.limiter.ok("spool"):
@@ -355,6 +359,10 @@ class SpoolIngest:
             if d > 0:
                 self.metrics.refused.labels(reason=reason).inc(d)
                 self._refused_seen[key] = seen
+        unreadable = reader.stats.get("unreadable", 0)
+        if unreadable > self._unreadable_seen:
+            self.metrics.source_errors.labels(kind="spool", reason="unreadable").inc(unreadable - self._unreadable_seen)
+            self._unreadable_seen = unreadable
         garbage = reader.stats.get("garbage", 0)
         new_garbage = garbage - self._garbage
         if not facts and not new_garbage and reader.offsets == self._last_offsets:

@@ -97,6 +97,7 @@ class Metrics:
         for reason in ("unreadable", "vanished", "read_error", "rotated", "truncated", "long_line"):
             self.source_errors.labels(kind="file", reason=reason)
         self.source_errors.labels(kind="spool", reason="garbage")
+        self.source_errors.labels(kind="spool", reason="unreadable")
         self.reloads.labels(result="ok")
         self.reloads.labels(result="rejected")
         self._server = None

@@ -13,6 +13,15 @@ the file's first bytes that guards against a re-used inode number; a bare ``(ino
 is accepted too), follows rotation without losing or
 repeating lines, leaves a partial last line for later, skips and counts garbage, and drops
 facts whose id it has seen recently.
+
+Who may read what: the agents run as root and the controller as another user (the units in
+``deploy/systemd``: ``slurm``), so a spool file is shared through its group. The writer makes
+every file it writes mode ``0640`` (whatever the umask) and gives it the group of the spool
+folder; a site creates the folder with the controller's group (``install -d -m 2750 -g slurm``,
+docs/deploying.md). A file or folder the reader cannot open is an error, never a silent skip:
+logged at ERROR once (with its mode and owner), counted (``stats["unreadable"]``,
+``recover_source_errors_total{kind="spool",reason="unreadable"}``), and the spool unhealthy
+until it can be read.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from collections import OrderedDict
 from typing import Any, Iterable, Mapping
 
 from engine.sources.files import NOT_REGULAR
-from engine.sources.tail import NOT_REGULAR_FILE, OTHER, SAME, TRUNCATED, Lines, TailFile, open_failure
+from engine.sources.tail import GONE, NOT_REGULAR_FILE, OTHER, SAME, TRUNCATED, Lines, TailFile, open_failure
 from engine.facts import NODE_RE, DERIVED_KINDS, Fact
 
 logger = logging.getLogger(__name__)
@@ -107,7 +116,7 @@ class SpoolWriter:
         keep: int = 5,
         dedupe_window: int = 50_000,
         tail_scan_bytes: int = 8 << 20,
-        mode: int = 0o600,
+        mode: int = 0o640,
     ) -> None:
         if not isinstance(node, str) or not NODE_RE.match(node):
             raise SpoolError(f"node name {node!r} cannot name a spool file")
@@ -126,9 +135,19 @@ class SpoolWriter:
         self._last_sync = time.monotonic()
         self._dirty = False
         self.mode = mode
+        self._share_warned = False
         if not os.path.isdir(self.spool_dir):
             os.makedirs(self.spool_dir, mode=0o700 if mode & 0o077 == 0 else 0o750, exist_ok=True)
+            # made here, its group is this process's: the controller reads it only if that is its group
+            logger.warning(
+                "%s: the spool folder did not exist and was created with group id %d; the controller reads "
+                "it only when that is its group (create it with install -d -m 2750 -g GROUP, docs/deploying.md)",
+                self.spool_dir,
+                os.stat(self.spool_dir).st_gid,
+            )
         rotated = [f"{self.path}.{i}" for i in range(1, self.keep + 1)]
+        for old in rotated:  # files an older agent left 0600 are shared as well
+            self._share(old)
         self._ids: OrderedDict[str, None] = OrderedDict(
             (i, None) for i in _recent_ids([self.path, *rotated], tail_scan_bytes, self.window)
         )
@@ -142,6 +161,7 @@ class SpoolWriter:
             os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
             self.mode,
         )
+        self._share(self._fd)
         st = os.fstat(self._fd)
         self._size = st.st_size
         if self._size:
@@ -151,6 +171,37 @@ class SpoolWriter:
                 self._write_all(b"\n")
                 self._size += 1
                 logger.warning("%s: ended a partial last line left by a crash", self.path)
+
+    def _share(self, target: int | str) -> None:
+        """Give the file (a descriptor, or a path that may not exist) ``self.mode`` and the spool
+        folder's group: how the controller, another user in that group, reads it. The umask
+        (0077 under some units) and a file an older agent made 0600 are both corrected here."""
+        try:
+            st = os.stat(target, follow_symlinks=False) if isinstance(target, str) else os.fstat(target)
+        except OSError:
+            return  # no such rotated file
+        try:
+            if st.st_mode & 0o7777 != self.mode:
+                if isinstance(target, str):
+                    os.chmod(target, self.mode, follow_symlinks=False)
+                else:
+                    os.fchmod(target, self.mode)
+            gid = os.stat(self.spool_dir).st_gid
+            if st.st_gid != gid:
+                if isinstance(target, str):
+                    os.chown(target, -1, gid, follow_symlinks=False)
+                else:
+                    os.fchown(target, -1, gid)
+        except (OSError, NotImplementedError) as exc:  # not root and not in the folder's group, say
+            if not self._share_warned:
+                self._share_warned = True
+                logger.error(
+                    "%s: cannot give the spool file mode %o and the spool folder's group (%s); "
+                    "the controller may not be able to read it",
+                    self.path,
+                    self.mode,
+                    exc,
+                )
 
     def _last_byte(self) -> bytes | None:
         try:
@@ -305,16 +356,25 @@ class SpoolReader:
             "refused_node": 0,
             "refused_kind": 0,
             "not_regular": 0,
+            "unreadable": 0,
         }
         self.trust_job_claims = trust_job_claims
         self._not_regular: set[str] = set()
+        #: what cannot be read now ("." is the folder itself) -> why; said once, until it can be
+        self.unreadable: dict[str, str] = {}
 
     # -- listing ------------------------------------------------------------------------------
     def _groups(self) -> dict[str, list[tuple[int, str]]]:
         try:
             names = os.listdir(self.spool_dir)
-        except OSError:
+        except FileNotFoundError:
+            return {}  # not there (yet): the controller's health check says so
+        except OSError as exc:
+            self._cannot_read(".", exc)
             return {}
+        self._readable(".")
+        for gone in [n for n in self.unreadable if n != "." and n not in names]:
+            del self.unreadable[gone]  # deleted or renamed: what replaced it is judged on its own
         groups: dict[str, list[tuple[int, str]]] = {}
         for name in names:
             m = _FILE_RE.match(name)
@@ -333,9 +393,13 @@ class SpoolReader:
             try:
                 f = TailFile.open(os.path.join(self.spool_dir, name))
             except OSError as exc:
-                if open_failure(exc) == NOT_REGULAR_FILE:  # a FIFO, a device: never read (it would block or never end)
+                why = open_failure(exc)
+                if why == NOT_REGULAR_FILE:  # a FIFO, a device: never read (it would block or never end)
                     self._refuse_file(name, "a symbolic link" if exc.errno == errno.ELOOP else NOT_REGULAR)
+                elif why != GONE:  # gone: rotated away since the listing, found again next time
+                    self._cannot_read(name, exc)
                 continue
+            self._readable(name)
             try:
                 opened.append((f, f.size(), name))
             except OSError:
@@ -345,6 +409,32 @@ class SpoolReader:
             _close_all(opened)
             return None
         return opened
+
+    def _cannot_read(self, name: str, exc: OSError) -> None:
+        """A spool file (or the folder, ".") this process may not read: its facts are not seen.
+        An ERROR once per file (until it is readable again), with what would explain it."""
+        if name in self.unreadable:
+            return
+        path = os.path.join(self.spool_dir, name)
+        try:
+            st = os.stat(path, follow_symlinks=False)
+            owner = f"mode {st.st_mode & 0o7777:04o}, owner uid {st.st_uid} gid {st.st_gid}"
+        except OSError:
+            owner = "its mode cannot be seen"
+        why = f"{exc.strerror or exc} ({owner}; this process is uid {os.geteuid()}, groups {sorted(os.getgroups())})"
+        self.unreadable[name] = why
+        self.stats["unreadable"] += 1
+        logger.error(
+            "spool %s: %s cannot be read: %s; its facts are not seen until it can be "
+            "(spool files are shared through the spool folder's group: docs/deploying.md)",
+            self.spool_dir,
+            "the folder" if name == "." else name,
+            why,
+        )
+
+    def _readable(self, name: str) -> None:
+        if self.unreadable.pop(name, None) is not None:
+            logger.warning("spool %s: %s can be read again", self.spool_dir, "the folder" if name == "." else name)
 
     def _refuse_file(self, name: str, why: str) -> None:
         self.stats["not_regular"] += 1

@@ -250,3 +250,82 @@ def test_epilog_reports_a_lost_gpu_as_a_fact_the_rules_attribute(tmp_path):
         RECOVER_NODE="n3",
     )
     assert not (spool / "n3.epilog.jsonl").exists()
+
+
+def _spool_install_line() -> tuple[str, str, int]:
+    """(owner, group, mode) of the spool folder, as docs/deploying.md tells a site to create it."""
+    text = (REPO / "docs" / "deploying.md").read_text()
+    m = re.search(r"install -d -o (\S+) -g (\S+) -m ([0-7]{3,4}) \S+\s+# RECOVER_SPOOL", text)
+    assert m, "docs/deploying.md: no `install -d -o OWNER -g GROUP -m MODE ... # RECOVER_SPOOL` line"
+    return m.group(1), m.group(2), int(m.group(3), 8)
+
+
+def test_the_units_and_the_spool_folder_agree_on_who_reads_what():
+    """The controller reads the spool through the folder's group: the docs' folder group is one
+    the controller unit runs with, the folder lets that group in, and the agent's files are
+    readable by that group and by no one else (item: agents 0600 root, controller User=slurm)."""
+    import inspect
+    from engine.sources.spool import SpoolWriter
+
+    controller, agent = _unit("recover-controller.service"), _unit("recover-agent.service")
+    owner, group, mode = _spool_install_line()
+    groups = controller.get("Group", []) + " ".join(controller.get("SupplementaryGroups", [])).split()
+    assert group in groups, (group, groups)
+    assert agent["User"] == [owner] == ["root"]  # the agents write the folder as its owner
+    assert mode & 0o2000 and mode & 0o050 == 0o050 and mode & 0o007 == 0  # setgid, group r-x, others nothing
+    file_mode = inspect.signature(SpoolWriter).parameters["mode"].default
+    assert file_mode & 0o040 and not file_mode & 0o007, oct(file_mode)
+    umask = int(agent["UMask"][0], 8)
+    assert not umask & 0o040  # what the agent's state files are; its spool files it sets itself
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="writes as root (the agent) and reads as the controller's account")
+def test_the_controller_unit_reads_what_the_agent_unit_and_the_epilog_write(tmp_path):
+    """The folder made as the docs say, the agent (root, its unit's umask) and the epilog (root,
+    slurmd's umask) write; the controller unit's User/Group reads every file with SpoolReader."""
+    import grp
+    import pwd
+    import tempfile
+    from engine.sources.spool import SpoolWriter
+    from tests.helpers import as_user
+
+    controller, agent = _unit("recover-controller.service"), _unit("recover-agent.service")
+    _owner, group, mode = _spool_install_line()
+    try:
+        uid, gid = pwd.getpwnam(controller["User"][0]).pw_uid, grp.getgrnam(controller["Group"][0]).gr_gid
+    except KeyError:
+        pytest.fail(f"no account {controller['User'][0]}:{controller['Group'][0]} on this machine")
+    base = Path(tempfile.mkdtemp(prefix="recover-deploy-", dir="/tmp"))
+    try:
+        os.chmod(base, 0o755)
+        spool = base / "spool"
+        spool.mkdir()
+        os.chown(spool, 0, grp.getgrnam(group).gr_gid)
+        os.chmod(spool, mode)
+        umask = os.umask(int(agent["UMask"][0], 8))
+        try:
+            xid = Fact.make("xid", {"code": 79, "node": "n3", "pid": 1}, 1.0, "kern.log:1")
+            with SpoolWriter(str(spool), "n3") as w:
+                w.write([xid])
+        finally:
+            os.umask(umask)
+        proc = _run(
+            "epilog.sh",
+            tmp_path,
+            NVIDIA_SMI=_fake_smi(tmp_path, "0\n"),
+            RECOVER_EXPECTED_GPUS="8",
+            RECOVER_SPOOL=str(spool),
+            RECOVER_NODE="n3",
+            SLURM_JOB_ID="4242",
+        )
+        assert proc.returncode == 0, proc.stderr
+
+        def controller_reads():
+            reader = SpoolReader(str(spool))
+            return sorted((f.kind, f.get("node")) for f in reader.read()), dict(reader.unreadable)
+
+        facts, unreadable = as_user(uid, gid, controller_reads)
+        assert unreadable == {}
+        assert facts == [("gpu_state", "n3"), ("xid", "n3")]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
