@@ -428,8 +428,9 @@ def test_files_are_private_by_default(tmp_path):
     assert (tmp_path / "sub").stat().st_mode & 0o777 == 0o700
     with SpoolWriter(str(tmp_path / "spool"), "n1") as w:
         w.write([Fact.make("xid", {"node": "n1", "code": 79}, 1.0, "x")])
-    assert (tmp_path / "spool" / "n1.jsonl").stat().st_mode & 0o777 == 0o600
-    assert (tmp_path / "spool").stat().st_mode & 0o777 == 0o700
+    # spool files are shared with the controller through the folder's group, never with others
+    assert (tmp_path / "spool" / "n1.jsonl").stat().st_mode & 0o777 == 0o640
+    assert (tmp_path / "spool").stat().st_mode & 0o777 == 0o750
 
 
 def test_a_wal_database_on_read_only_media_can_be_read(tmp_path):
