@@ -192,7 +192,15 @@ class FileContext:
     source: str = "any"
     job: str | None = None
     attempt: int | None = None
+    #: the job's allocation: what names the nodes the job runs on (the scheduler, the kernel log's
+    #: node, a printed SLURM_JOB_NODELIST); a line that names no node of its own is about the one
+    #: node of an allocation of one, and about no node otherwise
     nodes: set[str] = field(default_factory=set)
+    #: hosts that printed lines of the job (NCCL's ``host:pid:tid`` prefix, SLURMD_NODENAME): nodes
+    #: of the job, but no allocation. The job runs on them; that one host printed a line says
+    #: nothing about which node a later line without a host is about (a slurmstepd or srun line
+    #: after one host's NCCL INFO lines would otherwise be taken for that host's failure)
+    hosts: set[str] = field(default_factory=set)
     last_at: float | None = None
     year: int | None = None
     # attempts of a log appended across restarts (replay, no scheduler): see HitConverter._edge
@@ -386,23 +394,27 @@ class HitConverter:
             elif edge == "end":
                 ctx.ended = True
             if "attempt" in attrs and isinstance(attrs["attempt"], int):
+                if not ctx.active and ctx.nodes_attempt == ctx.attempt:
+                    # the banner printed its node list before its restart count: that list is
+                    # this attempt's, not one a later host line of the attempt should reset
+                    ctx.nodes_attempt = attrs["attempt"]
                 ctx.attempt = attrs["attempt"]  # SLURM_RESTART_COUNT: what Slurm says wins
                 ctx.active = ctx.ended = False
-            new_nodes = set()
-            if "node" in attrs:
-                new_nodes.add(str(attrs["node"]))
-            if "nodes" in attrs:
-                new_nodes.update(expand_hostlist(str(attrs["nodes"])))
-            if new_nodes and ctx.nodes_attempt != ctx.attempt:
-                ctx.nodes = set()  # a new attempt runs where Slurm put it this time
-            if new_nodes:
+            # ``nodes`` (a hostlist) is the allocation; ``node`` only the host that printed it
+            alloc = set(expand_hostlist(str(attrs["nodes"]))) if "nodes" in attrs else set()
+            host = {str(attrs["node"])} if "node" in attrs else set()
+            if (alloc or host) and ctx.nodes_attempt != ctx.attempt:
+                ctx.nodes, ctx.hosts = set(), set()  # a new attempt runs where Slurm put it this time
+            if alloc or host:
                 ctx.nodes_attempt = ctx.attempt
-            ctx.nodes |= new_nodes
+            ctx.nodes |= alloc
+            ctx.hosts |= host - ctx.nodes
             if ctx.job:
+                nodes = frozenset(ctx.nodes | ctx.hosts)  # the job runs on its hosts, too
                 if self.on_context is not None:  # replay: applied in time order with the facts
-                    self.on_context(at, ctx.job, ctx.attempt, frozenset(ctx.nodes))
+                    self.on_context(at, ctx.job, ctx.attempt, nodes)
                 else:
-                    self.cluster.assign(ctx.job, ctx.attempt, ctx.nodes, at)
+                    self.cluster.assign(ctx.job, ctx.attempt, nodes, at)
             return None
         if guarded and m.emit == "xid":
             self._refuse("xid_in_job_log")  # a node-level claim: the kernel's and the agents' to make
@@ -477,7 +489,9 @@ class HitConverter:
         if m.emit == "xid":
             decode_xid(fact_attrs)
         node = fact_attrs.get("node")
-        # an Xid printed in a job's log is not a node-level claim; one in a node's kernel log is
+        # a line that names no node is about the one node of an allocation of one (ctx.nodes, never
+        # a host seen printing: ctx.hosts). An Xid printed in a job's log is not a node-level
+        # claim; one in a node's kernel log is
         if node is None and len(ctx.nodes) == 1 and (m.emit != "xid" or ctx.source == "kernel"):
             fact_attrs["node"] = next(iter(ctx.nodes))
         # a node's fact without a job gets the job that ran there from the engine, in time order
@@ -509,7 +523,7 @@ class HitConverter:
             self._refuse("hostlist_malformed")
             return
         if ctx.source != "slurm":
-            allowed = ctx.nodes or (self.cluster.nodes_of(ctx.job) if ctx.job is not None else set())
+            allowed = (ctx.nodes | ctx.hosts) or (self.cluster.nodes_of(ctx.job) if ctx.job is not None else set())
             if allowed or guarded:  # replay with no allocation known: the log is all there is
                 kept = [n for n in names if n in allowed]
                 if len(kept) < len(names):
@@ -696,6 +710,8 @@ class _Collapser:
             id(nodes),
             len(nodes),
             next(iter(nodes)) if len(nodes) == 1 else None,
+            id(ctx.hosts),
+            len(ctx.hosts),
             conv.cluster.version,
             conv.scheduler,
         )
