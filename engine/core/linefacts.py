@@ -48,10 +48,15 @@ _SYSLOG = re.compile(
 # PyTorch's C++ (glog-style) lines: "E1129 17:21:30.123456 1234 ProcessGroupNCCL.cpp:..." or
 # "[rank3]:E1129 17:21:30.123000 ..." (severity letter, month, day; no year)
 _GLOG = re.compile(r"^(?:\[rank\d{1,6}\]:\s?)?[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
+#: the job id a log's file name gives when nothing else does (replay, unscheduled following; with a
+#: scheduler, a job's files are the StdOut/StdErr paths it reports). Tried in order; docs/commands.md
+#: lists the shapes. The generic one reads the last number before the extension, after a `-`, `_`
+#: or `.` (or the whole name): `%x-%j.out` with a job named `123` is `123-456.out`, job 456; a
+#: trailing NUMBER_NUMBER is an array task, as Slurm's `%A_%a` writes it.
 _FILE_JOB = (
     re.compile(r"(?:^|[/_-])slurm-(\d{1,12})(?:_(\d{1,9}))?\.(?:out|err|log)$"),
+    re.compile(r"(?:^|[/_.-])([1-9]\d{0,11})(?:_(\d{1,9}))?\.(?:out|err|log)$"),
     re.compile(r"(?:^|/)(?:job|train)[-_.]?(\d{1,12})(?:[-_.][^/]*)?\.(?:out|err|log)$"),
-    re.compile(r"(?:^|/)(\d{1,12})\.(?:out|err|log)$"),
 )
 MAX_TEXT = 400
 MAX_HOSTLIST = 4096

@@ -10,9 +10,11 @@ import re
 import sqlite3
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from engine.cli import app
+from engine.core.linefacts import job_from_filename
 from engine.facts import clean_text
 
 runner = CliRunner()
@@ -78,3 +80,46 @@ def test_replay_skips_binary_files_and_says_so(tmp_path):
     assert "1 incident(s) from 1 file(s)" in r.stdout
     r = runner.invoke(app, ["replay", "--db", str(tmp_path / "r.db"), str(gz)])
     assert r.exit_code == 2 and "no logs to replay" in r.stderr and "Traceback" not in r.output
+
+
+# -- which job a log's file name names ------------------------------------------------------------
+@pytest.mark.parametrize(
+    "name, job",
+    [
+        ("slurm-4242.out", "4242"),
+        ("slurm-4242_7.out", "4242_7"),
+        ("resnet50-4242.out", "4242"),  # %x-%j.out, the most common custom -o
+        ("exp-v2-4242.err", "4242"),
+        ("train.4242.out", "4242"),  # %x.%j.out
+        ("123-4242.out", "4242"),  # a job named 123: the job id is the last number
+        ("exp-4242_7.log", "4242_7"),  # %x-%A_%a.log
+        ("4242_7.out", "4242_7"),
+        ("4242.out", "4242"),
+        ("job4242-rank0.out", "4242"),
+        ("train_4242.rank3.log", "4242"),
+        ("run-2024-01.out", None),  # a date: no job id starts with 0
+        ("epoch3.out", None),  # a number not set apart is no job id
+        ("run-1234567890123.out", None),  # too long for a job id
+        ("notes.out", None),
+        ("slurm-4242.txt", None),
+    ],
+)
+def test_job_from_a_log_file_name(name, job):
+    assert job_from_filename(name) == job
+
+
+def test_replay_ties_a_jobname_jobid_log_to_its_job(tmp_path):
+    log = tmp_path / "llama-70b-4567.out"  # sbatch -o '%x-%j.out' for a job named llama-70b
+    log.write_text("2020-03-01 10:00:00,000 torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB\n")
+    r = runner.invoke(app, ["replay", "--db", str(tmp_path / "r.db"), "--json", str(log)])
+    assert r.exit_code == 0, r.output
+    (inc,) = map(json.loads, r.stdout.splitlines())
+    assert (inc["job"], inc["fault_class"], inc["decision"]) == ("4567", "cuda_oom", "stop")
+    assert ["scancel", "4567"] in inc["commands"]
+
+
+def test_the_accepted_log_names_are_documented():
+    text = (REPO / "docs" / "commands.md").read_text()
+    assert "### Which job a log file belongs to" in text
+    for shape in ("`%x-%j.out`", "`slurm-%A_%a.out`", "`%x-%A_%a.out`", "`123-4242.out`"):
+        assert shape in text, shape
