@@ -15,6 +15,11 @@ point finds on restart:
 so nothing is lost and nothing runs twice. The actions of one incident run in plan order; an
 action whose outcome cannot be verified after ``max_attempts`` escalates the incident (a notify
 is sent once and the reason recorded).
+
+Only the scheduler's own errors (``SchedulerError``) mean "the scheduler could not tell": the
+action waits, and after ``drain_retry_for`` of nothing else it is escalated. Any other exception
+is a bug of ours (a verifier, an adapter, a template): it is logged once with its traceback and
+the action escalated, never taken for an unanswered question that would hold the plan for ever.
 """
 
 from __future__ import annotations
@@ -23,11 +28,14 @@ import json
 import logging
 import os
 import re
+import sqlite3
 import time
 from typing import Any, Callable
 
 from engine.core.actions import idem_key, plan_actions
 from engine.core.policy import DEFAULT_GUARDS, isolate_settings
+from engine.errors import SchedulerError, StoreError
+from engine.live.metrics import LogLimiter
 from engine.rulebook.compile import CompiledRulebook
 from engine.store import Store
 
@@ -56,6 +64,8 @@ _UNREACHABLE = re.compile(
 )
 _EXC_ARG = re.compile(r"^ExcNodeList=(.*)$")
 ACTIVE = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED")
+#: the store refusing a write (as live.batch.STORE_ERRORS): the controller's outage handling owns it
+_STORE_ERRORS = (StoreError, sqlite3.Error)
 
 
 class Unknown(Exception):
@@ -75,11 +85,12 @@ def _node(adapter, name: str):
 
 def live_job(adapter, job: str):
     """The job as Slurm has it right now, with required nodes and GPU indexes where the adapter can
-    tell (``job_detail``); raises Unknown when the scheduler does not answer."""
+    tell (``job_detail``); raises Unknown when the scheduler does not answer. Any other exception
+    is a bug and goes up as it is."""
+    detail = getattr(adapter, "job_detail", None)
     try:
-        detail = getattr(adapter, "job_detail", None)
         return detail(job) if detail is not None else adapter.job(job)
-    except Exception as exc:
+    except SchedulerError as exc:
         raise Unknown(str(exc)) from exc
 
 
@@ -161,6 +172,7 @@ class Actuator:
         verify_timeout: float = 20.0,
         retry_delay: float = 2.0,
         drain_retry_for: float | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ):
         self.store = store
         self.adapter = adapter
@@ -174,6 +186,11 @@ class Actuator:
         #: False while the scheduler is known not to answer (set by the controller's poller):
         #: actions wait instead of burning their attempts
         self.available = True
+        self._monotonic = monotonic
+        #: warnings about an action that waits go out once per LOG_EVERY_S, not on every step
+        self.limiter = LogLimiter(monotonic=monotonic)
+        #: action id -> (when it first could not be told, how many times in a row)
+        self._unknown: dict[int, tuple[float, int]] = {}
         self.hold_after_run = float(os.environ.get("RECOVER_TEST_HOLD_AFTER_RUN", "0") or 0)
 
     @property
@@ -198,20 +215,17 @@ class Actuator:
         a = self.compiled.actions.get(action["action"])
         return (a.verify if a is not None and a.verify else None) or DEFAULT_VERIFY.get(action["action"], "none")
 
-    def _check(self, action: dict, inc) -> bool | None:
-        """Is the action's effect there? True, False, or None when the scheduler could not tell."""
+    def _check(self, action: dict, inc) -> bool:
+        """Is the action's effect there? Raises Unknown when the scheduler could not tell; anything
+        else a verifier raises is a bug and goes up to ``step()``."""
         name = self._verify_name(action)
         fn = VERIFIERS.get(name)
         if name == "none" or fn is None:
             return action.get("rc") == 0
         try:
             return bool(fn(self.adapter, action, inc))
-        except Exception as exc:
-            logger.warning("verify %s of action %s could not be read: %s", name, action["id"], exc)
-            return None
-
-    def _verified(self, action: dict, inc) -> bool:
-        return self._check(action, inc) is True
+        except SchedulerError as exc:
+            raise Unknown(f"verify {name}: {exc}") from exc
 
     def _count(self, action: str, status: str) -> None:
         if self.metrics is not None:
@@ -446,7 +460,7 @@ class Actuator:
                 for j in self.adapter.jobs()
                 if j.job_id != job and j.state in ACTIVE and set(j.nodes) & set(inc.nodes)
             ]
-        except Exception as exc:
+        except SchedulerError as exc:
             raise Unknown(str(exc)) from exc
         if not others:
             return None
@@ -543,7 +557,7 @@ class Actuator:
     def _pre_drain(self, action: dict, inc) -> tuple[str, str] | None:
         try:
             node = _node(self.adapter, action["target"])
-        except Exception as exc:
+        except SchedulerError as exc:
             raise Unknown(str(exc)) from exc
         if node is None:
             return "skipped", f"node {action['target']} is not known to the scheduler"
@@ -593,22 +607,87 @@ class Actuator:
                 if blocked and not aside:
                     continue
                 try:
-                    if not self.available and not aside:
-                        done = self._wait_for_scheduler(action, inc)
-                    else:
-                        # no enclosing transaction: "started" must be committed before the command runs
-                        done = self._advance(action, inc)
-                except Wait as exc:
-                    logger.debug("action %s waits: %s", action["id"], exc)
+                    done = self._step_one(action, inc, aside)
+                except _STORE_ERRORS as exc:  # nothing can be journaled: try again on a later step
+                    if self.limiter.ok(f"store-{action['id']}"):
+                        logger.warning("action %s waits: the store refused a write (%s)", action["id"], exc)
                     done = False
-                except Unknown as exc:
-                    logger.warning("action %s waits: the scheduler could not tell its state (%s)", action["id"], exc)
-                    done = False
-                except Exception as exc:  # never let one action stop the loop
-                    logger.exception("action %s: %s", action["id"], exc)
-                    done = False
+                except Exception as exc:  # never let one action stop the loop, nor wedge its plan
+                    done = self._internal_error(action, inc, exc)
                 if not done and not aside:
                     blocked = True  # the next action of this incident waits for this one
+
+    def _step_one(self, action: dict, inc, aside: bool) -> bool:
+        """One action moved along by one state; True when it reached a terminal one."""
+        try:
+            if not self.available and not aside:
+                # the poller knows it is away: _wait_for_scheduler's rule applies, not ours
+                self._unknown.pop(action["id"], None)
+                return self._wait_for_scheduler(action, inc)
+            # no enclosing transaction: "started" must be committed before the command runs
+            done = self._advance(action, inc)
+        except Wait as exc:  # it answered: the job is between states
+            self._unknown.pop(action["id"], None)
+            logger.debug("action %s waits: %s", action["id"], exc)
+            return False
+        except Unknown as exc:
+            return self._could_not_tell(action, inc, exc)
+        self._unknown.pop(action["id"], None)  # the scheduler answered
+        return done
+
+    def _could_not_tell(self, action: dict, inc, exc: Exception) -> bool:
+        """The scheduler could not tell: wait, never guess; but not for ever. Once it has answered
+        nothing else for ``drain_retry_for`` (and at least ``max_attempts`` times in a row), the
+        action is escalated: a person is told, and the plan no longer waits behind it. True then."""
+        now = self._monotonic()
+        first, count = self._unknown.get(action["id"], (now, 0))
+        count += 1
+        self._unknown[action["id"]] = (first, count)
+        waited = now - first
+        if waited >= self.drain_retry_for and count >= self.max_attempts:
+            self._unknown.pop(action["id"], None)
+            self._escalate(
+                action,
+                inc,
+                f"the scheduler could not tell its state for {waited:.0f} s ({count} tries): {str(exc)[:200]}",
+            )
+            return True
+        if self.limiter.ok(f"unknown-{action['id']}"):
+            logger.warning(
+                "action %s waits: the scheduler could not tell its state (%s); %d in a row over %.0f s, "
+                "escalated after %.0f s",
+                action["id"],
+                exc,
+                count,
+                waited,
+                self.drain_retry_for,
+            )
+        return False
+
+    def _internal_error(self, action: dict, inc, exc: Exception) -> bool:
+        """A bug of ours (a verifier, an adapter, a template), not a scheduler that could not tell:
+        logged once with its traceback, and the action escalated rather than retried on every step
+        (it would fail the same way) or left holding its plan. True when the journal says so."""
+        self._unknown.pop(action["id"], None)
+        if self.metrics is not None:
+            self.metrics.errors.inc()
+        if self.limiter.ok(f"bug-{action['id']}"):
+            logger.error(
+                "action %s (%s %s): internal error; escalated, not retried",
+                action["id"],
+                action["action"],
+                action["target"],
+                exc_info=exc,
+            )
+        try:
+            self._escalate(
+                action, inc, f"internal error ({type(exc).__name__}: {str(exc)[:160]}); see the controller log"
+            )
+        except Exception:  # the store refusing, or the page failing too: the action comes back later
+            if self.limiter.ok(f"bug-escalate-{action['id']}"):
+                logger.exception("action %s could not be escalated", action["id"])
+            return False
+        return True
 
     def _wait_for_scheduler(self, action: dict, inc) -> bool:
         """The scheduler does not answer: nothing can be done or checked. A drain that waits says so."""
@@ -634,9 +713,8 @@ class Actuator:
         if status == "planned":
             return self._replan_and_run(action, inc)
         if status == "started":  # a crash between start and result: did it happen?
+            # could not verify is not "not done": Unknown goes up, and nothing is re-run on a guess
             seen = self._check(action, inc)
-            if seen is None:
-                return False  # could not verify is not "not done": never re-run on a guess
             if seen:
                 self.store.update_action(action["id"], "verified", verified=True, note="found done after a restart")
                 return True
@@ -650,7 +728,7 @@ class Actuator:
                 self.store.update_action(action["id"], "verified", verified=True)
                 self._count(action["action"], "verified")
                 return True
-            if seen is None or age < self.verify_timeout:
+            if age < self.verify_timeout:
                 return False
             if action["attempts"] >= self.max_attempts:
                 self._escalate(action, inc, f"ran {action['attempts']} times but its effect was never seen")
@@ -658,8 +736,6 @@ class Actuator:
             return self._replan_and_run(action, inc)
         if status == "failed":
             seen = self._check(action, inc) if self._verify_name(action) != "none" else False
-            if seen is None:
-                return False
             if seen:
                 self.store.update_action(
                     action["id"], "verified", verified=True, note="effect present despite the error"
