@@ -99,6 +99,7 @@ class CommandResult:
     stderr: str = ""
     timed_out: bool = False
     duration_s: float = 0.0
+    truncated: bool = False  # it printed more than the runner reads: killed, its stdout dropped
 
 
 #: the test seam: something that runs an argv list (no shell) with a timeout

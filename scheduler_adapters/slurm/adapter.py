@@ -13,15 +13,20 @@ so the expanded StdOut/StdErr come from ``scontrol show job -o``. Where ``--json
 understood, ``scontrol show job -o`` and ``sinfo -N -o`` text are parsed instead.
 
 Tests pass ``runner=``: a plain function ``(argv, timeout) -> CommandResult``.
+
+What Slurm prints holds what users set, in any bytes (runner.py): a job name, reason or node
+name that was not UTF-8 reaches JobInfo with U+FFFD in place of each such byte, and an output
+path that was not UTF-8 is not followed (None, with a warning) rather than followed under a
+name that is not the file's. Nothing a user sets makes a poll fail.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import logging
 import re
-import subprocess
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -34,6 +39,7 @@ from ..base import (
     SchedulerUnavailable,
 )
 from .hostlist import HostlistError, expand_hostlist
+from .runner import DEFAULT_MAX_OUTPUT, readable, subprocess_runner, unreadable
 
 __all__ = ["SlurmAdapter", "parse_gpu_detail", "parse_scontrol_line", "split_wait_status", "subprocess_runner"]
 
@@ -77,44 +83,6 @@ _NO_JSON = re.compile(r"unrecognized option|invalid option|unknown option", re.I
 _NULLS = ("", "(null)", "None", "N/A")
 
 
-def subprocess_runner(argv: Sequence[str], timeout: float) -> CommandResult:
-    """Run argv without a shell. rc 124 (timed_out) on timeout, 127 when the program is missing."""
-    started = time.monotonic()
-    try:
-        done = subprocess.run(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        return CommandResult(
-            rc=124,
-            stdout=_text(exc.stdout),
-            stderr=_text(exc.stderr) or f"timed out after {timeout:g} s",
-            timed_out=True,
-            duration_s=time.monotonic() - started,
-        )
-    except FileNotFoundError as exc:
-        return CommandResult(rc=127, stderr=str(exc), duration_s=time.monotonic() - started)
-    except PermissionError as exc:
-        return CommandResult(rc=126, stderr=str(exc), duration_s=time.monotonic() - started)
-    return CommandResult(
-        rc=done.returncode,
-        stdout=done.stdout,
-        stderr=done.stderr,
-        duration_s=time.monotonic() - started,
-    )
-
-
-def _text(data: str | bytes | None) -> str:
-    if data is None:
-        return ""
-    return data.decode(errors="replace") if isinstance(data, bytes) else data
-
-
 def split_wait_status(status: int) -> tuple[int, int | None]:
     """A raw wait status → (exit code, signal or None): 256 → (1, None), 9 → (0, 9)."""
     signal = status & 0x7F
@@ -136,17 +104,33 @@ class SlurmAdapter:
 
     name = "slurm"
 
-    def __init__(self, runner: Runner | None = None, timeout: float = 30.0, use_json: bool = True) -> None:
+    def __init__(
+        self,
+        runner: Runner | None = None,
+        timeout: float = 30.0,
+        use_json: bool = True,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+    ) -> None:
         """``use_json=False`` reads text output only; otherwise ``--json`` is tried first and
-        text is read from then on if this Slurm does not know the option."""
-        self._runner: Runner = runner or subprocess_runner
+        text is read from then on if this Slurm does not know the option. ``max_output``: the
+        most bytes one command may print (a query past it fails: SchedulerUnavailable)."""
+        self._runner: Runner = runner or functools.partial(subprocess_runner, max_output=max_output)
         self._timeout = timeout
+        self._max_output = max_output
+        # job ids whose output path was not UTF-8, already warned about (bounded)
+        self._warned: set[str] = set()
         # None: --json not tried yet; True: it works; False: text output only
         self._json: bool | None = None if use_json else False
 
     # -- the protocol -------------------------------------------------------------------------
 
     def run(self, argv: Sequence[str], timeout: float = 30.0) -> CommandResult:
+        result = self._run(argv, timeout)
+        # what callers log and journal: never a lone surrogate (sqlite and logs refuse them)
+        return dataclasses.replace(result, stdout=readable(result.stdout), stderr=readable(result.stderr))
+
+    def _run(self, argv: Sequence[str], timeout: float) -> CommandResult:
+        """The runner's result as it is: stdout may hold undecodable bytes (surrogateescape)."""
         if isinstance(argv, (str, bytes)) or not argv:
             raise TypeError("argv must be a non-empty list of strings (no shell is used)")
         if not all(isinstance(a, str) for a in argv):
@@ -202,11 +186,15 @@ class SlurmAdapter:
     # -- queries ------------------------------------------------------------------------------
 
     def _query(self, argv: list[str]) -> CommandResult:
-        result = self.run(argv, self._timeout)
+        result = self._run(argv, self._timeout)
         if result.rc == 127:
             raise SchedulerUnavailable(f"{argv[0]} not found: is Slurm installed? ({result.stderr.strip()})")
         if result.timed_out:
             raise SchedulerUnavailable(f"{argv[0]} timed out after {self._timeout:g} s")
+        if result.truncated or len(result.stdout) > self._max_output:
+            raise SchedulerUnavailable(
+                f"{argv[0]} printed more than {self._max_output} bytes, the adapter's max_output: not read"
+            )
         return result
 
     def _query_json(self, argv: list[str]) -> dict[str, Any] | None:
@@ -256,11 +244,24 @@ class SlurmAdapter:
                 logger.warning("could not expand job output paths: %s", exc)
         jobs = []
         for record in records:
+            self._warn_unreadable_paths(record)
             try:
                 jobs.append(_job_from_json(record, paths.get(str(_num(record.get("job_id"))))))
             except (HostlistError, TypeError, ValueError) as exc:
-                logger.warning("skipping job record %s: %s", record.get("job_id"), exc)
+                logger.warning("skipping job record %s: %s", readable(str(record.get("job_id"))), readable(str(exc)))
         return jobs
+
+    def _warn_unreadable_paths(self, record: Mapping[str, Any]) -> None:
+        paths = [record.get("standard_output"), record.get("standard_error")]
+        if not any(isinstance(p, str) and unreadable(p) for p in paths):
+            return
+        job = readable(str(_num(record.get("job_id"))))
+        if job in self._warned:
+            return
+        if len(self._warned) >= 10_000:
+            self._warned.clear()
+        self._warned.add(job)
+        logger.warning("job %s: its output path is not UTF-8; its log is not followed", job)
 
     def _nodes_from_text(self) -> list[NodeInfo]:
         argv = ["sinfo", "-N", "-h", "-o", "%N|%T|%P|%E"]
@@ -282,8 +283,8 @@ def _raise_failed(argv: list[str], result: CommandResult) -> NoReturn:
 
 def _error_text(error: Any) -> str:
     if isinstance(error, Mapping):
-        return str(error.get("description") or error.get("error") or error)[:200]
-    return str(error)[:200]
+        return readable(str(error.get("description") or error.get("error") or error))[:200]
+    return readable(str(error))[:200]
 
 
 # `scontrol show job -d`: "Nodes=n[1-2] CPU_IDs=0-1 Mem=0 GRES=gpu:2(IDX:0-1)"
@@ -373,6 +374,37 @@ def _exit_status(record: Mapping[str, Any]) -> tuple[int | None, int | None]:
     return split_wait_status(int(raw)) if raw is not None else (None, None)
 
 
+def _safe_job(job: JobInfo) -> JobInfo:
+    """``job`` with nothing undecodable left in it: text fields with U+FFFD for each byte that
+    was not UTF-8, and an output path that was not UTF-8 as unknown (None): a path with U+FFFD
+    in it would name another file, and one with surrogates cannot be stored."""
+    changes: dict[str, Any] = {}
+    for field in dataclasses.fields(job):
+        value = getattr(job, field.name)
+        if field.name in ("stdout", "stderr"):
+            if value is not None and unreadable(value):
+                changes[field.name] = None
+        elif isinstance(value, str) and unreadable(value):
+            changes[field.name] = readable(value)
+        elif field.name != "gpus" and isinstance(value, tuple) and any(unreadable(v) for v in value):
+            changes[field.name] = tuple(readable(v) for v in value)
+        elif field.name == "gpus" and any(unreadable(node) for node, _ in value):
+            changes[field.name] = tuple((readable(node), idx) for node, idx in value)
+    return dataclasses.replace(job, **changes) if changes else job
+
+
+def _safe_node(node: NodeInfo) -> NodeInfo:
+    """``node`` with U+FFFD for each byte of its texts that was not UTF-8."""
+    return dataclasses.replace(
+        node,
+        name=readable(node.name),
+        state=readable(node.state),
+        flags=tuple(readable(f) for f in node.flags),
+        reason=readable(node.reason),
+        partitions=tuple(readable(p) for p in node.partitions),
+    )
+
+
 def _job_from_json(record: Mapping[str, Any], scontrol: Mapping[str, str] | None) -> JobInfo:
     state = _first_word(record.get("job_state")).upper()
     exit_code, signal = _exit_status(record) if state in FINISHED_STATES else (None, None)
@@ -382,22 +414,24 @@ def _job_from_json(record: Mapping[str, Any], scontrol: Mapping[str, str] | None
         stdout = _clean(scontrol.get("StdOut")) or stdout
         stderr = _clean(scontrol.get("StdErr")) or stderr
     stderr = stderr or stdout  # no -e: stderr goes where stdout goes
-    return JobInfo(
-        job_id=str(_num(record["job_id"])),
-        attempt=int(_num(record.get("restart_cnt")) or 0),
-        state=state,
-        reason=_clean(record.get("state_reason")),
-        nodes=_hosts(record.get("nodes")),
-        name=str(record.get("name") or ""),
-        exit_code=exit_code,
-        signal=signal,
-        stdout=None if "%" in stdout or not stdout else stdout,
-        stderr=None if "%" in stderr or not stderr else stderr,
-        excluded_nodes=_hosts(record.get("excluded_nodes")),
-        requeue=bool(record.get("requeue", True)),
-        user=str(record.get("user_name") or ""),
-        partition=str(record.get("partition") or ""),
-        required_nodes=_hosts(_clean(record.get("required_nodes")) or None),
+    return _safe_job(
+        JobInfo(
+            job_id=str(_num(record["job_id"])),
+            attempt=int(_num(record.get("restart_cnt")) or 0),
+            state=state,
+            reason=_clean(record.get("state_reason")),
+            nodes=_hosts(record.get("nodes")),
+            name=str(record.get("name") or ""),
+            exit_code=exit_code,
+            signal=signal,
+            stdout=None if "%" in stdout or not stdout else stdout,
+            stderr=None if "%" in stderr or not stderr else stderr,
+            excluded_nodes=_hosts(record.get("excluded_nodes")),
+            requeue=bool(record.get("requeue", True)),
+            user=str(record.get("user_name") or ""),
+            partition=str(record.get("partition") or ""),
+            required_nodes=_hosts(_clean(record.get("required_nodes")) or None),
+        )
     )
 
 
@@ -410,24 +444,26 @@ def _job_from_scontrol(fields: Mapping[str, str], detail_line: str | None = None
         exit_code = int(code) if code.isdigit() else None
         signal = int(sig) if sig.isdigit() and int(sig) else None
     stdout = _clean(fields.get("StdOut")) or None
-    return JobInfo(
-        job_id=fields["JobId"],
-        attempt=int(fields.get("Restarts", "0") or 0),
-        state=state,
-        reason=_clean(fields.get("Reason")),
-        nodes=_hosts(_clean(fields.get("NodeList"))),
-        name=_clean(fields.get("JobName")),
-        exit_code=exit_code,
-        signal=signal,
-        stdout=stdout,
-        stderr=_clean(fields.get("StdErr")) or stdout,
-        excluded_nodes=_hosts(_clean(fields.get("ExcNodeList"))),
-        requeue=fields.get("Requeue", "1") != "0",
-        user=fields.get("UserId", "").split("(", 1)[0],
-        partition=_clean(fields.get("Partition")),
-        required_nodes=_hosts(_clean(fields.get("ReqNodeList")) or None),
-        gpus=parse_gpu_detail(detail_line) if detail_line else (),
-        detailed=detail_line is not None,
+    return _safe_job(
+        JobInfo(
+            job_id=fields["JobId"],
+            attempt=int(fields.get("Restarts", "0") or 0),
+            state=state,
+            reason=_clean(fields.get("Reason")),
+            nodes=_hosts(_clean(fields.get("NodeList"))),
+            name=_clean(fields.get("JobName")),
+            exit_code=exit_code,
+            signal=signal,
+            stdout=stdout,
+            stderr=_clean(fields.get("StdErr")) or stdout,
+            excluded_nodes=_hosts(_clean(fields.get("ExcNodeList"))),
+            requeue=fields.get("Requeue", "1") != "0",
+            user=fields.get("UserId", "").split("(", 1)[0],
+            partition=_clean(fields.get("Partition")),
+            required_nodes=_hosts(_clean(fields.get("ReqNodeList")) or None),
+            gpus=parse_gpu_detail(detail_line) if detail_line else (),
+            detailed=detail_line is not None,
+        )
     )
 
 
@@ -451,12 +487,14 @@ def _node_from_json(record: Mapping[str, Any]) -> NodeInfo:
     raw_state = record.get("state")
     words = list(raw_state) if isinstance(raw_state, (list, tuple)) else [str(raw_state or "unknown")]
     state, flags = _node_state(words + list(record.get("state_flags") or []))
-    return NodeInfo(
-        name=str(record["name"]),
-        state=state,
-        flags=flags,
-        reason=_clean(record.get("reason")),
-        partitions=tuple(record.get("partitions") or ()),
+    return _safe_node(
+        NodeInfo(
+            name=str(record["name"]),
+            state=state,
+            flags=flags,
+            reason=_clean(record.get("reason")),
+            partitions=tuple(record.get("partitions") or ()),
+        )
     )
 
 
@@ -477,12 +515,14 @@ def _nodes_from_sinfo_text(text: str) -> list[NodeInfo]:
         node = by_name.setdefault(name, {"state": word, "flags": flags, "reason": reason, "parts": []})
         node["parts"].append(partition.rstrip("*"))
     return [
-        NodeInfo(
-            name=name,
-            state="drained" if n["state"] == "drain" else n["state"],
-            flags=tuple(n["flags"]),
-            reason="" if n["reason"] == "none" else n["reason"],
-            partitions=tuple(n["parts"]),
+        _safe_node(
+            NodeInfo(
+                name=name,
+                state="drained" if n["state"] == "drain" else n["state"],
+                flags=tuple(n["flags"]),
+                reason="" if n["reason"] == "none" else n["reason"],
+                partitions=tuple(n["parts"]),
+            )
         )
         for name, n in by_name.items()
     ]
