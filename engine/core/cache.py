@@ -8,6 +8,12 @@ atomically; one that cannot be read or loaded is rebuilt. ``RECOVER_CACHE_DIR`` 
 (default ``$XDG_CACHE_HOME/recover``, else ``~/.cache/recover``); ``RECOVER_CACHE_DIR=off``
 turns the cache off.
 
+An entry is unpickled (a loaded rulebook) or handed to hyperscan's loader, so whoever can write
+the folder can run code as whoever reads it (the agent runs as root). The folder is created
+0700, and one that is not a directory owned by this process's effective uid, or that its group
+or others may write, is refused: a warning says why (once) and the cache is simply not used. An
+entry file is read only when it, too, is owned by that uid and writable by no one else.
+
 Usage::
 
     k = cache.key("hyperscan", patterns, flags)
@@ -25,6 +31,7 @@ import logging
 import os
 import platform
 import re
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -44,6 +51,63 @@ def cache_dir() -> Path | None:
         return None if env.strip().lower() in ("", "off", "0", "no") else Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "recover"
+
+
+# the folders already refused, each warned about once
+_refused: set[str] = set()
+
+
+def _unsafe(st: os.stat_result, what: str) -> str | None:
+    """Why a cache folder (or entry) with this stat must not be trusted; None when it may be."""
+    euid = os.geteuid()
+    if st.st_uid != euid:
+        return f"owned by uid {st.st_uid}, not by uid {euid} that reads it"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        who = " and ".join(w for bit, w in ((stat.S_IWGRP, "its group"), (stat.S_IWOTH, "others")) if st.st_mode & bit)
+        return f"writable by {who} (mode {stat.S_IMODE(st.st_mode):04o}); it must be writable by its owner only"
+    kind = stat.S_ISDIR if what == "folder" else stat.S_ISREG
+    if not kind(st.st_mode):
+        return f"not a {'directory' if what == 'folder' else 'regular file'}"
+    return None
+
+
+def _refuse(d: Path, why: str) -> None:
+    if str(d) not in _refused:
+        _refused.add(str(d))
+        logger.warning("cache %s not used: %s (run without it: slower starts, nothing else)", d, why)
+
+
+def _trusted_dir(create: bool) -> Path | None:
+    """The cache folder when it may be trusted (created 0700 when ``create`` and missing); None
+    when the cache is off, the folder is missing, or it is refused (warned about once)."""
+    d = cache_dir()
+    if d is None:
+        return None
+    try:
+        st = os.stat(d)
+    except FileNotFoundError:
+        if not create:
+            return None
+        try:
+            d.parent.mkdir(parents=True, exist_ok=True)
+            os.mkdir(d, 0o700)  # the umask can only take bits away
+        except FileExistsError:
+            pass  # another process made it meanwhile: checked below like any other
+        except OSError as exc:  # a read-only home costs speed, nothing else
+            logger.debug("cache %s: not created: %s", d, exc)
+            return None
+        try:
+            st = os.stat(d)
+        except OSError:
+            return None
+    except OSError as exc:
+        logger.debug("cache %s: not usable: %s", d, exc)
+        return None
+    why = _unsafe(st, "folder")
+    if why is not None:
+        _refuse(d, why)
+        return None
+    return d
 
 
 def _normal(name: str) -> str:
@@ -133,13 +197,22 @@ KEEP_DEFAULT = 256
 
 
 def get(k: str) -> bytes | None:
-    d = cache_dir()
+    d = _trusted_dir(create=False)
     if d is None:
         return None
     try:
-        data = (d / k).read_bytes()
+        fd = os.open(d / k, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None
+    with os.fdopen(fd, "rb") as fh:
+        why = _unsafe(os.fstat(fh.fileno()), "entry")
+        if why is not None:
+            _refuse(d / k, why)
+            return None
+        try:
+            data = fh.read()
+        except OSError:
+            return None
     try:
         os.utime(d / k)  # used now: the last to be pruned
     except OSError:
@@ -172,11 +245,10 @@ def _prune(d: Path, kind: str) -> None:
 
 
 def put(k: str, data: bytes) -> None:
-    d = cache_dir()
+    d = _trusted_dir(create=True)
     if d is None:
         return
     try:
-        d.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as fh:
