@@ -49,7 +49,8 @@ CREATE TABLE IF NOT EXISTS incidents (
     detected_wall REAL NOT NULL,                   -- wall clock when it opened (latency metrics)
     fault_class TEXT, decision TEXT, nodes TEXT NOT NULL DEFAULT '[]',
     fault_fact TEXT, reason TEXT, guards TEXT NOT NULL DEFAULT '[]', mode TEXT,
-    fingerprint TEXT, closed_wall REAL, rulebook TEXT
+    fingerprint TEXT, closed_wall REAL, rulebook TEXT,
+    context TEXT                                   -- who recorded it, who said where jobs ran: see Store.context
 );
 CREATE INDEX IF NOT EXISTS incidents_key ON incidents(key, status);
 CREATE TABLE IF NOT EXISTS facts (
@@ -134,6 +135,7 @@ class IncidentRow:
     reason: str | None
     guards: tuple
     mode: str | None
+    context: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = self.__dict__.copy()
@@ -161,6 +163,7 @@ def _row_to_incident(r: sqlite3.Row) -> IncidentRow:
         reason=r["reason"],
         guards=tuple(json.loads(r["guards"] or "[]")),
         mode=r["mode"],
+        context=r["context"] if "context" in r.keys() else None,
     )
 
 
@@ -174,6 +177,10 @@ class Store:
         self._touches: dict[int, float] = {}
         self._bumps: dict[str, list] = {}  # fact id -> [count, flood JSON or None]
         self.write_behind = True  # False: every write at once (the reference for tests)
+        #: written with each incident this store opens: "replay" (which job ran where was read from
+        #: the logs' own lines), "live:logs" (the controller without a scheduler: the same) or
+        #: "live:scheduler"; one database may hold a replay's incidents and a controller's
+        self.context: str | None = None
         try:
             self.fresh = False
             if readonly:
@@ -196,6 +203,10 @@ class Store:
                     pass
                 try:  # databases from before floods kept their last line and who repeated it
                     self.db.execute("ALTER TABLE facts ADD COLUMN flood TEXT")
+                except sqlite3.OperationalError:
+                    pass
+                try:  # databases from before each incident said who recorded it
+                    self.db.execute("ALTER TABLE incidents ADD COLUMN context TEXT")
                 except sqlite3.OperationalError:
                     pass
                 # a database that did not exist before (or was never used) knows nothing of the past
@@ -261,8 +272,9 @@ class Store:
 
     def open_incident(self, key: str, job: str | None, attempt: int | None, node: str | None, at: float) -> int:
         cur = self._exec(
-            "INSERT INTO incidents(key, job, attempt, node, opened_at, last_evidence_at, detected_wall) VALUES (?,?,?,?,?,?,?)",
-            (key, job, attempt, node, at, at, time.time()),
+            "INSERT INTO incidents(key, job, attempt, node, opened_at, last_evidence_at, detected_wall, context) "
+            "VALUES (?,?,?,?,?,?,?,?)",
+            (key, job, attempt, node, at, at, time.time(), self.context),
         )
         return int(cur.lastrowid)
 

@@ -248,8 +248,10 @@ def run(
     # so it leaves the environment (a later restart of this process is a plain start)
     reloaded = os.environ.pop(RELOADED_ENV, None) == "1"
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)  # held across a restart in place: see there
+    # a daemon says what it does at INFO (start, stop, reload, recommendations); WARNING is kept
+    # for what an operator should look at, and -v adds DEBUG
     _setup_logging(verbose)
-    logging.getLogger().setLevel(logging.INFO if verbose else logging.WARNING)
+    logging.getLogger().setLevel(logging.DEBUG if verbose else logging.INFO)
     compiled = _load_or_exit(rules, no_defaults)
     settings = _settings()
     follow = follow or settings.follow
@@ -368,7 +370,7 @@ def agent(
     # a stop that comes while the agent still starts (loading the rulebook) is a clean stop too
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     _setup_logging(verbose)
-    logging.getLogger().setLevel(logging.INFO if verbose else logging.WARNING)
+    logging.getLogger().setLevel(logging.DEBUG if verbose else logging.INFO)  # as `recover run`
     if kernel_log is None and not kmsg and not nvml:
         _err("no source: give --kernel-log PATH, --kmsg or --nvml")
         raise typer.Exit(2)

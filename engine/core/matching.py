@@ -659,7 +659,8 @@ class Scanner:
         todo: list[tuple[_Compiled, int]] = []
         for c in self._c:
             if c.hs_src is None:
-                logger.info("matcher %r: matched with RE2 (pattern needs RE2 semantics)", c.spec.id)
+                # how a pattern is matched is no news to an operator (the daemons log INFO): -v shows it
+                logger.debug("matcher %r: matched with RE2 (pattern needs RE2 semantics)", c.spec.id)
             else:
                 todo.append((c, _hs.HS_FLAG_CASELESS if c.spec.ignore_case else 0))
         main = [(c, f) for c, f in todo if not c.spec.sample]

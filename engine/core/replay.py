@@ -215,6 +215,7 @@ def replay_inputs(
     result = ReplayResult()
     # no scheduler here: which job ran where is taken from the logs' own lines (explain says so)
     store.set_meta("context_source", "logs")
+    store.context = "replay"
     cluster = ClusterContext()
     if job is not None and nodes:
         cluster.assign(job, attempt, nodes, 0.0)

@@ -243,7 +243,9 @@ class Actuator:
         status = "succeeded" if result.rc == 0 else "failed"
         self.store.update_action(action["id"], status, rc=result.rc, output=output)
         self._count(action["action"], status)
-        logger.warning(
+        # a command that did what it should is routine; one that failed is for an operator to see
+        logger.log(
+            logging.INFO if result.rc == 0 else logging.WARNING,
             "act incident=%s action=%s target=%s rc=%s cmd=%s",
             action["incident"],
             action["action"],
@@ -579,7 +581,8 @@ class Actuator:
         status, note = decided
         self.store.update_action(action["id"], status, verified=(status == "verified") or None, note=note)
         self._count(action["action"], status)
-        logger.warning(
+        logger.log(
+            logging.INFO if status == "verified" else logging.WARNING,
             "act incident=%s action=%s target=%s: %s (%s)",
             action["incident"],
             action["action"],

@@ -106,6 +106,7 @@ class Controller:
         with self.store.transaction():
             scheduled = config.adapter is not None or config.scheduler not in ("none", "", None)
             self.store.set_meta("context_source", "scheduler" if scheduled else "logs")
+        self.store.context = "live:scheduler" if scheduled else "live:logs"
         self.metrics = Metrics(config.metrics_port)
         self.limiter = LogLimiter()
         self.cluster = ClusterContext()
@@ -274,7 +275,7 @@ class Controller:
             self.metrics.incidents.labels(fault_class=d.fault_class, decision=d.decision).inc()
             if self.mode == "recommend":
                 if not c.plan:
-                    logger.warning(
+                    logger.info(
                         "incident %s job=%s attempt=%s fault=%s decision=%s nodes=%s: no command",
                         c.id,
                         c.job,
@@ -284,7 +285,7 @@ class Controller:
                         ",".join(d.nodes) or "-",
                     )
                 for p in c.plan:
-                    logger.warning(
+                    logger.info(
                         "recommend incident=%s job=%s fault=%s decision=%s action=%s cmd=%s",
                         c.id,
                         c.job,
@@ -339,7 +340,7 @@ class Controller:
             )
             self.rulebook.rejected()
             return False
-        logger.warning("rulebook changed: restarting in place to load it (pid %d kept)", os.getpid())
+        logger.info("rulebook changed: restarting in place to load it (pid %d kept)", os.getpid())
         self.restart_requested = True
         self.stop_event.set()
         self.follower.wake.set()
@@ -451,7 +452,7 @@ class Controller:
         self.startup()
         if self.sched is not None:
             self.sched.start_worker()
-        logger.warning(
+        logger.info(
             "%s%s follow=%s spool=%s scheduler=%s db=%s",
             READY,
             self.mode,
@@ -484,14 +485,14 @@ class Controller:
                         self.metrics.errors.inc()
                         logger.exception("rescan failed; continuing")
                     if self.rulebook.changed():
-                        logger.warning("rulebook files changed: reloading")
+                        logger.info("rulebook files changed: reloading")
                         self.reload_requested.set()
                 if now - last_gauges >= 1.0:
                     last_gauges = now
                     self._update_gauges()
                 if self.reload_requested.is_set() and not self.stop_event.is_set():
                     self.reload_requested.clear()
-                    logger.warning("reloading the rulebook")
+                    logger.info("reloading the rulebook")
                     self.reload()
                 if self.stop_event.is_set():
                     break
@@ -500,7 +501,7 @@ class Controller:
                 else:
                     self.follower.wake.wait(self.cfg.tick)
         finally:
-            logger.warning("recover run: stopping")
+            logger.info("recover run: stopping")
             try:
                 self.batch.commit()
             except Exception as exc:

@@ -105,7 +105,7 @@ class Metrics:
             from prometheus_client import start_http_server
 
             self._server, self._thread = start_http_server(port, addr="127.0.0.1", registry=r)
-            logger.warning("metrics on http://127.0.0.1:%d/metrics", port)
+            logger.info("metrics on http://127.0.0.1:%d/metrics", port)
 
     def text(self) -> str:
         return generate_latest(self.registry).decode()

@@ -141,4 +141,4 @@ class RulebookWatch:
 
     def accepted(self, compiled: CompiledRulebook) -> None:
         self.metrics.reloads.labels(result="ok").inc()
-        logger.warning("rulebook reloaded: %d rules, %d matchers", len(compiled.rules), len(compiled.matchers))
+        logger.info("rulebook reloaded: %d rules, %d matchers", len(compiled.rules), len(compiled.matchers))

@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.store import Store, StoreError
 
-__all__ = ["build", "render_text", "ExplainError"]
+__all__ = ["build", "render_text", "scope_text", "ExplainError"]
 
 
 def _fact_dict(fact, count: int, derived_by: int | None) -> dict[str, Any]:
@@ -69,15 +69,21 @@ def build(store: Store, incident_id: int) -> dict[str, Any]:
         "firings": [{k: v for k, v in fr.items()} for fr in firings],
         "actions": store.actions(incident_id),
         "reviews": store.reviews(incident_id),
-        "context_source": _context_source(store),
+        **_context(store, inc.context),
     }
 
 
-def _context_source(store: Store) -> str | None:
+def _context(store: Store, recorded: str | None) -> dict[str, Any]:
+    """Who said which job ran where (``context_source``: logs or scheduler) and who recorded the
+    incident (``recorded_by``: replay or live), from the incident's own record; a database from
+    before incidents kept it has only its last writer's word, and cannot say which one that was."""
+    if recorded:
+        by, _, source = recorded.partition(":")
+        return {"context_source": source or "logs", "recorded_by": by}
     try:
-        return store.meta("context_source")
+        return {"context_source": store.meta("context_source"), "recorded_by": None}
     except (StoreError, sqlite3.Error):  # a database from before this was recorded
-        return None
+        return {"context_source": None, "recorded_by": None}
 
 
 def _describe(fact: dict[str, Any]) -> str:
@@ -94,14 +100,23 @@ def _describe(fact: dict[str, Any]) -> str:
     return f"{kind} " + " ".join(parts[:8])
 
 
+def scope_text(job: str | None, attempt: int | None, node: str | None) -> str:
+    """What an incident is about, in words: ``job 12 attempt 0``, ``node n3``, or that neither is known."""
+    if job:
+        return f"job {job} attempt {'unknown' if attempt is None else attempt}"
+    return f"node {node}" if node else "no job or node known"
+
+
 def render_text(report: dict[str, Any]) -> str:
     """A plain-text tree (rich renders the same structure with colours in the CLI)."""
     inc = report["incident"]
     lines: list[str] = []
-    scope = f"job {inc['job']} attempt {inc['attempt']}" if inc["job"] else f"node {inc['node']}"
-    lines.append(f"Incident {inc['id']} — {scope} — {inc['status']}")
-    lines.append(f"  fault:    {inc['fault_class']}  nodes: {', '.join(inc['nodes']) or '-'}")
-    lines.append(f"  decision: {inc['decision']}  (mode: {inc['mode'] or '-'})")
+    # an incident may know no job, attempt or node, and an open one has no decision yet: say so in
+    # words, never as Python's None
+    still_open = " yet (the incident is open)" if inc["status"] == "open" else ""
+    lines.append(f"Incident {inc['id']} — {scope_text(inc['job'], inc['attempt'], inc['node'])} — {inc['status']}")
+    lines.append(f"  fault:    {inc['fault_class'] or 'none' + still_open}  nodes: {', '.join(inc['nodes']) or '-'}")
+    lines.append(f"  decision: {inc['decision'] or 'none' + still_open}  (mode: {inc['mode'] or '-'})")
     if inc.get("reason"):
         lines.append(f"  why:      {inc['reason']}")
     for g in inc.get("guards") or []:
@@ -109,9 +124,13 @@ def render_text(report: dict[str, Any]) -> str:
             f"  guard:    {g.get('guard')}: {g.get('why')}" + (f" ({g['from']} -> {g['to']})" if g.get("from") else "")
         )
     if report.get("context_source") == "logs":
+        asked = {
+            "replay": "a replay asks no scheduler",
+            "live": "the controller ran without a scheduler (recover run without --scheduler)",
+        }.get(report.get("recorded_by") or "", "no scheduler was asked")
         lines.append(
             "  context:  which job ran on which nodes was taken from the logs' own lines (SLURM_JOB_ID, "
-            "SLURM_JOB_NODELIST...): no scheduler was asked (replay); live, only the scheduler says that"
+            f"SLURM_JOB_NODELIST...): {asked}; with a scheduler, only the scheduler says that"
         )
     lines.append("")
     lines.append("Chain of evidence (the winning fault, the rules that derived it, the facts they matched):")

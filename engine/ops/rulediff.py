@@ -76,7 +76,11 @@ class Change:
         ] or ["incidents"]
 
     def line(self) -> str:
-        who = f"job {self.job} attempt {self.attempt}" if self.job else "node-scoped"
+        who = (
+            f"job {self.job} attempt {'unknown' if self.attempt is None else self.attempt}"
+            if self.job
+            else "node-scoped"
+        )
         old = "; ".join(str(v) for v in self.old) or "no incident"
         new = "; ".join(str(v) for v in self.new) or "no incident"
         rules = f"  (rule {self.old[0].rule if self.old else '-'} -> {self.new[0].rule if self.new else '-'})"

@@ -370,7 +370,8 @@ class Follower:
         if isinstance(exc, FileNotFoundError):  # open_failure(exc) == GONE
             if not t.gone:
                 self.stats["vanished"] += 1
-                logger.warning("%s: gone (%s); following it again if it reappears", t.path, why)
+                # a job's log removed (cleaned up, rotated away) is routine
+                logger.info("%s: gone (%s); following it again if it reappears", t.path, why)
             t.gone = True
             t.gone_since = t.gone_since or time.time()
             t.errors = 0
@@ -544,7 +545,7 @@ class Follower:
                 renamed = change == MOVED or (change == REPLACED and old.linked())
                 if change == DELETED:
                     self.stats["vanished"] += 1
-                    logger.warning("%s: deleted; read to its end, following it again if it reappears", t.path)
+                    logger.info("%s: deleted; read to its end, following it again if it reappears", t.path)
                 else:
                     logger.info("%s: rotated; the old file was read to its end", t.path)
                 if gone:

@@ -193,7 +193,7 @@ def test_new_conditions_stop_the_loop_for_a_restart_and_never_register_here(tmp_
     old = ctl.engine
     returned: list[int] = []
     runner = threading.Thread(target=lambda: returned.append(ctl.run()), daemon=True)
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         runner.start()
         wait_for(lambda: "recover run: mode=" in caplog.text, 10, what="the loop")
         rules.write_text(with_rule(text, NEW_RULE))  # noticed by the loop's rescan (every second)
@@ -217,7 +217,7 @@ def test_the_restarted_process_says_and_counts_the_reload_once_started(tmp_path,
     cfg = ControllerConfig(rules=[str(rules)], defaults=False, db=str(tmp_path / "r.db"), tick=0.05, reloaded=True)
     ctl = Controller(cfg, _compiled(text, tmp_path))
     runner = threading.Thread(target=ctl.run, daemon=True)
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         runner.start()
         wait_for(lambda: "rulebook reloaded: 1 rules, 1 matchers" in caplog.text, 10, what="the reload said")
         assert reloads(ctl.metrics, "ok") == 1

@@ -123,3 +123,22 @@ def test_the_accepted_log_names_are_documented():
     assert "### Which job a log file belongs to" in text
     for shape in ("`%x-%j.out`", "`slurm-%A_%a.out`", "`%x-%A_%a.out`", "`123-4242.out`"):
         assert shape in text, shape
+
+
+# -- no Python None in what people read ---------------------------------------------------------
+def test_explain_says_in_words_what_an_incident_does_not_know(tmp_path):
+    from engine.ops.explain import build, render_text
+    from engine.store import Store
+
+    store = Store(tmp_path / "r.db")
+    no_scope = store.open_incident("text:1", None, None, None, 1.0e9)  # a line that named no job nor node
+    no_attempt = store.open_incident("job:9", "9", None, None, 1.0e9)
+    head = render_text(build(store, no_scope)).splitlines()[:3]
+    assert head == [
+        f"Incident {no_scope} — no job or node known — open",
+        "  fault:    none yet (the incident is open)  nodes: -",
+        "  decision: none yet (the incident is open)  (mode: -)",
+    ]
+    text = render_text(build(store, no_attempt))
+    assert text.startswith(f"Incident {no_attempt} — job 9 attempt unknown — open")
+    assert "None" not in text
