@@ -107,6 +107,22 @@ def _load_or_exit(paths: Optional[List[str]], no_defaults: bool):
     return result.compiled
 
 
+def path_hint() -> str | None:
+    """How to get ``recover`` on PATH, when it is not: scripts/demo.sh runs .venv/bin/recover, and
+    the commands the demo then suggests (``recover explain N``) would be 'command not found'."""
+    import shutil
+
+    if shutil.which("recover"):
+        return None
+    bindir = Path(sys.executable).parent  # not resolved: a venv's python is a link out of it
+    script, activate = bindir / "recover", bindir / "activate"
+    if activate.is_file():
+        return f"(recover is not on your PATH: `source {activate}` puts it there, or run {script})"
+    if script.is_file():
+        return f"(recover is not on your PATH: add {bindir} to it, or run {script})"
+    return f"(recover is not on your PATH: `{sys.executable} -m engine.cli` runs it)"
+
+
 def _setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,

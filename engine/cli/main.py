@@ -26,6 +26,7 @@ from engine.cli.common import (
     _load_or_exit,
     _setup_logging,
     _exit_on,
+    path_hint,
 )  # noqa: F401
 from engine.cli import rules as _rules  # noqa: F401  (registers the rules commands)
 
@@ -445,6 +446,9 @@ def demo(
         typer.echo(render_text(build(store, pick.id)))
     typer.echo("")
     typer.echo(f"Recommendations were recorded, nothing was executed. Explore: recover incidents --db {db}")
+    hint = path_hint()
+    if hint:
+        typer.echo(hint)
 
 
 def _register_extensions() -> None:

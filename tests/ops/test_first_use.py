@@ -8,6 +8,7 @@ import gzip
 import json
 import re
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,55 @@ def test_explain_says_in_words_what_an_incident_does_not_know(tmp_path):
     text = render_text(build(store, no_attempt))
     assert text.startswith(f"Incident {no_attempt} — job 9 attempt unknown — open")
     assert "None" not in text
+
+
+# -- `recover` on PATH after scripts/demo.sh ------------------------------------------------------
+def _demo_footer(tmp_path, monkeypatch, path: str) -> str:
+    """`recover demo`'s output with the simulated run itself left out (its own test covers it)."""
+    from types import SimpleNamespace
+
+    import engine.ops.demo
+    from engine.store import Store
+
+    def no_run(db, **kw):
+        Store(db).close()
+        return SimpleNamespace(incidents=[], injected=[], seconds=0.0)
+
+    monkeypatch.setattr(engine.ops.demo, "run_demo", no_run)
+    monkeypatch.setenv("PATH", path)
+    r = runner.invoke(app, ["demo", "--db", str(tmp_path / "demo.db")])
+    assert r.exit_code == 0, r.output
+    return r.stdout
+
+
+def test_the_demo_says_how_to_get_recover_on_path(tmp_path, monkeypatch):
+    # scripts/demo.sh runs .venv/bin/recover; the `recover explain N` the demo suggests next was
+    # 'command not found' in the user's shell, with no word on why
+    venv_bin = Path(sys.executable).parent
+    out = _demo_footer(tmp_path, monkeypatch, "/usr/bin:/bin")
+    assert f"(recover is not on your PATH: `source {venv_bin / 'activate'}` puts it there" in out
+    assert f"or run {venv_bin / 'recover'})" in out
+    out = _demo_footer(tmp_path, monkeypatch, f"{venv_bin}:/usr/bin:/bin")
+    assert "not on your PATH" not in out  # on PATH already: nothing to say
+
+
+def test_demo_sh_runs_the_demo_through_the_path_hint():
+    script = (REPO / "scripts" / "demo.sh").read_text()
+    assert ".venv/bin/recover demo" in script  # the hint above is what its user reads
+    assert "source .venv/bin/activate" in (REPO / "README.md").read_text()
+
+
+# -- packaging ----------------------------------------------------------------------------------
+def test_pyproject_license_is_an_spdx_string_for_the_setuptools_it_asks_for():
+    # `license = { text = ... }` made setuptools >= 77 print a deprecation warning on every
+    # install; the SPDX string form needs setuptools >= 77, which the build must then ask for
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    doc = tomllib.loads((REPO / "pyproject.toml").read_text())
+    license = doc["project"]["license"]
+    assert isinstance(license, str) and re.fullmatch(r"[A-Za-z0-9.+-]+(?: (?:AND|OR|WITH) [A-Za-z0-9.+-]+)*", license)
+    (req,) = [r for r in doc["build-system"]["requires"] if r.startswith("setuptools")]
+    m = re.fullmatch(r"setuptools>=(\d+)(?:\.\d+)*", req.replace(" ", ""))
+    assert m and int(m.group(1)) >= 77, req
