@@ -122,12 +122,15 @@ def replay(
 def _print_incident_table(rows, title: str) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=title)
+    # the title names the database (a path the user chose) and the cells the rulebook's names: text,
+    # never Rich markup (a folder named `[/x]` crashed the table with a MarkupError)
+    table = Table(title=Text(title))
     for col in ("id", "job", "attempt", "status", "fault_class", "decision", "nodes"):
         table.add_column(col)
     for r in rows:
-        table.add_row(
+        cells = (
             str(r.id),
             r.job or "-",
             "-" if r.attempt is None else str(r.attempt),
@@ -136,6 +139,7 @@ def _print_incident_table(rows, title: str) -> None:
             r.decision or "-",
             ",".join(r.nodes) or "-",
         )
+        table.add_row(*map(Text, cells))
     Console(width=int(os.environ.get("COLUMNS", "120"))).print(table)
 
 

@@ -195,3 +195,17 @@ def test_pyproject_license_is_an_spdx_string_for_the_setuptools_it_asks_for():
     (req,) = [r for r in doc["build-system"]["requires"] if r.startswith("setuptools")]
     m = re.fullmatch(r"setuptools>=(\d+)(?:\.\d+)*", req.replace(" ", ""))
     assert m and int(m.group(1)) >= 77, req
+
+
+def test_the_incident_table_shows_a_database_path_as_written(tmp_path, monkeypatch):
+    # the table's title names the database; a folder named `[/x]` crashed it with a MarkupError
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "w[" / "x]").mkdir(parents=True)
+    db = "w[/x]/r.db"
+    log = tmp_path / "slurm-5.out"
+    log.write_text("2020-03-01 10:00:00,000 torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB\n")
+    r = runner.invoke(app, ["replay", "--db", db, str(log)], env={"COLUMNS": "300"})
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["incidents", "--db", db], env={"COLUMNS": "300"})
+    assert r.exit_code == 0, r.output
+    assert f"1 incident(s) in {db}" in r.stdout and "cuda_oom" in r.stdout
