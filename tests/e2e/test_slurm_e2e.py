@@ -363,3 +363,66 @@ def test_node_death_is_a_node_failure(h):
     )
     assert victim in json.loads(rows[0][6])
     assert rows[0][1] == job
+
+
+#: a two-node job whose batch host (the first node) alone prints NCCL's host prefix and the
+#: progress, as rank 0 does; its banner prints the node list before the restart count (``env``'s
+#: order). Slurm itself prints the node-failure lines when the second node dies.
+TWO_NODE_STEP_JOB = """#!/bin/bash
+echo "SLURM_JOB_ID=$SLURM_JOB_ID"
+echo "SLURM_JOB_NODELIST=$SLURM_JOB_NODELIST"
+echo "SLURM_RESTART_COUNT=${SLURM_RESTART_COUNT:-0}"
+srun bash -c '
+if [ "$SLURM_PROCID" = 0 ]; then
+  echo "$SLURMD_NODENAME:$$:$$ [0] NCCL INFO Bootstrap : Using ib0:10.60.0.1<0>"
+fi
+for i in $(seq 1 900); do
+  [ "$SLURM_PROCID" = 0 ] && echo "$(date -u +%Y-%m-%dT%H:%M:%S) [Rank 0] step=$i, skipped=0, lr=[0.0001]"
+  sleep 1
+done'
+"""
+
+
+def test_a_dead_node_is_the_only_node_named_not_the_step_host(h):
+    """Issue 18, item 1, on the real Slurm: n2's slurmd dies under a job on n1,n2. Slurm's own
+    lines (srun's "Node failure on n2", slurmstepd's "STEP J.0 ON n1 CANCELLED ... DUE TO NODE
+    FAILURE") and the scheduler name n2; n1 printed the NCCL and progress lines. The incident
+    names n2 only and n1 is never drained, live and in a replay of the log Slurm wrote."""
+    h.start_controller()
+    job = h.submit(TWO_NODE_STEP_JOB, "-N", "2", "-w", "n1,n2")
+    first = wait_for("job running", lambda: h.running(job), 30)
+    assert first.nodes == ("n1", "n2")
+    log = h.logs / f"slurm-{job}.out"
+    wait_for("rank 0's lines", lambda: log.exists() and b"step=2," in log.read_bytes(), 30)
+    h.killed_nodes.append("n2")
+    subprocess.run(["bash", str(REPO / "scripts" / "slurm-node.sh"), "kill", "n2"], check=True, timeout=60)
+    rows = wait_for(
+        "a node_failure incident",
+        lambda: [i for i in h.incidents() if i[4] == "node_failure" and i[3] == "closed"],
+        90,
+        every=1,
+    )
+    text = log.read_text(errors="replace")
+    print(f"\njob log as Slurm wrote it:\n{text[-1500:]}")
+    assert "DUE TO NODE FAILURE" in text or "Node failure on n2" in text, text[-2000:]
+    assert [(r[1], json.loads(r[6])) for r in rows] == [(job, ["n2"])], rows
+    assert all(json.loads(i[6]) in ([], ["n2"]) for i in h.incidents()), h.incidents()
+    time.sleep(3)  # whatever the controller does next, it does not touch n1
+    assert not h.node("n1").drained
+    assert not [a for a in h.actions() if "n1" in json.loads(a[6]) or "NodeName=n1" in a[6]], h.actions()
+    assert "n1" not in (h.slurm.job(job).excluded_nodes or ())
+    # replay of the same log, without a scheduler: the log's own context lines are all it has
+    out = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "replay", "--json", "--db", str(h.tmp / "replay.db"), str(log)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    con = sqlite3.connect(str(h.tmp / "replay.db"))
+    try:
+        replayed = con.execute("SELECT fault_class, nodes FROM incidents").fetchall()
+    finally:
+        con.close()
+    assert [(c, json.loads(n)) for c, n in replayed] == [("node_failure", ["n2"])], replayed
