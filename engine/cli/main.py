@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import List, Optional
 import typer
@@ -369,11 +370,18 @@ def agent(
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the node agent: kernel-log lines (the rulebook's kernel matchers) and NVML counters
-    (the rulebook's thresholds) -> facts in the spool."""
-    from engine.live.agent import run_agent
+    (the rulebook's thresholds) -> facts in the spool. SIGHUP, or a change in the rulebook's
+    files, reloads the rulebook (an invalid one is reported and the running one kept)."""
+    from engine.live.agent import launch_positions, run_agent
 
-    # a stop that comes while the agent still starts (loading the rulebook) is a clean stop too
+    # a stop that comes while the agent still starts (loading the rulebook) is a clean stop too,
+    # and a reload asked for meanwhile is done once it runs (SIGHUP's default would end it)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    reload_event = threading.Event()
+    signal.signal(signal.SIGHUP, lambda signum, frame: reload_event.set())
+    # before anything slow (the rulebook, NVML, Slurm): a first start reads from here, so an Xid
+    # logged while the agent starts is read
+    launch = launch_positions(kernel_log, kmsg)
     _setup_logging(verbose)
     logging.getLogger().setLevel(logging.DEBUG if verbose else logging.INFO)  # as `recover run`
     if kernel_log is None and not kmsg and not nvml:
@@ -389,11 +397,16 @@ def agent(
         if fsync not in ("batch", "line", "never"):
             _err(f"--fsync: {fsync!r} is not batch, line, never or a number of seconds")
             raise typer.Exit(2)
+    rule_paths, defaults, _overlays = _rule_args(rules, no_defaults)
     compiled = _load_or_exit(rules, no_defaults)
     raise typer.Exit(
         run_agent(
             node,
             spool,
+            launch=launch,
+            rules=rule_paths,
+            defaults=defaults,
+            reload_event=reload_event,
             kernel_log=kernel_log,
             kmsg=kmsg,
             nvml=nvml,

@@ -108,7 +108,9 @@ def engine_refusal(definition: str, timeout: float = CHECK_TIMEOUT_S, argv: Sequ
 class RulebookWatch:
     """The rulebook's files as last loaded, and the loading of a new rulebook."""
 
-    def __init__(self, rules: Sequence[str], defaults: bool, metrics: Metrics, load: Callable[[], LoadResult]):
+    def __init__(
+        self, rules: Sequence[str], defaults: bool, metrics: Metrics | None, load: Callable[[], LoadResult]
+    ):  # metrics: None in the node agent, which serves none
         self.rules = list(rules)
         self.defaults = defaults
         self.metrics = metrics
@@ -137,8 +139,10 @@ class RulebookWatch:
 
     def rejected(self) -> None:
         """Counted: a rulebook that was not taken (whoever refused it says why in the log)."""
-        self.metrics.reloads.labels(result="rejected").inc()
+        if self.metrics is not None:
+            self.metrics.reloads.labels(result="rejected").inc()
 
     def accepted(self, compiled: CompiledRulebook) -> None:
-        self.metrics.reloads.labels(result="ok").inc()
+        if self.metrics is not None:
+            self.metrics.reloads.labels(result="ok").inc()
         logger.info("rulebook reloaded: %d rules, %d matchers", len(compiled.rules), len(compiled.matchers))

@@ -43,6 +43,7 @@ __all__ = [
     "KernelLineFacts",
     "KernelLogSource",
     "default_rulebook",
+    "launch_positions",
 ]
 
 #: a line is cut to this many characters before it is matched (the Xid head is at the start)
@@ -297,9 +298,8 @@ class KernelLogSource:
         self.state_file = state_file
         self.on_commit = on_commit
         self.clock = clock
-        self.lines = KernelLineFacts(
-            rulebook if rulebook is not None else default_rulebook(), node, f"kmsg:{node}" if kmsg else str(path)
-        )
+        self._lines_path = f"kmsg:{node}" if kmsg else str(path)
+        self.lines = self.lines_for(rulebook if rulebook is not None else default_rulebook())
         self.lines_read = 0
         if position is None and state_file:
             position = _load_json(state_file)
@@ -319,6 +319,12 @@ class KernelLogSource:
             # resolved once, here; the file it names is then read without following links
             self._file = LineTail(os.path.realpath(str(path)), position, replay)
             self.name = str(path)
+
+    def lines_for(self, compiled: Any) -> KernelLineFacts:
+        """This source's lines -> facts with the kernel matchers of ``compiled``. A reload builds
+        it first and then sets ``lines``: the position is not touched, so no line is lost or read
+        twice by the swap."""
+        return KernelLineFacts(compiled, self.node, self._lines_path)
 
     def open(self) -> None:
         """Open the source now. For ``/dev/kmsg`` this raises ``OSError`` when it cannot be read;
@@ -399,6 +405,51 @@ class KernelLogSource:
             self._kmsg.close()
         if self._file is not None:
             self._file.close()
+
+
+def launch_positions(kernel_log: str | None = None, kmsg: bool = False, kmsg_path: str = "/dev/kmsg") -> dict:
+    """Where the kernel logs end now, as saved positions (``{"kernel_log": ..., "kmsg": ...}``)
+    for the agent's first start. Taken at launch, before the slow parts of starting (the
+    rulebook, NVML, asking Slurm): a first start that began where the log ends once it is ready
+    would never read an Xid logged while it started. A file that does not exist yet, or a kmsg
+    that cannot be read, has no entry (the former is read from its start when it appears)."""
+    out: dict[str, Any] = {}
+    if kernel_log:
+        pos = _file_end(os.path.realpath(kernel_log))
+        if pos is not None:
+            out["kernel_log"] = pos
+    if kmsg:
+        reader = _KmsgReader(kmsg_path, replay=True)
+        try:
+            reader.open()
+            while reader.read():  # the records already there, to learn the last sequence number
+                pass
+            out["kmsg"] = reader.position()
+        except OSError:
+            pass  # the agent says so when it opens it
+        finally:
+            reader.close()
+    return out
+
+
+def _file_end(path: str) -> dict[str, Any] | None:
+    """The position just past the last complete line of ``path`` now (a line being written is
+    read whole, later), in ``LineTail.position``'s form; None when it cannot be opened."""
+    try:
+        f = TailFile.open(path)
+    except OSError:
+        return None
+    try:
+        size = f.size()
+        window = 65536 + 1
+        found, end = f.count_lines(max(0, size - window), size)
+        if not found:  # no newline near the end: a line longer than any kept, or none yet
+            end = size if size > window else 0
+        return {"path": path, "ino": f.ino, "dev": f.dev, "offset": end, "gen": 0, "head": f.head(end)}
+    except OSError:
+        return None
+    finally:
+        f.close()
 
 
 def _load_json(path: str) -> Any:

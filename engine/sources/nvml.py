@@ -143,12 +143,7 @@ class NvmlPoller:
             import pynvml as backend  # noqa: N813 - the module is the backend
         self.node = node
         self.nv = backend
-        self.thresholds = default_thresholds()
-        if thresholds:
-            unknown = set(thresholds) - set(THRESHOLD_KEYS) - {"models"}
-            if unknown:
-                logger.warning("nvml thresholds: ignoring unknown keys %s", ", ".join(sorted(unknown)))
-            self.thresholds.update({k: v for k, v in thresholds.items() if k not in unknown})
+        self.thresholds = self._thresholds(thresholds)
         configured = self.thresholds.get("expected_gpus")
         self.expected: int | None = expected_gpus if expected_gpus else (int(configured) if configured else None)
         self.count_error: str | None = None
@@ -166,6 +161,25 @@ class NvmlPoller:
         self._lost_error = getattr(e, "NVMLError_GpuIsLost", None)
         self._reset_error = getattr(e, "NVMLError_ResetRequired", None)
         self._nvml_error = getattr(e, "NVMLError", Exception)
+
+    @staticmethod
+    def _thresholds(given: Mapping[str, Any] | None) -> dict[str, Any]:
+        out = default_thresholds()
+        if given:
+            unknown = set(given) - set(THRESHOLD_KEYS) - {"models"}
+            if unknown:
+                logger.warning("nvml thresholds: ignoring unknown keys %s", ", ".join(sorted(unknown)))
+            out.update({k: v for k, v in given.items() if k not in unknown})
+        return out
+
+    def use_thresholds(self, thresholds: Mapping[str, Any] | None) -> None:
+        """A reloaded rulebook's ``policy.thresholds``, for the next poll (each GPU's by its
+        model). The samples and windows kept so far stay; the expected GPU count is not changed."""
+        new = self._thresholds(thresholds)
+        per_device = [thresholds_for(new, dev.name) for dev in self.devices]  # all built before any is set
+        self.thresholds = new
+        for dev, t in zip(self.devices, per_device):
+            dev.thresholds = t
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:

@@ -101,11 +101,17 @@ def test_agent_unit_runs_a_valid_command():
         inner[2]
         .replace('"${RECOVER_NODE:-$(hostname -s)}"', "gpu017")
         .replace('"${RECOVER_SPOOL}"', env["RECOVER_SPOOL"])
+        .replace('"${RECOVER_RULES}"', env["RECOVER_RULES"])
     )
     argv = shlex.split(command)
     assert argv[0] == "exec" and argv[1].endswith("/recover")
     params = _parses(argv[2:])
     assert params["node"] == "gpu017" and params["kmsg"] is True and params["spool"] == env["RECOVER_SPOOL"]
+    # the controller's site rulebook, and `systemctl reload` reloads it (SIGHUP), as the controller's does
+    assert (
+        params["rules"] == [env["RECOVER_RULES"]] == [_unit_env(_unit("recover-controller.service"))["RECOVER_RULES"]]
+    )
+    assert unit["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
 
 
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
