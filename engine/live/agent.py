@@ -403,6 +403,9 @@ class Agent:
             src.lines = lines[name]
         self.rulebook, self.thresholds = compiled, thresholds
         self.watch.accepted(compiled)
+        # at WARNING: the agent's journal shows only that by default, and a rollout is checked there
+        kernel = sum(1 for m in compiled.matchers if "kernel" in m.sources or "any" in m.sources)
+        logger.warning("agent %s: new rulebook taken: %d kernel matcher(s)", self.node, kernel)
         return True
 
     # -- stop ---------------------------------------------------------------------------------
