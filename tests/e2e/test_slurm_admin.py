@@ -18,6 +18,7 @@ import urllib.request
 
 import pytest
 
+from engine.facts import Fact
 from test_slurm_e2e import JOB, REPO, Harness, slurm, wait_for  # noqa: F401  (slurm: a fixture)
 
 pytestmark = pytest.mark.slurm
@@ -272,6 +273,39 @@ def test_two_jobs_on_one_node_with_the_faulty_gpu_unknown_none_is_requeued_blind
         j = h.slurm.job(job)
         assert j.state == "RUNNING" and j.attempt == 0, j
     assert not [r for r in notes(h, "requeue") if r[0] == "verified"]
+
+
+JOBID_REQUEUE = """
+actions:
+  requeue:  # a site's own template: the job id inside a key=value element
+    override: true
+    argv: [scontrol, requeue, "JobId={{ job }}"]
+"""
+
+
+def test_two_jobs_on_one_node_the_other_job_holding_the_faulty_gpu_is_the_one_requeued(h):
+    h.site.write_text(SITE + JOBID_REQUEUE)
+    h.start_controller()
+    first = h.submit(JOB, "--gres=gpu:1", "--exclude=n2,n3,n4")
+    assert wait_for("the first job running on n1", lambda: h.running(first), 30).nodes == ("n1",)
+    ready(h, first)
+    second = h.submit(JOB, "--gres=gpu:1", "--exclude=n2,n3,n4")
+    assert wait_for("the second job running on n1", lambda: h.running(second), 30).nodes == ("n1",)
+    ready(h, second)  # learned last: a node's Xid is pinned to it, the incident is the second job's
+    gpu = h.slurm.job_detail(first).gpus_on("n1")
+    assert gpu and h.slurm.job_detail(second).gpus_on("n1") not in (None, gpu)
+    # the agent with NVML: an Xid event on the GPU the first job holds
+    fact = Fact.make("xid", {"code": 79, "node": "n1", "gpu": gpu[0]}, time.time(), f"nvml-event:n1:gpu{gpu[0]}")
+    with open(h.spool / "n1.jsonl", "a") as fh:
+        fh.write(fact.to_json() + "\n")
+    wait_for("the first job requeued", lambda: h.slurm.job(first).attempt >= 1, 40)
+    time.sleep(4)
+    j = h.slurm.job(second)
+    assert j.state == "RUNNING" and j.attempt == 0, j  # the job named by the incident keeps running
+    assert h.slurm.job(first).attempt == 1
+    done = h.query("SELECT incident, target, argv FROM actions WHERE action = 'requeue' AND status = 'verified'")
+    assert [(t, json.loads(a)) for _, t, a in done] == [(first, ["scontrol", "requeue", f"JobId={first}"])]
+    assert h.query("SELECT job FROM incidents WHERE id = ?", done[0][0]) == [(second,)]  # the other job's path
 
 
 CTLD_PID = "/run/slurm/slurmctld.pid"
