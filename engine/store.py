@@ -50,7 +50,8 @@ CREATE TABLE IF NOT EXISTS incidents (
     fault_class TEXT, decision TEXT, nodes TEXT NOT NULL DEFAULT '[]',
     fault_fact TEXT, reason TEXT, guards TEXT NOT NULL DEFAULT '[]', mode TEXT,
     fingerprint TEXT, closed_wall REAL, rulebook TEXT,
-    context TEXT                                   -- who recorded it, who said where jobs ran: see Store.context
+    context TEXT,                                  -- who recorded it, who said where jobs ran: see Store.context
+    mode_why TEXT                                  -- which policy keys gave the decision its mode
 );
 CREATE INDEX IF NOT EXISTS incidents_key ON incidents(key, status);
 CREATE TABLE IF NOT EXISTS facts (
@@ -136,6 +137,7 @@ class IncidentRow:
     guards: tuple
     mode: str | None
     context: str | None = None
+    mode_why: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = self.__dict__.copy()
@@ -164,6 +166,7 @@ def _row_to_incident(r: sqlite3.Row) -> IncidentRow:
         guards=tuple(json.loads(r["guards"] or "[]")),
         mode=r["mode"],
         context=r["context"] if "context" in r.keys() else None,
+        mode_why=r["mode_why"] if "mode_why" in r.keys() else None,  # read-only: an older database
     )
 
 
@@ -207,6 +210,10 @@ class Store:
                     pass
                 try:  # databases from before each incident said who recorded it
                     self.db.execute("ALTER TABLE incidents ADD COLUMN context TEXT")
+                except sqlite3.OperationalError:
+                    pass
+                try:  # databases from before an incident said why it acts or only recommends
+                    self.db.execute("ALTER TABLE incidents ADD COLUMN mode_why TEXT")
                 except sqlite3.OperationalError:
                     pass
                 # a database that did not exist before (or was never used) knows nothing of the past
@@ -306,10 +313,11 @@ class Store:
         guards: Sequence[Any] = (),
         mode: str = "recommend",
         fingerprint: str | None = None,
+        mode_why: str | None = None,
     ) -> None:
         self._exec(
             "UPDATE incidents SET status='closed', closed_at=?, fault_class=?, decision=?, nodes=?, fault_fact=?, reason=?, "
-            "guards=?, mode=?, fingerprint=?, closed_wall=? WHERE id=?",
+            "guards=?, mode=?, fingerprint=?, closed_wall=?, mode_why=? WHERE id=?",
             (
                 at,
                 fault_class,
@@ -321,6 +329,7 @@ class Store:
                 mode,
                 fingerprint,
                 time.time(),
+                mode_why,
                 incident,
             ),
         )

@@ -107,7 +107,7 @@ class Decider:
             ctx = self.guard_context(incident, job_id, attempt, at)
             decision = decide(self.compiled, fault_class, nodes, reason, ctx, rule)
             plan, problems = self._plan(
-                decision, incident, job_id, attempt, fault_class, reason, evidence, decision.plan_only
+                decision, incident, job_id, attempt, fault_class, reason, evidence, decision.plan
             )
             plan = [p for p in plan if (p.name, p.target) not in decision.skip_targets]
             guards = list(decision.guards) + [{"guard": "plan", "why": p} for p in problems]
@@ -127,6 +127,7 @@ class Decider:
                 guards,
                 mode,
                 fingerprint(fault_class, decision.nodes, rule),
+                mode_why=decision.mode_why,
             )
             if mode in ("recommend", "act"):
                 for pa in plan:
@@ -172,32 +173,53 @@ class Decider:
     def isolate_now(self, incident: int, key: str, fault: Fact, evidence: Callable[[], Mapping[str, Any]]) -> None:
         """Fatal node hardware: journal the isolation (drain, requeue, exclude) now, under the same
         guards as at the close, instead of after the settle window; the close then finds these
-        actions journaled (same idempotency keys) and adds only what is new (the page)."""
+        actions journaled (same idempotency keys) and adds only what is new (the page). Where the
+        policy does not let it act (monitor mode, or a class not granted act), the same actions are
+        recorded now as recommendations: the moment act mode would have run them is on record."""
         nodes = tuple(n for n in fault.get("nodes") or () if (incident, n) not in self._isolated)
-        if not nodes or self.mode != "act":
-            return  # recommendations are recorded when the incident closes
+        if not nodes:
+            return
         job_id, attempt = split_key(key)
         ctx = self.guard_context(incident, job_id, attempt, fault.at)
         decision = decide(
             self.compiled, str(fault.get("fault_class")), nodes, str(fault.get("reason", "")), ctx, fault.get("rule")
         )
-        if decision.decision != "isolate_and_restart" or decision.autonomy != "act":
-            return  # a guard changed it (blast radius, silence, budget, autonomy): left to the close
-        names = [n for n in self.compiled.policy["plans"].get("isolate_and_restart", ()) if n != "notify"]
+        if decision.decision != "isolate_and_restart" or decision.autonomy not in ("act", "recommend"):
+            return  # a guard changed it (blast radius, silence, budget) or it only observes: left to the close
+        mode = "act" if self.mode == "act" and decision.autonomy == "act" else "recommend"
+        names = [n for n in decision.plan if n != "notify"]
         fault_class = str(fault.get("fault_class"))
         plan, _ = self._plan(
             decision, incident, job_id, attempt, fault_class, str(fault.get("reason", "")), evidence(), names
         )
+        note = "at once: fatal node hardware" + ("" if mode == "act" else " (act mode would run it now)")
         for p in plan:
             if (p.name, p.target) in decision.skip_targets:
                 continue
             self.store.add_action(
-                incident, p.idem_key, p.name, p.target, p.argv, "act", "planned", note="at once: fatal node hardware"
+                incident,
+                p.idem_key,
+                p.name,
+                p.target,
+                p.argv,
+                mode,
+                "planned" if mode == "act" else "recommended",
+                note=note,
             )
         for n in nodes:
             self._isolated.add((incident, n))
             self._early_drains.append((n, fault.at))
-        logger.warning("incident %s: %s on %s isolated at once", incident, fault.get("fault_class"), ",".join(nodes))
+        if mode == "act":
+            logger.warning("incident %s: %s on %s isolated at once", incident, fault_class, ",".join(nodes))
+        else:
+            logger.warning(
+                "incident %s: %s on %s: recommended at once (%s): %s",
+                incident,
+                fault_class,
+                ",".join(nodes),
+                decision.mode_why,
+                ", ".join(f"{p.name} {p.target}" for p in plan if (p.name, p.target) not in decision.skip_targets),
+            )
 
     def guard_context(self, incident: int, job: str | None, attempt: int | None, now: float) -> GuardContext:
         # ``now`` is engine time (the logs' own time in replay): a silence applies when it was

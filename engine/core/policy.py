@@ -9,7 +9,8 @@ Guards, in the order they apply (each configurable under ``policy:`` in the rule
     inhibit       nodes already drained are not drained again (a DOWN node still gets the DRAIN
                   flag: without it, it returns to service when its slurmd comes back)
     throttle      one requeue per job attempt, one drain per node per incident
-    autonomy      per decision kind: observe | recommend | act (--dry-run forces recommend)
+    autonomy      per decision kind and per fault class: observe | recommend | act, the lower of
+                  the two; a class not named in autonomy.classes recommends (--dry-run forces recommend)
 
 Each guard that changes a decision or a plan says so in the ``guards`` list of the result, which
 the store keeps and ``explain`` prints: "why did it not restart?" is answered without code.
@@ -26,6 +27,7 @@ __all__ = [
     "Decision",
     "GuardContext",
     "decide",
+    "granted",
     "DEFAULT_GUARDS",
     "fingerprint",
     "isolate_settings",
@@ -49,6 +51,7 @@ DEFAULT_GUARDS: Mapping[str, Mapping[str, Any]] = {
     "isolate": {"at_once": (), "drain_retry_for": 600.0},
 }
 RESTARTING = ("restart", "isolate_and_restart")
+LEVELS = ("observe", "recommend", "act")  # autonomy, lowest first
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,8 @@ class Decision:
     autonomy: str = "recommend"  # observe | recommend | act
     plan_only: tuple[str, ...] | None = None  # a guard replaced the plan with these actions
     skip_targets: frozenset[tuple[str, str]] = frozenset()  # (action, target) a guard removed
+    plan: tuple[str, ...] = ()  # the actions it runs: plan_only, the class's own plan, or the decision's
+    mode_why: str = ""  # which policy keys gave it its autonomy (explain prints it)
 
 
 @dataclass
@@ -250,12 +255,48 @@ def decide(
         skip.add(("requeue", ctx.job))
         guards.append({"guard": "throttle", "why": f"attempt {ctx.attempt} of job {ctx.job} was already requeued"})
 
-    autonomy_cfg = _guard_cfg(compiled, "autonomy")
-    autonomy = str(autonomy_cfg.get(decision, "recommend"))
-    if autonomy not in ("observe", "recommend", "act"):
-        autonomy = "recommend"
-    if ctx.forced_mode == "recommend" and autonomy == "act":
-        autonomy = "recommend"
-    if autonomy != "act" and ctx.forced_mode != "recommend" and decision != "observe":
-        guards.append({"guard": "autonomy", "why": f"decision {decision} is set to {autonomy} in policy.autonomy"})
-    return Decision(fault_class, decision, nodes, reason, tuple(guards), autonomy, plan_only, frozenset(skip))
+    changed = any("from" in g for g in guards)
+    class_plan = getattr(compiled.fault_classes.get(fault_class), "plan", None)
+    if plan_only is not None:
+        plan = plan_only
+    elif class_plan is not None and not changed:
+        plan = class_plan  # the class's own plan; a guard that changed the decision gets that decision's
+    else:
+        plan = tuple(compiled.policy["plans"].get(decision, ()))
+    autonomy, why = granted(compiled, decision, fault_class)
+    if ctx.forced_mode == "recommend":
+        why = f"monitor mode (--dry-run): recommended only; in act mode: {autonomy}, {why}"
+        autonomy = "recommend" if autonomy == "act" else autonomy
+    elif autonomy != "act" and (decision != "observe" or plan):
+        guards.append({"guard": "autonomy", "why": f"{autonomy}: {why}"})
+    return Decision(
+        fault_class, decision, nodes, reason, tuple(guards), autonomy, plan_only, frozenset(skip), plan, why
+    )
+
+
+def granted(compiled: CompiledRulebook, decision: str, fault_class: str) -> tuple[str, str]:
+    """The mode the policy grants a decision of a fault class, and why: the lower of
+    ``policy.autonomy.<decision>`` and ``policy.autonomy.classes.<class>``; a class the policy
+    does not name there (a site's own, until granted) recommends."""
+    cfg = _guard_cfg(compiled, "autonomy")
+    origins = getattr(compiled.book, "origins", {})
+
+    def key(name: str) -> str:
+        marks = origins.get(("policy", f"autonomy.{name}"))
+        return f"policy.autonomy.{name}" + (f" ({marks[-1]})" if marks else "")
+
+    by_kind = cfg.get(decision)
+    by_kind = by_kind if by_kind in LEVELS else "recommend"
+    classes = cfg.get("classes")
+    by_class = classes.get(fault_class) if isinstance(classes, Mapping) else None
+    mode = LEVELS[min(LEVELS.index(by_kind), LEVELS.index(by_class if by_class in LEVELS else "recommend"))]
+    if mode == "act":
+        return mode, f"granted by {key(decision)} and {key('classes.' + fault_class)}"
+    why = []
+    if by_kind != "act":
+        why.append(f"{key(decision)} is {by_kind}")
+    if by_class is None:
+        why.append(f"fault class {fault_class} is not granted in policy.autonomy.classes")
+    elif by_class != "act":
+        why.append(f"{key('classes.' + fault_class)} is {by_class}")
+    return mode, "; ".join(why)

@@ -393,7 +393,8 @@ class Actuator:
             level = (
                 DEFAULT_GUARDS["autonomy"].get(name) if name not in (self.compiled.policy.get("plans") or {}) else None
             )
-        return str(level) if level is not None else None
+        # autonomy.classes is the fault classes' grants, never an action's
+        return level if isinstance(level, str) else None
 
     def _pre_cancel(self, action: dict, inc) -> tuple[str, str] | None:
         job = action["target"]

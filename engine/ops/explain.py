@@ -117,6 +117,8 @@ def render_text(report: dict[str, Any]) -> str:
     lines.append(f"Incident {inc['id']} — {scope_text(inc['job'], inc['attempt'], inc['node'])} — {inc['status']}")
     lines.append(f"  fault:    {inc['fault_class'] or 'none' + still_open}  nodes: {', '.join(inc['nodes']) or '-'}")
     lines.append(f"  decision: {inc['decision'] or 'none' + still_open}  (mode: {inc['mode'] or '-'})")
+    if inc.get("mode_why"):  # which policy keys granted that mode (databases from before: none)
+        lines.append(f"  mode:     {inc['mode']}: {inc['mode_why']}")
     if inc.get("reason"):
         lines.append(f"  why:      {inc['reason']}")
     for g in inc.get("guards") or []:

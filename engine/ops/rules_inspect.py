@@ -92,6 +92,9 @@ def effective_rulebook(compiled: CompiledRulebook) -> dict[str, Any]:
             "decision": compiled.policy["decisions"].get(n, fc.decision),
             "priority": compiled.policy["priorities"].get(n, fc.priority),
             "retry": fc.retry,
+            "plan": list(fc.plan) if fc.plan is not None else None,
+            # what the class itself is granted (policy.autonomy.classes); its decision kind's applies too
+            "autonomy": (dict(compiled.policy.get("autonomy") or {}).get("classes") or {}).get(n, "recommend"),
             **_origin(book, "fault_classes", n),
         }
         for n, fc in book.fault_classes.items()
@@ -206,7 +209,9 @@ def summary_of(section: str, item: Mapping[str, Any]) -> str:
         return _short(item["value"])
     if section == "fault_classes":
         retry = f", at most {item['retry']} restarts" if item.get("retry") is not None else ""
-        return f"priority {item['priority']} → {item['decision']}{retry}: {item['description']}"
+        plan = f", its plan: {', '.join(item['plan']) or 'nothing'}" if item.get("plan") is not None else ""
+        mode = f", {item['autonomy']} only" if item.get("autonomy", "act") != "act" else ""
+        return f"priority {item['priority']} → {item['decision']}{retry}{plan}{mode}: {item['description']}"
     if section == "tests":
         if not item.get("enabled", True):
             return f"DISABLED at {item['overridden_by'][-1] if item['overridden_by'] else item['defined_at']}"

@@ -296,9 +296,17 @@ def rulebook_schema() -> dict[str, Any]:
         ),
         "autonomy": {
             "type": "object",
-            "description": "Per decision kind (and per action: cancel): observe | recommend | act.",
-            "propertyNames": {"enum": list(DECISIONS) + ["cancel"]},
-            "additionalProperties": {"enum": list(_AUTONOMY)},
+            "description": "Per decision kind, per action (cancel) and per fault class (classes): "
+            "observe | recommend | act; a class not named under classes recommends.",
+            "properties": {
+                **{k: {"enum": list(_AUTONOMY)} for k in list(DECISIONS) + ["cancel"]},
+                "classes": {
+                    "type": "object",
+                    "propertyNames": {"pattern": _ID},
+                    "additionalProperties": {"enum": list(_AUTONOMY)},
+                },
+            },
+            "additionalProperties": False,
         },
         "inhibit": _guard("inhibit", dict(DEFAULT_GUARDS["inhibit"]), "Nodes already drained are not drained again."),
         "isolate": {
@@ -373,6 +381,11 @@ def rulebook_schema() -> dict[str, Any]:
                 "type": "integer",
                 "minimum": 0,
                 "description": "At most this many restarts of one job for this class per retry window.",
+            },
+            "plan": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "The actions this class's decision runs, instead of policy.plans of its decision.",
             },
             "override": _override(keys["fault_class"]),
         },

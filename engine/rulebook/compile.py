@@ -349,6 +349,17 @@ def compile_rulebook(
                 )
     for dec in DECISIONS:
         policy["plans"].setdefault(dec, ())
+    for name, fc in book.fault_classes.items():  # a class's own plan names defined actions too
+        for n in fc.plan or ():
+            if n not in book.actions:
+                diags.append(
+                    Diagnostic(
+                        book.origins.get(("fault_classes", name), (fc.mark,))[-1],
+                        "E-REF",
+                        f"fault class {name}: plan names unknown action {n!r}",
+                        f"known: {', '.join(sorted(book.actions)) or 'none'}",
+                    )
+                )
 
     for name in book.lists:
         if name not in used_lists:

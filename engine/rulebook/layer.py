@@ -3,7 +3,8 @@
 A later item with the name of an earlier one must say ``override:``; then each field it gives
 replaces the earlier value, or is appended to it where the override says ``append`` (structured
 fields only: conditions, join, sources, argv, list items, attrs). An override of a name that no
-earlier file defines is an error. ``policy`` mappings merge key by key.
+earlier file defines is an error. ``policy`` mappings merge key by key (``autonomy.classes``
+class by class).
 
 Tests are replaced whole: a later test with the name of an earlier one and ``override: true``
 supersedes it; with ``enabled: false`` as well it disables it (``rules show`` and ``rules test``
@@ -51,6 +52,7 @@ _FAULT_CLASS_FIELDS = {
     "decision": ("decision",),
     "priority": ("priority",),
     "retry": ("retry",),
+    "plan": ("plan",),
     "override": (),
 }
 _ACTION_FIELDS = {
@@ -175,10 +177,18 @@ def layer(files: Sequence[FileModel]) -> tuple[Rulebook, list[Diagnostic]]:
                 note(section, name, mark)
         for key, value in fm.policy.items():
             if isinstance(value, Mapping) and isinstance(policy.get(key), Mapping):
-                policy[key] = {**policy[key], **value}
+                merged = {**policy[key], **value}
+                old_classes, new_classes = policy[key].get("classes"), value.get("classes")
+                if key == "autonomy" and isinstance(old_classes, Mapping) and isinstance(new_classes, Mapping):
+                    # a site that grants its own class keeps the grants of the shipped ones
+                    merged["classes"] = {**old_classes, **new_classes}
+                policy[key] = merged
             else:
                 policy[key] = value
             note("policy", key, fm.policy_marks.get(key, Mark(fm.path, 1, 1)))
+        for key, mark in fm.policy_marks.items():  # each grant, where it was written (explain names it)
+            if isinstance(key, str) and key.startswith("autonomy."):
+                note("policy", key, mark)
         for t in fm.tests:
             ov = fm.overrides.get(("tests", t.name))
             if t.name in tests and ov is None:

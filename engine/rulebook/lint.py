@@ -300,6 +300,10 @@ class _Linter:
         retry = self.book.policy.get("retry") or {}
         for fc in dict(retry.get("per_class") or {}) if isinstance(retry, Mapping) else ():
             self.known_class(fc, self.policy_mark("retry"), "policy.retry.per_class")
+        autonomy = self.book.policy.get("autonomy") or {}
+        classes = autonomy.get("classes") if isinstance(autonomy, Mapping) else None
+        for fc in dict(classes) if isinstance(classes, Mapping) else ():
+            self.known_class(fc, self.policy_mark(f"autonomy.classes.{fc}"), "policy.autonomy.classes")
 
     def priorities(self) -> None:
         """A site's own root cause must outrank the NCCL errors its failure makes every other rank

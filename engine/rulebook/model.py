@@ -73,6 +73,9 @@ class FaultClass:
     priority: int
     mark: Mark
     retry: int | None = None  # at most this many restarts of one job for this class per retry window
+    # the actions this class's decision runs, instead of the decision kind's plan (policy.plans):
+    # an observe class that pages, without paging every other observe class
+    plan: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ ITEM_KEYS = {
     "test": ("name", "description", "input", "context", "facts", "expect", "enabled", "override"),
     "input": ("file", "source", "lines"),
     "expectation": ("fault_class", "decision", "nodes", "rules", "job", "attempt", "commands", "not_rules"),
-    "fault_class": ("description", "decision", "priority", "retry", "override"),
+    "fault_class": ("description", "decision", "priority", "retry", "plan", "override"),
     "policy": (
         "settle",
         "cascade",
@@ -83,8 +83,9 @@ GUARD_KEYS: dict[str, dict[str, str]] = {
         "per_class": "class_ints",
     },
     "blast_radius": {"max_drains": "int", "max_fraction": "num", "window": "dur"},
-    # per decision kind, and per action where one needs its own (cancel)
-    "autonomy": {**{d: "autonomy" for d in DECISIONS}, "cancel": "autonomy"},
+    # per decision kind, per action where one needs its own (cancel), and per fault class
+    # (classes: a class acts only where it is granted here as well as its decision kind)
+    "autonomy": {**{d: "autonomy" for d in DECISIONS}, "cancel": "autonomy", "classes": "class_modes"},
     "isolate": {"at_once": "classes", "drain_retry_for": "dur"},
     "inhibit": {"drained_nodes": "bool"},
     "hang": {
@@ -538,6 +539,12 @@ class _Checker:
                     continue
                 self.guard(key, value)
                 out[key] = _plain(value)
+                if key == "autonomy":  # each grant keeps where it was written: explain names it
+                    for k in value:
+                        marks[f"autonomy.{k}"] = mark_of(value, k)
+                    classes = value.get("classes")
+                    for fc in classes if isinstance(classes, dict) else ():
+                        marks[f"autonomy.classes.{fc}"] = mark_of(classes, fc)
         return out
 
     def guard(self, name: str, value: dict) -> None:
@@ -563,6 +570,17 @@ class _Checker:
                 bad = not isinstance(v, dict) or any(
                     isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in v.values()
                 )
+            elif kind == "class_modes":  # fault class -> autonomy; the names are checked after layering
+                if not isinstance(v, dict):
+                    bad = True
+                else:
+                    for fc, mode in v.items():
+                        if mode not in ("observe", "recommend", "act"):
+                            self.err(
+                                mark_of(v, fc),
+                                "E-VALUE",
+                                f"policy.{name}.{k}.{fc} must be observe, recommend or act, got {mode!r}",
+                            )
             if bad:
                 want = {
                     "int": "a whole number >= 0",
@@ -572,6 +590,7 @@ class _Checker:
                     "autonomy": "observe, recommend or act",
                     "classes": "a list of fault class names",
                     "class_ints": "a mapping of fault class -> whole number >= 0",
+                    "class_modes": "a mapping of fault class -> observe, recommend or act",
                 }[kind or "int"]
                 self.err(mark_of(value, k), "E-VALUE", f"policy.{name}.{k} must be {want}, got {v!r}")
 
@@ -599,6 +618,10 @@ class _Checker:
         retry = self.typed(node, "retry", (int,), what, default=None)
         if retry is not None and retry < 0:
             self.err(mark_of(node, "retry"), "E-VALUE", f"{what}: retry is a number of restarts >= 0")
+        plan = self.typed(node, "plan", (list,), what, default=None)  # the names are checked after layering
+        if plan is not None and not all(isinstance(n, str) for n in plan):
+            self.err(mark_of(node, "plan"), "E-TYPE", f"{what}: plan must be a list of action names")
+            plan = None
         return FaultClass(
             name=name,
             description=self.typed(node, "description", (str,), what, required=ov is None, default="") or "",
@@ -606,6 +629,7 @@ class _Checker:
             priority=self.typed(node, "priority", (int,), what, required=ov is None, default=0) or 0,
             mark=node.mark,
             retry=retry,
+            plan=tuple(plan) if plan is not None else None,
         )
 
     def test(self, node: Any, overrides: dict | None = None) -> RuleTest | None:

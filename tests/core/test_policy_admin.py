@@ -84,7 +84,7 @@ def test_fatal_hardware_is_journaled_at_once_and_the_close_adds_only_the_page(bo
     assert [(a["action"], a["target"]) for a in store.actions()] == [("drain", "n2"), ("requeue", "7"), ("notify", "7")]
 
 
-def test_not_at_once_in_dry_run_or_past_the_blast_radius(book):
+def test_not_at_once_past_the_blast_radius_and_only_recommended_at_once_in_dry_run(book):
     compiled = book("  isolate: {at_once: [gpu_fell_off_bus]}\n  blast_radius: {max_drains: 1, max_fraction: 1.0}\n")
     store = Store(":memory:")
     engine = Engine(compiled, store, mode="act")
@@ -93,7 +93,10 @@ def test_not_at_once_in_dry_run_or_past_the_blast_radius(book):
     assert [a["target"] for a in store.actions() if a["action"] == "drain"] == ["n1"]
     dry = Engine(compiled, Store(":memory:"), mode="recommend")
     dry.ingest(Fact.make("xid", {"code": 79, "node": "n1"}, 0.0, "kern:n1"))
-    assert dry.store.actions() == []
+    # monitor mode: recorded when act mode would have drained it, as a recommendation only
+    assert [(a["action"], a["mode"], a["status"]) for a in dry.store.actions()] == [
+        ("drain", "recommend", "recommended")
+    ]
 
 
 @pytest.mark.parametrize(

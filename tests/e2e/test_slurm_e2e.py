@@ -299,6 +299,9 @@ def test_dry_run_changes_nothing_in_slurm(h):
     acts = h.actions()
     assert acts and {a[3] for a in acts} == {"recommend"} and {a[4] for a in acts} == {"recommended"}
     assert any(a[1] == "drain" and json.loads(a[6])[:3] == ["scontrol", "update", f"NodeName={bad}"] for a in acts)
+    # fatal hardware: recommended when the Xid came, the moment act mode drains it, not at the close
+    notes = h.query("SELECT note FROM actions WHERE action = 'drain'")
+    assert notes and all("act mode would run it now" in n for (n,) in notes), notes
     time.sleep(3)
     assert not h.node(bad).drained
     j = h.slurm.job(job)
