@@ -403,9 +403,10 @@ class Agent:
             src.lines = lines[name]
         self.rulebook, self.thresholds = compiled, thresholds
         self.watch.accepted(compiled)
-        # at WARNING: the agent's journal shows only that by default, and a rollout is checked there
+        # routine, so INFO, which the agent logs by default (`recover agent`): a rollout is checked
+        # in its journal; a rulebook not taken is said at ERROR
         kernel = sum(1 for m in compiled.matchers if "kernel" in m.sources or "any" in m.sources)
-        logger.warning("agent %s: new rulebook taken: %d kernel matcher(s)", self.node, kernel)
+        logger.info("agent %s: new rulebook taken: %d kernel matcher(s)", self.node, kernel)
         return True
 
     # -- stop ---------------------------------------------------------------------------------

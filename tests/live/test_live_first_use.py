@@ -9,7 +9,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 from .conftest import ROOT, append, evts, wait_for
 
@@ -52,23 +51,30 @@ def test_explain_says_a_live_incident_was_recorded_live(live, tmp_path):
     assert "the controller ran without a scheduler" in live.recover("explain", "1", "--db", str(live.db)).stdout
 
 
-def test_the_agent_says_it_runs_at_info(tmp_path):
+def test_the_agent_says_it_runs_and_reloads_at_info(tmp_path):
     kern = tmp_path / "kern.log"
     kern.write_text("")
+    site = tmp_path / "site.yaml"
+    site.write_text("policy:\n  settle: 3m\n")
     (tmp_path / "spool").mkdir(mode=0o750)  # as deploying.md has it made (one made by the agent is warned about)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "agent", "--node", "n1", "--kernel-log", str(kern), "--no-nvml"]
-        + ["--spool", str(tmp_path / "spool")],
-        cwd=str(ROOT),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        wait_for(lambda: (tmp_path / "spool" / "n1.jsonl").exists(), 20, what="the spool file")
-        time.sleep(1.0)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=20)
+    log = tmp_path / "agent.log"
+    with open(log, "w") as out_fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "engine.cli", "agent", "--node", "n1", "--kernel-log", str(kern), "--no-nvml"]
+            + ["--spool", str(tmp_path / "spool"), "--rules", str(site)],
+            cwd=str(ROOT),
+            stdout=out_fh,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            wait_for(lambda: "agent n1: running" in log.read_text(), 30, what="the agent's start")
+            proc.send_signal(signal.SIGHUP)  # a rollout: the rulebook is loaded again
+            wait_for(lambda: "new rulebook taken" in log.read_text(), 30, what="the reload")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=20)
+    out = log.read_text()
     assert _levels(out, "agent n1: running") == ["INFO"], out
+    assert _levels(out, "agent n1: new rulebook taken") == ["INFO"], out
     assert " WARNING " not in out, out
