@@ -63,7 +63,7 @@ class JobInfo:
     partition: str = ""
     required_nodes: tuple[str, ...] = ()  # nodes the job asked for by name (-w); never excluded
     gpus: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (node, GPU indexes the job holds there)
-    detailed: bool = False  # required_nodes and gpus were read (``scontrol show job -d``)
+    detailed: bool = False  # required_nodes and gpus were read (the adapter's job_detail)
 
     def gpus_on(self, node: str) -> tuple[int, ...] | None:
         """The GPU indexes this job holds on ``node``; None when not known."""

@@ -9,8 +9,10 @@ Usage::
 Job state comes from ``squeue --json`` (openapi v0.0.38 in Slurm 22.05; later shapes are read
 too), node state from ``sinfo --json``. Two 22.05 quirks are mended here: ``exit_code`` is a raw
 wait status (256 means exit 1), and ``standard_output`` is the unexpanded pattern (``%j.out``),
-so the expanded StdOut/StdErr come from ``scontrol show job -o``. Where ``--json`` is not
-understood, ``scontrol show job -o`` and ``sinfo -N -o`` text are parsed instead.
+expanded here as scontrol expands it (%j %u %x %A %a). The GPU indexes a job holds come from its
+``gres_detail``. No scontrol text is read while JSON works: in that text, user-set fields can pass
+for structure (text.py). Where ``--json`` is not understood, ``scontrol show job -o`` and
+``sinfo -N -o`` text are parsed instead, each job record only where it is unambiguous.
 
 Tests pass ``runner=``: a plain function ``(argv, timeout) -> CommandResult``.
 
@@ -40,6 +42,7 @@ from ..base import (
 )
 from .hostlist import HostlistError, expand_hostlist
 from .runner import DEFAULT_MAX_OUTPUT, readable, subprocess_runner, unreadable
+from .text import gpu_map, parse_gpu_detail, parse_scontrol_line, scontrol_records
 
 __all__ = ["SlurmAdapter", "parse_gpu_detail", "parse_scontrol_line", "split_wait_status", "subprocess_runner"]
 
@@ -76,8 +79,6 @@ _SINFO_SUFFIX_FLAGS = {
     "-": "PLANNED",
 }
 _JOB_ID = re.compile(r"[0-9]+(?:[_+][0-9]+)?")
-# "Key=value Key=value": a key starts after white space and ends at "="; values may hold spaces
-_SCONTROL_FIELD = re.compile(r"(?:^|\s)([A-Za-z][\w/:.-]*)=")
 # what the commands print when the option itself is unknown (a Slurm older than 21.08)
 _NO_JSON = re.compile(r"unrecognized option|invalid option|unknown option", re.IGNORECASE)
 _NULLS = ("", "(null)", "None", "N/A")
@@ -87,16 +88,6 @@ def split_wait_status(status: int) -> tuple[int, int | None]:
     """A raw wait status → (exit code, signal or None): 256 → (1, None), 9 → (0, 9)."""
     signal = status & 0x7F
     return (status >> 8) & 0xFF, (signal or None)
-
-
-def parse_scontrol_line(line: str) -> dict[str, str]:
-    """One line of ``scontrol show job -o`` (or ``show node -o``) → its fields."""
-    fields: dict[str, str] = {}
-    matches = list(_SCONTROL_FIELD.finditer(line))
-    for here, after in zip(matches, [*matches[1:], None], strict=False):
-        end = after.start() if after is not None else len(line)
-        fields[here.group(1)] = line[here.end() : end].strip()
-    return fields
 
 
 class SlurmAdapter:
@@ -143,8 +134,8 @@ class SlurmAdapter:
         if self._json is not False:
             records = self._squeue_json()
             if records is not None:
-                return self._jobs_from_json(records, job_id=None)
-        return [_job_from_scontrol(f) for f in self._scontrol_jobs(None)]
+                return self._jobs_from_json(records)
+        return [_job_from_scontrol(f) for f, _ in self._scontrol_jobs(None)]
 
     def job(self, job_id: str) -> JobInfo | None:
         job_id = str(job_id)
@@ -153,28 +144,36 @@ class SlurmAdapter:
         if self._json is not False:
             records = self._squeue_json()
             if records is not None:
-                # 22.05 ignores squeue -j with --json, so the filtering is ours
-                mine = [r for r in records if job_id in _record_ids(r)]
-                found = self._jobs_from_json(mine, job_id=job_id)
+                found = self._jobs_from_json(_mine(records, job_id))
                 return found[0] if found else None
         fields = self._scontrol_jobs(job_id)
-        return _job_from_scontrol(fields[0]) if fields else None
+        return _job_from_scontrol(fields[0][0]) if fields else None
 
     def job_detail(self, job_id: str) -> JobInfo | None:
-        """One job as it is right now, from ``scontrol show job -d -o``: with the nodes it
-        requires (``-w``) and the GPU indexes it holds on each node. What the actuator reads
-        immediately before acting; raises SchedulerUnavailable when Slurm does not answer."""
+        """One job as it is right now, with the nodes it requires (``-w``) and the GPU indexes
+        it holds on each node: from ``squeue --json`` (its gres_detail), or where Slurm has no
+        JSON from ``scontrol show job -d -o``. What the actuator reads immediately before
+        acting; raises SchedulerUnavailable when Slurm does not answer, CommandFailed when its
+        answer is ambiguous (text a user-set field could have written)."""
         job_id = str(job_id)
         if not _JOB_ID.fullmatch(job_id):
             raise ValueError(f"not a Slurm job id: {job_id!r}")
+        if self._json is not False:
+            records = self._squeue_json()
+            if records is not None:
+                mine = _mine(records, job_id)
+                found = self._jobs_from_json(mine[:1], detail=True)
+                return found[0] if found else None
         argv = ["scontrol", "show", "job", "-d", "-o", job_id]
         result = self._query(argv)
         if result.rc != 0:
             if "Invalid job id" in result.stderr:
                 return None
             _raise_failed(argv, result)
-        lines = [line for line in result.stdout.splitlines() if line.startswith("JobId=")]
-        return _job_from_scontrol(parse_scontrol_line(lines[0]), lines[0]) if lines else None
+        records = scontrol_records(result.stdout)
+        if not records and any(line.startswith("JobId=") for line in result.stdout.splitlines()):
+            raise CommandFailed(argv, _with_stderr(result, "its record is ambiguous (see the warning logged)"))
+        return _job_from_scontrol(records[0][0], records[0][1]) if records else None
 
     def nodes(self) -> list[NodeInfo]:
         if self._json is not False:
@@ -224,36 +223,31 @@ class SlurmAdapter:
         data = self._query_json(["squeue", "--json", "--states=all"])
         return None if data is None else list(data.get("jobs") or [])
 
-    def _scontrol_jobs(self, job_id: str | None) -> list[dict[str, str]]:
-        """``scontrol show job -o [ID]`` as field dicts; [] when the job is unknown."""
+    def _scontrol_jobs(self, job_id: str | None) -> list[tuple[dict[str, str], str]]:
+        """``scontrol show job -o [ID]`` as (fields, GPU detail) of each unambiguous record; []
+        when the job is unknown."""
         argv = ["scontrol", "show", "job", "-o"] + ([job_id] if job_id else [])
         result = self._query(argv)
         if result.rc != 0:
             if "Invalid job id" in result.stderr:
                 return []
             _raise_failed(argv, result)
-        return [parse_scontrol_line(line) for line in result.stdout.splitlines() if line.startswith("JobId=")]
+        return scontrol_records(result.stdout)
 
-    def _jobs_from_json(self, records: list[dict[str, Any]], job_id: str | None) -> list[JobInfo]:
-        """JobInfo for each record, with output paths expanded by scontrol where needed."""
-        paths: dict[str, dict[str, str]] = {}
-        if any(_needs_expansion(r) for r in records):
-            try:
-                paths = {f.get("JobId", ""): f for f in self._scontrol_jobs(job_id)}
-            except (CommandFailed, SchedulerUnavailable) as exc:
-                logger.warning("could not expand job output paths: %s", exc)
+    def _jobs_from_json(self, records: list[dict[str, Any]], detail: bool = False) -> list[JobInfo]:
+        """JobInfo for each record (with its GPU map when ``detail``); a broken record is skipped."""
         jobs = []
         for record in records:
             self._warn_unreadable_paths(record)
             try:
-                jobs.append(_job_from_json(record, paths.get(str(_num(record.get("job_id"))))))
+                jobs.append(_job_from_json(record, detail))
             except (HostlistError, TypeError, ValueError) as exc:
                 logger.warning("skipping job record %s: %s", readable(str(record.get("job_id"))), readable(str(exc)))
         return jobs
 
     def _warn_unreadable_paths(self, record: Mapping[str, Any]) -> None:
-        paths = [record.get("standard_output"), record.get("standard_error")]
-        if not any(isinstance(p, str) and unreadable(p) for p in paths):
+        paths = [_log_path(record, "standard_output"), _log_path(record, "standard_error")]
+        if not any(unreadable(p) for p in paths):
             return
         job = readable(str(_num(record.get("job_id"))))
         if job in self._warned:
@@ -285,36 +279,6 @@ def _error_text(error: Any) -> str:
     if isinstance(error, Mapping):
         return readable(str(error.get("description") or error.get("error") or error))[:200]
     return readable(str(error))[:200]
-
-
-# `scontrol show job -d`: "Nodes=n[1-2] CPU_IDs=0-1 Mem=0 GRES=gpu:2(IDX:0-1)"
-_DETAIL_NODES = re.compile(r"(?:^|\s)Nodes=(\S+) CPU_IDs=\S* Mem=\S* GRES=(\S*)")
-_GRES_IDX = re.compile(r"gpu(?::[\w.-]+)*:\d+\(IDX:([0-9,\-]+|N/A)\)")
-
-
-def _indexes(text: str) -> tuple[int, ...]:
-    out: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        if lo.isdigit():
-            out.extend(range(int(lo), int(hi) + 1) if hi.isdigit() else [int(lo)])
-    return tuple(sorted(set(out)))
-
-
-def parse_gpu_detail(line: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """The per-node GPU indexes of ``scontrol show job -d`` (one line with -o, or several)."""
-    found: dict[str, tuple[int, ...]] = {}
-    for m in _DETAIL_NODES.finditer(line):
-        idx: list[int] = []
-        for g in _GRES_IDX.finditer(m.group(2)):
-            idx.extend(_indexes(g.group(1)))
-        try:
-            hosts = expand_hostlist(m.group(1))
-        except HostlistError:
-            continue
-        for host in hosts:
-            found[host] = tuple(sorted(set(found.get(host, ()) + tuple(idx))))
-    return tuple(sorted(found.items()))
 
 
 def _with_stderr(result: CommandResult, message: str) -> CommandResult:
@@ -359,9 +323,63 @@ def _record_ids(record: Mapping[str, Any]) -> set[str]:
     return ids
 
 
-def _needs_expansion(record: Mapping[str, Any]) -> bool:
-    out, err = record.get("standard_output") or "", record.get("standard_error") or ""
-    return "%" in out or "%" in err or not out
+def _mine(records: list[dict[str, Any]], job_id: str) -> list[dict[str, Any]]:
+    """The records of one job (22.05 ignores squeue -j with --json, so the filtering is ours)."""
+    return [r for r in records if job_id in _record_ids(r)]
+
+
+# a filename pattern's replacements, as scontrol expands them: %j %u %x %A %a; any other (%N,
+# %n, %t, %s, %J, a width as in %5j) is left, so the path stays unknown (slurmd writes the file)
+_FILENAME_SPEC = re.compile(r"%([jxuAa])")
+_NO_VAL = "4294967294"  # %a of a job that is no array task, as Slurm prints it
+
+
+def _log_path(record: Mapping[str, Any], key: str) -> str:
+    """A job's output path from its JSON record: the filename pattern expanded as scontrol
+    does, relative to its working folder, Slurm's default for a batch job given no -o; "" when
+    it has none (a job that is no batch job). From JSON, not from scontrol's text, where a
+    newline in a user-set field can forge another job's record and so its log's path."""
+    pattern = str(record.get(key) or "")
+    if not pattern:
+        if key == "standard_error" or record.get("batch_flag") is False:
+            return ""
+        array = _num(record.get("array_task_id")) is not None and _num(record.get("array_job_id"))
+        pattern = "slurm-%A_%a.out" if array else "slurm-%j.out"
+    if "\\" in pattern:
+        return ""  # no expansion at all where there is a backslash: not worth guessing
+    job = str(_num(record.get("job_id")))
+    lead = _num(record.get("array_job_id"))
+    task = _num(record.get("array_task_id"))
+    values = {
+        "j": job,
+        "x": str(record.get("name") or ""),
+        "u": str(record.get("user_name") or ""),
+        "A": str(lead) if lead else job,
+        "a": str(task) if task is not None else _NO_VAL,
+    }
+    path = _FILENAME_SPEC.sub(lambda m: values[m.group(1)], pattern)
+    cwd = str(record.get("current_working_directory") or "")
+    if not path.startswith("/") and cwd:
+        path = cwd.rstrip("/") + "/" + path
+    return path if path.startswith("/") else ""  # never relative to wherever Recover runs
+
+
+def _json_gpus(record: Mapping[str, Any]) -> tuple[tuple[tuple[str, tuple[int, ...]], ...], bool]:
+    """(the GPU indexes the job holds on each node, whether they are known), from its record's
+    gres_detail: one entry per allocated node, in the order of job_resources.allocated_nodes."""
+    detail = record.get("gres_detail") or []
+    resources = record.get("job_resources") or {}
+    allocated = resources.get("allocated_nodes") if isinstance(resources, Mapping) else None
+    names: list[str] = []
+    if isinstance(allocated, list):
+        names = [str(n.get("nodename") or n.get("name") or "") for n in allocated if isinstance(n, Mapping)]
+    elif record.get("nodes"):
+        names = list(_hosts(record.get("nodes")))
+    if not detail:
+        return (), True  # no GRES held anywhere (or the job holds no nodes)
+    if not isinstance(detail, list) or len(detail) != len(names) or not all(names):
+        return (), False  # not one entry per node: which GPUs are where is not known
+    return gpu_map(zip(names, (str(d) for d in detail), strict=True)), True
 
 
 def _exit_status(record: Mapping[str, Any]) -> tuple[int | None, int | None]:
@@ -405,15 +423,12 @@ def _safe_node(node: NodeInfo) -> NodeInfo:
     )
 
 
-def _job_from_json(record: Mapping[str, Any], scontrol: Mapping[str, str] | None) -> JobInfo:
+def _job_from_json(record: Mapping[str, Any], detail: bool = False) -> JobInfo:
     state = _first_word(record.get("job_state")).upper()
     exit_code, signal = _exit_status(record) if state in FINISHED_STATES else (None, None)
-    stdout = record.get("standard_output") or ""
-    stderr = record.get("standard_error") or ""
-    if scontrol is not None:
-        stdout = _clean(scontrol.get("StdOut")) or stdout
-        stderr = _clean(scontrol.get("StdErr")) or stderr
-    stderr = stderr or stdout  # no -e: stderr goes where stdout goes
+    stdout = _log_path(record, "standard_output")
+    stderr = _log_path(record, "standard_error") or stdout  # no -e: stderr goes where stdout goes
+    gpus, known = _json_gpus(record) if detail else ((), False)
     return _safe_job(
         JobInfo(
             job_id=str(_num(record["job_id"])),
@@ -431,11 +446,14 @@ def _job_from_json(record: Mapping[str, Any], scontrol: Mapping[str, str] | None
             user=str(record.get("user_name") or ""),
             partition=str(record.get("partition") or ""),
             required_nodes=_hosts(_clean(record.get("required_nodes")) or None),
+            gpus=gpus,
+            detailed=known,
         )
     )
 
 
-def _job_from_scontrol(fields: Mapping[str, str], detail_line: str | None = None) -> JobInfo:
+def _job_from_scontrol(fields: Mapping[str, str], detail: str | None = None) -> JobInfo:
+    """A job from a record scontrol_records accepted; ``detail``: its GPU detail (``-d``)."""
     state = fields.get("JobState", "").upper()
     exit_code: int | None = None
     signal: int | None = None
@@ -461,8 +479,8 @@ def _job_from_scontrol(fields: Mapping[str, str], detail_line: str | None = None
             user=fields.get("UserId", "").split("(", 1)[0],
             partition=_clean(fields.get("Partition")),
             required_nodes=_hosts(_clean(fields.get("ReqNodeList")) or None),
-            gpus=parse_gpu_detail(detail_line) if detail_line else (),
-            detailed=detail_line is not None,
+            gpus=parse_gpu_detail(detail) if detail else (),
+            detailed=detail is not None,
         )
     )
 

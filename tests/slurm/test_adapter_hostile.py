@@ -89,7 +89,7 @@ def test_one_job_of_many_with_a_bad_name_is_found(tmp_path):
 def test_text_output_that_is_not_utf8_is_read(tmp_path):
     line = (
         b"JobId=3 JobName=" + BAD_NAME + b" UserId=ann(1000) JobState=PENDING Reason=JobHeldUser Requeue=1 "
-        b"Restarts=0 NodeList=(null) ExcNodeList=(null) StdErr=/w/\xff.out StdOut=/w/\xff.out\n"
+        b"Restarts=0 ExcNodeList=(null) NodeList=(null) StdErr=/w/\xff.out StdOut=/w/\xff.out\n"
     )
     adapter = SlurmAdapter(runner=printing(line, tmp_path, scontrol=line), use_json=False)
     (job,) = adapter.jobs()

@@ -174,10 +174,12 @@ def test_jobs_from_squeue_json(adapter, expected):
     assert summary(by_id[expected[0]]) == expected
 
 
-def test_jobs_reads_everything_with_two_commands(adapter, runner):
+def test_jobs_reads_everything_with_one_command(adapter, runner):
+    # output paths are expanded from the JSON as scontrol would (EXPECTED_JOBS holds what it
+    # printed), never read from its text, where a user-set field can forge a record (issue 18)
     jobs = adapter.jobs()
     assert len(jobs) == 12
-    assert runner.argvs == [SQUEUE, SCONTROL_ALL]
+    assert runner.argvs == [SQUEUE]
     assert {timeout for _, timeout in runner.calls} == {7}
 
 
@@ -188,15 +190,15 @@ def test_job_details(adapter):
     assert failed.reason == "NonZeroExitCode"
 
 
-def test_one_job_asks_scontrol_for_that_job_only(adapter, runner):
+def test_one_job_is_read_from_squeue(adapter, runner):
     job = adapter.job("6")
     assert job is not None and job.stdout == "/srv/train/train-6.out"
-    assert runner.argvs == [SQUEUE, (*SCONTROL_ALL, "6")]
+    assert runner.argvs == [SQUEUE]
 
 
 def test_unknown_job_is_none(adapter, runner):
     assert adapter.job("999") is None
-    assert (*SCONTROL_ALL, "999") not in runner.argvs  # squeue did not list it: nothing to expand
+    assert runner.argvs == [SQUEUE]
 
 
 @pytest.mark.parametrize("bad", ["6; rm -rf /", "-1", "", "abc", "6 7"])
@@ -205,11 +207,40 @@ def test_job_id_is_validated(adapter, bad):
         adapter.job(bad)
 
 
-def test_patterns_stay_unknown_when_scontrol_fails(runner):
-    runner.answers[SCONTROL_ALL] = CommandResult(rc=1, stderr="scontrol: error: something broke")
-    jobs = {j.job_id: j for j in SlurmAdapter(runner=runner).jobs()}
-    assert jobs["6"].stdout is None  # "/srv/train/train-%j.out" is not a path
-    assert jobs["6"].state == "RUNNING"
+@pytest.mark.parametrize(
+    ("pattern", "path"),
+    [
+        ("/w/%x-%j.out", "/w/train-6.out"),
+        ("/w/%u/%A_%a.out", "/w/ann/6_4294967294.out"),
+        ("rel-%j.out", "/home/ann/rel-6.out"),
+        ("/w/%N-%j.out", None),  # scontrol leaves %N (slurmd expands it): unknown
+        ("/w/%5j.out", None),
+        ("/w/a\\%j.out", None),
+        ("", "/home/ann/slurm-6.out"),
+    ],
+)
+def test_output_patterns_are_expanded_as_scontrol_does(pattern, path):
+    record = {
+        "job_id": 6,
+        "job_state": "RUNNING",
+        "name": "train",
+        "user_name": "ann",
+        "array_job_id": 0,
+        "array_task_id": None,
+        "batch_flag": True,
+        "current_working_directory": "/home/ann",
+        "standard_output": pattern,
+    }
+    adapter = SlurmAdapter(runner=FakeRunner({SQUEUE: CommandResult(0, json.dumps({"jobs": [record]}))}))
+    [job] = adapter.jobs()
+    assert (job.stdout, job.stderr) == (path, path)
+
+
+def test_an_array_task_without_a_pattern_logs_where_slurm_puts_it():
+    record = {"job_id": 13, "array_job_id": 12, "array_task_id": 1, "batch_flag": True, "job_state": "RUNNING"}
+    record["current_working_directory"] = "/w"
+    adapter = SlurmAdapter(runner=FakeRunner({SQUEUE: CommandResult(0, json.dumps({"jobs": [record]}))}))
+    assert adapter.job("12_1").stdout == "/w/slurm-12_1.out"
 
 
 @pytest.mark.parametrize(
@@ -480,13 +511,13 @@ DETAIL = (
     "JobId=41 JobName=train UserId=ann(1000) JobState=RUNNING Reason=None Requeue=0 Restarts=2 "
     "ReqNodeList=n1 ExcNodeList=n[7-8] NodeList=n[1-2] JOB_GRES=gpu:4 "
     "Nodes=n1 CPU_IDs=0-1 Mem=0 GRES=gpu:2(IDX:0-1) Nodes=n2 CPU_IDs=0 Mem=0 GRES=gpu:a100:2(IDX:1,3) "
-    "MinCPUsNode=1 StdOut=/w/41.out StdErr=/w/41.out"
+    "MinCPUsNode=1 StdErr=/w/41.out StdOut=/w/41.out"
 )
 
 
 def test_job_detail_reads_the_live_attempt_exclusions_requirements_and_gpus():
     argv = ("scontrol", "show", "job", "-d", "-o", "41")
-    adapter = SlurmAdapter(runner=FakeRunner({argv: CommandResult(0, stdout=DETAIL + "\n")}))
+    adapter = SlurmAdapter(runner=FakeRunner({argv: CommandResult(0, stdout=DETAIL + "\n")}), use_json=False)
     j = adapter.job_detail("41")
     assert (j.attempt, j.state, j.requeue) == (2, "RUNNING", False)
     assert j.required_nodes == ("n1",) and j.excluded_nodes == ("n7", "n8") and j.nodes == ("n1", "n2")
@@ -496,10 +527,13 @@ def test_job_detail_reads_the_live_attempt_exclusions_requirements_and_gpus():
 def test_job_detail_of_an_unknown_job_is_none_and_an_outage_raises():
     argv = ("scontrol", "show", "job", "-d", "-o", "9")
     gone = SlurmAdapter(
-        runner=FakeRunner({argv: CommandResult(1, stderr="slurm_load_jobs error: Invalid job id specified")})
+        runner=FakeRunner({argv: CommandResult(1, stderr="slurm_load_jobs error: Invalid job id specified")}),
+        use_json=False,
     )
     assert gone.job_detail("9") is None
-    away = SlurmAdapter(runner=FakeRunner({argv: CommandResult(1, stderr="Unable to contact slurm controller")}))
+    away = SlurmAdapter(
+        runner=FakeRunner({argv: CommandResult(1, stderr="Unable to contact slurm controller")}), use_json=False
+    )
     with pytest.raises(SchedulerUnavailable):
         away.job_detail("9")
 
