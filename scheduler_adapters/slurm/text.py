@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from .hostlist import HostlistError, expand_hostlist
 from .runner import readable
 
-__all__ = ["AmbiguousRecord", "parse_gpu_detail", "parse_scontrol_line", "scontrol_records"]
+__all__ = ["parse_gpu_detail", "parse_scontrol_line", "scontrol_records"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +67,18 @@ _REQUIRED = ("JobId", "JobName", "UserId", "JobState")
 _GRES_IDX = re.compile(r"gpu(?::[\w.-]+)*:\d+\(IDX:([0-9,\-]+|N/A)\)")
 
 
-class AmbiguousRecord(ValueError):
-    """A record whose structure a user-set field could have written."""
+# (job id, why) already warned about: a refused job is listed at every poll (bounded)
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn(job: str, why: str) -> None:
+    if (job, why) in _warned:
+        logger.debug("scontrol record of job %s not used: %s", job, why)
+        return
+    if len(_warned) >= 10_000:
+        _warned.clear()
+    _warned.add((job, why))
+    logger.warning("scontrol record of job %s not used: %s", job, why)
 
 
 def _fields(line: str) -> list[tuple[str, str]]:
@@ -139,7 +149,7 @@ def scontrol_records(text: str) -> list[tuple[dict[str, str], str]]:
         if why is None and counts[job] > 1:
             why = "more than one record of this job id"
         if why is not None:
-            logger.warning("scontrol record of job %s not used: %s", readable(job)[:40], why)
+            _warn(readable(job)[:40], why)
             continue
         fields = dict(pairs)
         if fields.get("BatchFlag", "1") != "1":  # a job that prints no output paths has none to read

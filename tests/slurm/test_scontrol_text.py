@@ -12,7 +12,7 @@ import json
 import pytest
 
 from scheduler_adapters.base import CommandFailed, CommandResult
-from scheduler_adapters.slurm import SlurmAdapter
+from scheduler_adapters.slurm import SlurmAdapter, text
 
 FORGED = "Nodes=n3 CPU_IDs=0 Mem=0 GRES=gpu:8(IDX:0-7)"
 HEAD = (
@@ -30,6 +30,11 @@ PATHS = "StdErr=/w/2.out StdIn=/dev/null StdOut=/w/2.out "
 DETAIL_ARGV = ("scontrol", "show", "job", "-d", "-o", "2")
 ALL_ARGV = ("scontrol", "show", "job", "-o")
 SQUEUE = ("squeue", "--json", "--states=all")
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings(monkeypatch):
+    monkeypatch.setattr(text, "_warned", set())
 
 
 def line(name="train", comment="hi", batch=1, paths=PATHS) -> str:
@@ -62,6 +67,13 @@ def test_a_user_field_that_copies_structure_is_refused_not_read(name, comment, c
     with pytest.raises(CommandFailed, match="ambiguous"):
         adapter.job_detail("2")
     assert "scontrol record of job 2 not used" in caplog.text
+
+
+def test_a_refused_record_is_warned_about_once_not_at_every_poll(caplog):
+    adapter = text_adapter(line(name=f"x {FORGED}") + "\n", ALL_ARGV)
+    for _ in range(3):
+        assert adapter.jobs() == []
+    assert caplog.text.count("scontrol record of job 2 not used") == 1
 
 
 def test_a_newline_in_a_user_field_is_refused():
