@@ -301,6 +301,22 @@ class Store:
             pending_ok=True,  # other columns than a buffered touch's
         )
 
+    def bind_incident(self, incident: int, key: str, job: str, attempt: int) -> None:
+        """A node's incident is about this job attempt (the scheduler said it held the node)."""
+        self._exec(
+            "UPDATE incidents SET key=?, job=?, attempt=? WHERE id=?",
+            (key, job, attempt, incident),
+            pending_ok=True,  # other columns than a buffered touch's
+        )
+
+    def add_guards(self, incident: int, guards: Sequence[Any]) -> None:
+        """Guards recorded after an incident's close, after those it closed with."""
+        row = self._exec("SELECT guards FROM incidents WHERE id = ?", (incident,)).fetchone()
+        if row is None or not guards:
+            return
+        had = json.loads(row[0] or "[]")
+        self._exec("UPDATE incidents SET guards=? WHERE id=?", (json.dumps(had + list(guards)), incident))
+
     def close_incident(
         self,
         incident: int,

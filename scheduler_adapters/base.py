@@ -119,5 +119,10 @@ class SchedulerAdapter(Protocol):
     def nodes(self) -> list[NodeInfo]:
         """Every node with its state."""
 
+    def jobs_on(self, nodes: Sequence[str]) -> list[JobInfo]:
+        """The job attempts that hold any of ``nodes`` now (in one of ``JOB_ACTIVE_STATES``).
+        Asked when a node's fault arrives before a poll has shown which job runs there; an
+        adapter without it is answered from ``jobs()`` (see ``worker.jobs_on``)."""
+
     def run(self, argv: Sequence[str], timeout: float = 30.0) -> CommandResult:
         """Run one rendered command without a shell; never raises for rc != 0."""

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from .base import CommandResult, JobInfo, NodeInfo
+from .base import JOB_ACTIVE_STATES, CommandResult, JobInfo, NodeInfo
 
 __all__ = ["SimulatedCluster", "SimJob"]
 
@@ -109,6 +109,10 @@ class SimulatedCluster:
     def job(self, job_id: str) -> JobInfo | None:
         j = self._jobs.get(str(job_id))
         return self._info(j) if j else None
+
+    def jobs_on(self, nodes: Sequence[str]) -> list[JobInfo]:
+        wanted = set(nodes)
+        return [self._info(j) for j in self._jobs.values() if j.state in JOB_ACTIVE_STATES and wanted & set(j.nodes)]
 
     def _info(self, j: SimJob) -> JobInfo:
         return JobInfo(

@@ -10,8 +10,14 @@ Usage::
 
     worker = PollWorker(adapter, interval=5.0, timeout=10.0)
     worker.start()
-    snap = worker.take()          # None when nothing new; else Snapshot(jobs, nodes, at)
+    snap = worker.take()          # None when nothing new; else Snapshot(jobs, nodes, at, started)
     worker.available, worker.error
+    worker.ask({"n2"})            # which jobs hold n2? asked at once, on the worker's thread
+    worker.answers()              # [Answer(nodes, jobs, started)], each handed over once
+
+An ``ask`` is for a node whose fault arrived before any poll showed a job there: the loop must
+not wait for the next poll (seconds) nor for the query (it may hang), so the worker is woken and
+asks ``jobs_on`` (an adapter without it: ``jobs()``, filtered) between its polls.
 """
 
 from __future__ import annotations
@@ -20,9 +26,11 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
-__all__ = ["PollWorker", "Snapshot"]
+from .base import JOB_ACTIVE_STATES
+
+__all__ = ["Answer", "PollWorker", "Snapshot", "jobs_on"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +40,24 @@ class Snapshot:
     jobs: list[Any]
     nodes: list[Any]
     at: float  # wall time the poll finished
+    started: float | None = None  # wall time the poll began: what it says was true from then on
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The scheduler's answer to "which job attempts hold these nodes?"."""
+
+    nodes: frozenset[str]
+    jobs: list[Any]  # the job attempts that hold any of them
+    started: float  # wall time the question was put
+
+
+def jobs_on(adapter: Any, nodes: Iterable[str]) -> list[Any]:
+    """``adapter.jobs_on(nodes)``; an adapter without it is answered from its ``jobs()``."""
+    wanted = set(nodes)
+    ask = getattr(adapter, "jobs_on", None)
+    found = ask(sorted(wanted)) if ask is not None else adapter.jobs()
+    return [j for j in found if j.state in JOB_ACTIVE_STATES and wanted & set(j.nodes)]
 
 
 class PollWorker:
@@ -45,6 +71,9 @@ class PollWorker:
         self._snapshot: Snapshot | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by stop() and ask(): the loop's wait ends at once
+        self._asked: set[str] = set()
+        self._answers: list[Answer] = []
         self._thread: threading.Thread | None = None
         self._call_started: float | None = None  # monotonic time the current call began
 
@@ -55,6 +84,38 @@ class PollWorker:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
+
+    def ask(self, nodes: Iterable[str]) -> None:
+        """Which job attempts hold these nodes? Answered on the worker's thread (``answers``)."""
+        with self._lock:
+            self._asked.update(nodes)
+        self._wake.set()
+
+    def answers(self) -> list[Answer]:
+        """The answers not handed over yet, oldest first."""
+        with self._lock:
+            got, self._answers = self._answers, []
+        return got
+
+    def answer_once(self) -> None:
+        """Answer what was asked, on the calling thread (the loop calls it; tests may too). A
+        question the scheduler does not answer is dropped: the next poll answers it for all nodes."""
+        with self._lock:
+            nodes, self._asked = frozenset(self._asked), set()
+        if not nodes:
+            return
+        started = time.time()
+        self._call_started = time.monotonic()
+        try:
+            jobs = jobs_on(self.adapter, nodes)
+        except Exception as exc:  # whether the scheduler answers is the polls' to say
+            logger.warning("which jobs hold %s: the scheduler did not say (%s)", ",".join(sorted(nodes)), exc)
+            return
+        finally:
+            self._call_started = None
+        with self._lock:
+            self._answers.append(Answer(nodes, jobs, started))
 
     def take(self) -> Snapshot | None:
         """The newest snapshot not taken yet; also notices a call that overran its timeout."""
@@ -67,6 +128,7 @@ class PollWorker:
 
     def poll_once(self) -> None:
         """One poll, on the calling thread (the loop calls it; tests may too)."""
+        started = time.time()
         self._call_started = time.monotonic()
         try:
             jobs = self.adapter.jobs()
@@ -77,7 +139,7 @@ class PollWorker:
         finally:
             self._call_started = None
         with self._lock:
-            self._snapshot = Snapshot(jobs, nodes, time.time())
+            self._snapshot = Snapshot(jobs, nodes, time.time(), started)
         if not self.available:
             logger.warning("scheduler answers again after %.0f s", time.time() - (self.down_since or time.time()))
         self.available, self.error, self.down_since = True, None, None
@@ -89,7 +151,12 @@ class PollWorker:
         self.available, self.error = False, why
 
     def _loop(self) -> None:
+        due = time.monotonic()
         while not self._stop.is_set():
-            began = time.monotonic()
-            self.poll_once()
-            self._stop.wait(max(0.05, self.interval - (time.monotonic() - began)))
+            self._wake.clear()
+            self.answer_once()  # a node's fault waits for this: before the poll
+            if time.monotonic() >= due:
+                began = time.monotonic()
+                self.poll_once()
+                due = began + max(0.05, self.interval)
+            self._wake.wait(max(0.0, due - time.monotonic()))

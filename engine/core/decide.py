@@ -8,6 +8,7 @@ fatal node hardware is isolated at once, under the same guards, before the incid
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -75,6 +76,7 @@ class Decider:
         self.mode = mode
         self.at_once = isolate_settings(compiled)["at_once"]
         self._isolated: set[tuple[int, str]] = set()  # (incident, node) isolated before the close
+        self._isolated_bound: set[tuple[int, str]] = set()  # ... and again for the job it was bound to
         self._early_drains: list[tuple[str, float]] = []
 
     def close(
@@ -85,8 +87,13 @@ class Decider:
         best: Fact | None,
         at: float,
         evidence: Mapping[str, Any],
+        *,
+        bound: tuple[str, int] | None = None,
+        notes: Sequence[Mapping[str, Any]] = (),
     ) -> ClosedIncident:
-        """Decide a settled incident, journal its plan and close it in the store."""
+        """Decide a settled incident, journal its plan and close it in the store. ``bound``: the
+        job attempt the scheduler said held a node's incident's node (its key names none);
+        ``notes``: guards recorded with the decision's (how it was bound)."""
         if faults:
             top = best or best_fault(faults)
             fault_class, nodes, reason, fault_id = (
@@ -97,7 +104,7 @@ class Decider:
             )
         else:
             fault_class, nodes, reason, fault_id = "unknown", (), "no rule could tell what caused this failure", None
-        job_id, attempt = split_key(key)
+        job_id, attempt = bound if bound is not None else split_key(key)
         rule = next((f.get("rule") for f in faults if f.id == fault_id), None)
         with self.store.transaction():
             if job_id is not None:
@@ -110,12 +117,8 @@ class Decider:
                 decision, incident, job_id, attempt, fault_class, reason, evidence, decision.plan
             )
             plan = [p for p in plan if (p.name, p.target) not in decision.skip_targets]
-            guards = list(decision.guards) + [{"guard": "plan", "why": p} for p in problems]
-            mode = (
-                decision.autonomy
-                if self.mode == "act"
-                else ("observe" if decision.autonomy == "observe" else "recommend")
-            )
+            guards = [dict(n) for n in notes] + list(decision.guards) + [{"guard": "plan", "why": p} for p in problems]
+            mode = self._mode_of(decision)
             self.store.close_incident(
                 incident,
                 at,
@@ -141,6 +144,12 @@ class Decider:
                         "recommended" if mode == "recommend" else "planned",
                     )
         return ClosedIncident(incident, key, job_id, attempt, decision, tuple(plan), tuple(problems), at)
+
+    def _mode_of(self, decision: Decision) -> str:
+        """How a decision's plan is journaled: acted on, recommended, or only observed."""
+        if self.mode == "act":
+            return decision.autonomy
+        return "observe" if decision.autonomy == "observe" else "recommend"
 
     def _plan(
         self,
@@ -170,16 +179,27 @@ class Decider:
     def wants_at_once(self, fault: Fact) -> bool:
         return fault.get("fault_class") in self.at_once and bool(fault.get("nodes"))
 
-    def isolate_now(self, incident: int, key: str, fault: Fact, evidence: Callable[[], Mapping[str, Any]]) -> None:
+    def isolate_now(
+        self,
+        incident: int,
+        key: str,
+        fault: Fact,
+        evidence: Callable[[], Mapping[str, Any]],
+        bound: tuple[str, int] | None = None,
+    ) -> None:
         """Fatal node hardware: journal the isolation (drain, requeue, exclude) now, under the same
         guards as at the close, instead of after the settle window; the close then finds these
         actions journaled (same idempotency keys) and adds only what is new (the page). Where the
         policy does not let it act (monitor mode, or a class not granted act), the same actions are
-        recorded now as recommendations: the moment act mode would have run them is on record."""
-        nodes = tuple(n for n in fault.get("nodes") or () if (incident, n) not in self._isolated)
+        recorded now as recommendations: the moment act mode would have run them is on record.
+
+        Called again once a node's incident is ``bound`` to the job attempt the scheduler says
+        held the node: the drain is journaled already, the job's requeue and exclusion are new."""
+        done = self._isolated if bound is None else self._isolated_bound
+        nodes = tuple(n for n in fault.get("nodes") or () if (incident, n) not in done)
         if not nodes:
             return
-        job_id, attempt = split_key(key)
+        job_id, attempt = bound if bound is not None else split_key(key)
         ctx = self.guard_context(incident, job_id, attempt, fault.at)
         decision = decide(
             self.compiled, str(fault.get("fault_class")), nodes, str(fault.get("reason", "")), ctx, fault.get("rule")
@@ -192,7 +212,11 @@ class Decider:
         plan, _ = self._plan(
             decision, incident, job_id, attempt, fault_class, str(fault.get("reason", "")), evidence(), names
         )
-        note = "at once: fatal node hardware" + ("" if mode == "act" else " (act mode would run it now)")
+        note = (
+            "at once: fatal node hardware"
+            + (f"; job {job_id} attempt {attempt} from the scheduler's answer" if bound is not None else "")
+            + ("" if mode == "act" else " (act mode would run it now)")
+        )
         for p in plan:
             if (p.name, p.target) in decision.skip_targets:
                 continue
@@ -207,8 +231,10 @@ class Decider:
                 note=note,
             )
         for n in nodes:
-            self._isolated.add((incident, n))
-            self._early_drains.append((n, fault.at))
+            if (incident, n) not in self._isolated:  # its drain counts once (blast radius)
+                self._isolated.add((incident, n))
+                self._early_drains.append((n, fault.at))
+            done.add((incident, n))
         if mode == "act":
             logger.warning("incident %s: %s on %s isolated at once", incident, fault_class, ",".join(nodes))
         else:
@@ -220,6 +246,85 @@ class Decider:
                 decision.mode_why,
                 ", ".join(f"{p.name} {p.target}" for p in plan if (p.name, p.target) not in decision.skip_targets),
             )
+
+    def bind_closed(
+        self,
+        incident: int,
+        job: str,
+        attempt: int,
+        faults: Sequence[Fact],
+        best: Fact | None,
+        at: float,
+        evidence: Mapping[str, Any],
+        decided: str | None,
+        note: Mapping[str, Any],
+    ) -> list[PlannedAction]:
+        """A node's incident that closed before the scheduler said which job attempt held its
+        node: bound to it now. The policy decides again with the job's history; when that is
+        still what the incident was decided, the job's part of the plan (requeue, exclusion) is
+        journaled as the close would have (acted on, or recommended). When the job's history
+        changes the decision (its retry budget is spent), nothing more is planned: the incident
+        says why, and a person decides."""
+        notes = [dict(note)]
+        planned: list[PlannedAction] = []
+        with self.store.transaction():
+            if faults:
+                planned = self._plan_bound(incident, job, attempt, faults, best, at, evidence, decided, notes)
+            self.store.add_guards(incident, notes)
+        for p in planned:
+            logger.warning(
+                "incident %s job=%s attempt=%s: bound after its close, %s action=%s cmd=%s",
+                incident,
+                job,
+                attempt,
+                "planned" if self.mode == "act" else "recommend",
+                p.name,
+                json.dumps(list(p.argv)),
+            )
+        return planned
+
+    def _plan_bound(
+        self,
+        incident: int,
+        job: str,
+        attempt: int,
+        faults: Sequence[Fact],
+        best: Fact | None,
+        at: float,
+        evidence: Mapping[str, Any],
+        decided: str | None,
+        notes: list[dict[str, Any]],
+    ) -> list[PlannedAction]:
+        """The job's part of a closed incident's plan, journaled; ``notes`` gets why not, if not."""
+        planned: list[PlannedAction] = []
+        top = best or best_fault(faults)
+        fault_class, reason = str(top.get("fault_class")), str(top.get("reason", ""))
+        ctx = self.guard_context(incident, job, attempt, at)
+        decision = decide(self.compiled, fault_class, tuple(top.get("nodes") or ()), reason, ctx, top.get("rule"))
+        mode = self._mode_of(decision)
+        if decided is not None and decision.decision != decided:
+            whys = "; ".join(str(g.get("why")) for g in decision.guards if g.get("why"))
+            notes.append(
+                {
+                    "guard": "bound",
+                    "why": f"with job {job}'s history the policy says {decision.decision}, not {decided}"
+                    + (f" ({whys})" if whys else "")
+                    + ": nothing more is planned for the job",
+                }
+            )
+        elif mode in ("recommend", "act"):
+            names = tuple(n for n in decision.plan if n != "notify")  # the close paged already
+            plan, problems = self._plan(decision, incident, job, attempt, fault_class, reason, evidence, names)
+            notes += [{"guard": "plan", "why": p} for p in problems]
+            status = "recommended" if mode == "recommend" else "planned"
+            for p in plan:
+                if (p.name, p.target) in decision.skip_targets:
+                    continue
+                if self.store.add_action(
+                    incident, p.idem_key, p.name, p.target, p.argv, mode, status, note="bound after the close"
+                ):
+                    planned.append(p)
+        return planned
 
     def guard_context(self, incident: int, job: str | None, attempt: int | None, now: float) -> GuardContext:
         # ``now`` is engine time (the logs' own time in replay): a silence applies when it was

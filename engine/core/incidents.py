@@ -12,8 +12,9 @@ This module holds ``Engine`` (what callers use) and the incident lifecycle: whic
 derived fact joins, when one opens, settles and closes, and what late evidence of a closed one
 does. The rest is in its own module: ``memory`` (working memory, repeats, retraction),
 ``timers`` (``for:`` and ``absent_for:``), ``derive`` (a firing's conclusion), ``decide``
-(guards, decision and plan when an incident closes, fatal hardware at once), ``progress``
-(hangs and stragglers).
+(guards, decision and plan when an incident closes, fatal hardware at once), ``bind`` (a
+node's incident waiting for the scheduler to say which job attempt held the node: ``to_ask``,
+``holders``), ``progress`` (hangs and stragglers).
 
 Time is whatever the caller says it is (virtual in replay and tests, wall time live), so the
 same input gives the same incidents.
@@ -27,7 +28,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from engine.core.decide import ClosedIncident, Decider, best_fault, rank
+from engine.core.bind import NodeWaits, Wait, bound_note
+from engine.core.decide import ClosedIncident, Decider, best_fault, rank, split_key
 from engine.core.derive import Derivation, view
 from engine.core.linefacts import ClusterContext
 from engine.core.memory import SCOPE_MATCHER_MAX, Live, WorkingMemory
@@ -72,6 +74,10 @@ class _Open:
     best: Fact | None = None
     closed_at: float | None = None
     fault_ids: set[str] = field(default_factory=set)  # of ``faults``
+    #: the job attempt the scheduler said held the node of a node's incident (see ``core.bind``)
+    bound: tuple[str, int] | None = None
+    notes: list[dict[str, Any]] = field(default_factory=list)  # guards to record when it closes
+    decision: str | None = None  # once closed
 
     def __post_init__(self) -> None:
         self.fault_ids.update(f.id for f in self.faults)
@@ -152,6 +158,8 @@ class Engine:
         self.decider = Decider(
             compiled, store, self.tracker, self.node_states, self.job_states, scheduler=scheduler, mode=mode
         )
+        #: node incidents whose fault came before the scheduler said which job ran there
+        self.waits = NodeWaits()
 
     def resume(self) -> int:
         """After a restart: take over the incidents the store still has open, so they settle and
@@ -160,7 +168,7 @@ class Engine:
         for row in self.store.incidents(status="open"):
             facts = [f for f, _, _ in self.store.facts(row.id)]
             faults = [f for f in facts if f.kind == "fault"]
-            self.open[row.key] = _Open(
+            inc = self.open[row.key] = _Open(
                 row.id,
                 row.key,
                 row.opened_at,
@@ -169,6 +177,10 @@ class Engine:
                 {f.id for f in facts},
                 best_fault(faults) if faults else None,
             )
+            if row.job is not None and split_key(row.key) != (row.job, row.attempt):
+                inc.bound = (row.job, int(row.attempt or 0))  # bound without taking the job's key
+            elif row.job is None and row.node and faults:
+                self.waits.add(row.id, row.node, row.opened_at)
             n += 1
         return n
 
@@ -410,9 +422,70 @@ class Engine:
                 inc.best = fact
                 self.store.set_provisional(inc.id, str(fact.get("fault_class")), fact.get("nodes") or (), fact.id)
             if self.decider.wants_at_once(fact):
-                self.decider.isolate_now(inc.id, inc.key, fact, lambda: self._evidence(inc))
+                self.decider.isolate_now(inc.id, inc.key, fact, lambda: self._evidence(inc), bound=inc.bound)
+            self._wait_for_job(inc, fact.at)
         inc.last_at = max(inc.last_at, fact.at)
         self.store.touch_incident(inc.id, fact.at)
+
+    # -- the scheduler's answer: which job held a node's incident's node -----------------------
+    def _wait_for_job(self, inc: _Open, at: float) -> None:
+        """A fault (at ``at``) of a node's incident with no job: which job attempt held the node
+        is asked of the scheduler (the caller: ``to_ask``), never guessed (see ``core.bind``)."""
+        kind, _, node = inc.key.partition(":")
+        if kind == "node" and inc.bound is None and inc.id not in self.waits:
+            self.waits.add(inc.id, node, at)
+
+    def to_ask(self) -> set[str]:
+        """Nodes whose incident waits for the scheduler to say which job held them, not yet asked."""
+        return self.waits.to_ask()
+
+    @_then_flush
+    def holders(self, jobs: Any, covers: Any, asked_at: float) -> None:
+        """The scheduler's answer: the job attempts ``jobs`` hold the nodes they list, of the
+        nodes ``covers``, as of ``asked_at`` (when the question was put). A node's incident that
+        waits for it is bound to its job attempt: the same decision and plan as when the job was
+        known at once (its requeue excluding the node), planned now if the fault is isolated at
+        once or the incident closed already."""
+        if not len(self.waits):
+            return
+        for wait, holders in self.waits.answer(jobs, covers, asked_at):
+            self._bind(wait, holders)
+
+    def _bind(self, wait: Wait, holders: list[Any]) -> None:
+        inc = next((i for i in (*self.open.values(), *self.recent.values()) if i.id == wait.incident), None)
+        if inc is None:
+            return
+        job_id, attempt = str(holders[0].job_id), int(holders[0].attempt or 0)
+        note = bound_note(wait.node, holders)
+        inc.bound = (job_id, attempt)
+        closed = inc.closed_at is not None
+        table = self.recent if closed else self.open
+        key = f"job:{job_id}:{attempt}"
+        if table.get(inc.key) is inc and key not in table:  # later evidence of the job finds it
+            del table[inc.key]
+            inc.key = key
+            table[key] = inc
+        self.store.bind_incident(inc.id, inc.key, job_id, attempt)
+        logger.warning("incident %s: %s", inc.id, note["why"])
+        if closed:
+            self.decider.bind_closed(
+                inc.id,
+                job_id,
+                attempt,
+                inc.faults,
+                inc.best,
+                self.now if self.now is not None else inc.last_at,
+                self._evidence(inc),
+                inc.decision,
+                note,
+            )
+            return
+        inc.notes.append(note)
+        for old, firings in self.pending.pop(key, ()):  # the job's warnings join it, as at an opening
+            if old.at >= inc.opened_at - self.settle:
+                self._attach(inc, old, firings)
+        if inc.best is not None and self.decider.wants_at_once(inc.best):
+            self.decider.isolate_now(inc.id, inc.key, inc.best, lambda: self._evidence(inc), bound=inc.bound)
 
     def _evidence(self, inc: _Open) -> dict[str, Any]:
         """The incident's evidence for action templates: its earliest line, how many, which nodes."""
@@ -432,7 +505,10 @@ class Engine:
         return {"first_line": str(first) if first else None, "count": sum(lv.count for lv in lives), "nodes": nodes}
 
     def _close(self, inc: _Open, at: float) -> ClosedIncident:
-        closed = self.decider.close(inc.id, inc.key, inc.faults, inc.best, at, self._evidence(inc))
+        closed = self.decider.close(
+            inc.id, inc.key, inc.faults, inc.best, at, self._evidence(inc), bound=inc.bound, notes=inc.notes
+        )
+        inc.decision = closed.decision.decision
         # its facts stay in the Rete for the cascade window, so late evidence still correlates
         self.recent[inc.key] = inc
         inc.closed_at = at
@@ -475,6 +551,7 @@ class Engine:
         for key, inc in list(self.recent.items()):
             if now - max(inc.last_at, inc.closed_at or 0.0) > self.cascade:
                 del self.recent[key]
+                self.waits.drop(inc.id)  # no longer bound: its cascade is over
                 self._retract_all(inc)
         if now - self._last_due >= 0.5:  # hang bounds are minutes: checking twice a second is plenty
             self._last_due = now
@@ -511,5 +588,6 @@ class Engine:
             self._close(inc, max(at, inc.last_at))
             self.recent.pop(key, None)
             self._retract_all(inc)
+        self.waits = NodeWaits()
         self.store.flush()
         return list(self.closed)

@@ -5,6 +5,13 @@ the controller was down is still noticed, while the history a fresh database fin
 on): a changed node or job becomes a ``node``/``job`` fact, a running job's nodes go into the
 cluster context, and the job logs it names are followed.
 
+A node's fault that arrives before any poll showed a job on that node (a GPU failing as its job
+starts) opens an incident for the node alone, which waits for the scheduler to say which job
+attempt held the node (``engine.core.bind``): the poll asks about those nodes at once (on the
+worker's thread, ``PollWorker.ask``; inline, a question bounded by the adapter's timeout) and
+hands every answer, and every poll, to the engine (``Engine.holders``), which binds the incident
+to the job attempt the scheduler names. Never to one a log names.
+
 When slurmctld does not answer, the rest goes on without it: at startup, input waits for its
 first answer only so long (``wait_first_answer``); under ``recover run`` it is polled on a
 worker thread (``PollWorker``) that never blocks the loop, and while it is unavailable the
@@ -130,8 +137,9 @@ class SchedulerPoll:
         if self.worker is not None:
             self.worker.stop()
 
-    def _take(self, now: float) -> tuple[list, list] | None:
-        """The jobs and nodes to compare, or None (nothing new, not due, or no answer)."""
+    def _take(self, now: float) -> tuple[list, list, float] | None:
+        """The jobs and nodes to compare, and when they were asked for; or None (nothing new,
+        not due, or no answer)."""
         health = self.metrics.source_health.labels(source="scheduler")
         if self.worker is not None:  # `recover run`: polled on its own thread, never blocking the loop
             snap = self.worker.take()
@@ -141,11 +149,12 @@ class SchedulerPoll:
             if snap is None:
                 return None
             self.ok = True
-            return snap.jobs, snap.nodes
+            return snap.jobs, snap.nodes, snap.started if snap.started is not None else snap.at
         if now - self._last < self.interval:
             return None
         self._last = now
         self.ok = False
+        started = time.time()  # what the answer says holds from then on (see engine.core.bind)
         try:
             jobs = self.adapter.jobs()
             nodes = self.adapter.nodes()
@@ -156,15 +165,47 @@ class SchedulerPoll:
             return None
         health.set(1)
         self.ok = True
-        return jobs, nodes
+        return jobs, nodes, started
+
+    # -- which job held a node whose fault came first ----------------------------------------------
+    def _ask(self, now: float, engine: Engine) -> None:
+        """Ask which job attempts hold the nodes whose incident waits to know (see the module)."""
+        nodes = engine.to_ask()
+        if not nodes:
+            return
+        if self.worker is not None:
+            self.worker.ask(nodes)  # answered on its thread: the loop never waits for it
+            return
+        from scheduler_adapters.worker import Answer, jobs_on
+
+        started = time.time()
+        try:  # inline (startup, tests): bounded by the adapter's own timeout
+            jobs = jobs_on(self.adapter, nodes)
+        except Exception as exc:
+            if self.limiter.ok("scheduler-ask"):
+                logger.warning("which jobs hold %s: the scheduler did not say (%s)", ",".join(sorted(nodes)), exc)
+            return
+        self._answered(Answer(frozenset(nodes), jobs, started), now, engine)
+
+    def _answered(self, answer: Any, now: float, engine: Engine) -> None:
+        """An answer about some nodes: who holds them goes into the cluster context, and the
+        incidents that wait for it are bound (inside the batch)."""
+        self.batch.begin()
+        for j in answer.jobs:
+            self.cluster.assign(j.job_id, j.attempt, j.nodes, now)
+        engine.holders(answer.jobs, answer.nodes, answer.started)
 
     # -- what changed ----------------------------------------------------------------------------
     def poll(self, now: float, engine: Engine) -> None:
         """Ask (or take the worker's answer) and ingest what changed, inside the batch."""
+        self._ask(now, engine)
+        if self.worker is not None:
+            for answer in self.worker.answers():
+                self._answered(answer, now, engine)
         got = self._take(now)
         if got is None:
             return
-        jobs, nodes = got
+        jobs, nodes, asked_at = got
         self.batch.begin()
         states_changed = False
         # nodes first: a node that died is seen while its job is still assigned to it
@@ -210,3 +251,4 @@ class SchedulerPoll:
         self.states_known = True
         if states_changed:
             self._save()
+        engine.holders(jobs, {n.name for n in nodes}, asked_at)

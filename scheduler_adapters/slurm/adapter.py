@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from ..base import (
+    JOB_ACTIVE_STATES,
     CommandFailed,
     CommandResult,
     JobInfo,
@@ -82,6 +83,10 @@ _JOB_ID = re.compile(r"[0-9]+(?:[_+][0-9]+)?")
 # what the commands print when the option itself is unknown (a Slurm older than 21.08)
 _NO_JSON = re.compile(r"unrecognized option|invalid option|unknown option", re.IGNORECASE)
 _NULLS = ("", "(null)", "None", "N/A")
+# one node name, as the controller asks about it (never a hostlist, never an option)
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+# the states in which a job holds its nodes (JOB_ACTIVE_STATES), as squeue --states spells them
+_HOLDING_STATES = ",".join(sorted(JOB_ACTIVE_STATES))
 
 
 def split_wait_status(status: int) -> tuple[int, int | None]:
@@ -174,6 +179,26 @@ class SlurmAdapter:
         if not records and any(line.startswith("JobId=") for line in result.stdout.splitlines()):
             raise CommandFailed(argv, _with_stderr(result, "its record is ambiguous (see the warning logged)"))
         return _job_from_scontrol(records[0][0], records[0][1]) if records else None
+
+    def jobs_on(self, nodes: Iterable[str]) -> list[JobInfo]:
+        """The job attempts that hold any of ``nodes`` right now (running, completing,
+        configuring, suspended): what the controller asks when a node's fault arrives before a
+        poll has shown the job there. slurmctld is asked for those nodes and states only (Slurm
+        22.05 ignores both filters with ``--json``, so they are applied here too)."""
+        wanted = {str(n) for n in nodes}
+        bad = sorted(n for n in wanted if not _NODE_NAME.fullmatch(n))
+        if bad:
+            raise ValueError(f"not a node name: {bad[0][:40]!r}")
+        if not wanted:
+            return []
+        records = None
+        if self._json is not False:
+            argv = ["squeue", "--json", f"--nodelist={','.join(sorted(wanted))}", f"--states={_HOLDING_STATES}"]
+            data = self._query_json(argv)
+            records = None if data is None else list(data.get("jobs") or [])
+        # read as a poll reads them; without --json, the text of every job (scontrol)
+        found = self._jobs_from_json(records) if records is not None else self.jobs()
+        return [j for j in found if j.state in JOB_ACTIVE_STATES and wanted & set(j.nodes)]
 
     def nodes(self) -> list[NodeInfo]:
         if self._json is not False:

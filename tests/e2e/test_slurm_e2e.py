@@ -39,6 +39,19 @@ for i in $(seq 1 900); do
   sleep 1
 done
 """
+# the GPU falls off the bus as the job starts: the job's first node logs a Xid at once (written
+# by the job script only to time it; a real GPU's driver writes it)
+XID_AT_START_JOB = """#!/bin/bash
+if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then
+  echo "$(date -u '+%b %d %H:%M:%S') $SLURMD_NODENAME kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, \
+name=python, GPU has fallen off the bus." >> KERN/kern-$SLURMD_NODENAME.log
+fi
+echo "SLURM_JOB_ID=$SLURM_JOB_ID SLURM_RESTART_COUNT=${SLURM_RESTART_COUNT:-0} SLURMD_NODENAME=$SLURMD_NODENAME"
+for i in $(seq 1 900); do
+  echo "$(date -u +%Y-%m-%dT%H:%M:%S) [Rank 0] step=$((i + ${SLURM_RESTART_COUNT:-0} * 1000)), skipped=0, lr=[0.0001]"
+  sleep 1
+done
+"""
 TRACEBACK_JOB = """#!/bin/bash
 echo "SLURM_JOB_ID=$SLURM_JOB_ID SLURM_RESTART_COUNT=${SLURM_RESTART_COUNT:-0}"
 sleep 2
@@ -254,6 +267,41 @@ def test_fatal_xid_drains_the_node_and_the_job_runs_again_elsewhere(h):
     acts = {(a[1], a[4]) for a in h.actions()}
     assert {("drain", "verified"), ("requeue", "verified"), ("exclude", "verified")} <= acts
     print(f"\nfault line -> drained: {t_drain:.1f} s; -> running again on {','.join(again.nodes)}: {t_back:.1f} s")
+
+
+def test_a_gpu_that_fails_as_its_job_starts_requeues_that_job(h):
+    """Issue 18, item 3: the Xid comes before any scheduler poll shows the job on its node (the
+    controller polls every 10 s here). The node is drained at once, and the incident is bound to
+    the job attempt the scheduler then says held the node: the job is requeued excluding it."""
+    h.start_agents()
+    h.start_controller("--scheduler-interval", "10")
+    job = h.submit(XID_AT_START_JOB.replace("KERN", str(h.tmp)), "-N", "2")
+    t0 = time.monotonic()
+    first = wait_for("job running", lambda: h.running(job), 30)
+    bad = first.nodes[0]  # the batch script runs on the job's first node
+    wait_for(f"the Xid in {bad}'s kernel log", lambda: b"Xid" in (h.tmp / f"kern-{bad}.log").read_bytes(), 10)
+    drained = wait_for(f"{bad} drained", lambda: (n := h.node(bad)).drained and n, 30)
+    again = wait_for(
+        "the job requeued excluding the node",
+        lambda: (j := h.slurm.job(job)) and j.attempt >= 1 and bad in j.excluded_nodes and j,
+        max(1.0, 30 - (time.monotonic() - t0)),
+    )
+    t_requeued = time.monotonic() - t0
+    inc = wait_for("incident closed", lambda: [i for i in h.incidents() if i[3] == "closed"], 10)[0]
+    assert (inc[1], inc[2], inc[4], inc[5], json.loads(inc[6])) == (
+        job,
+        0,
+        "gpu_fell_off_bus",
+        "isolate_and_restart",
+        [bad],
+    )
+    assert f"incident {inc[0]}" in drained.reason
+    guards = json.loads(inc[7])
+    assert any(g["guard"] == "bound" and f"job {job} attempt 0 held {bad}" in g["why"] for g in guards), guards
+    assert bad not in again.nodes
+    acts = {(a[1], a[2]) for a in h.actions()}
+    assert {("drain", bad), ("requeue", job), ("exclude", job)} <= acts, acts
+    print(f"\njob start -> requeued excluding {bad}: {t_requeued:.1f} s")
 
 
 def test_traceback_stops_without_requeue(h):

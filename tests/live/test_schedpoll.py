@@ -47,6 +47,12 @@ class RecordingEngine:
     def ingest(self, fact) -> None:
         self.facts.append(fact)
 
+    def to_ask(self) -> set[str]:
+        return set()
+
+    def holders(self, jobs, covers, asked_at) -> None:
+        pass
+
     def kinds(self) -> list[tuple[str, str]]:
         return [(f.kind, f.attrs.get("job") or f.attrs.get("node")) for f in self.facts]
 
