@@ -74,6 +74,7 @@ def set_job(t: Tailed, job: str, attempt: int, nodes: Sequence[str]) -> None:
     if ctx.job != job or ctx.attempt != attempt:
         ctx.job, ctx.attempt = job, attempt
     ctx.nodes = set(nodes)
+    t.waiting = False  # claimed: read on from where it is (the follower's add marked it due)
 
 
 @dataclass
@@ -124,7 +125,16 @@ class FileIngest:
 
     def on_new_file(self, t: Tailed) -> None:
         """The follower's hook for a file it starts to follow: its context and a scanner."""
-        job = t.meta.get("job") or job_from_filename(os.path.basename(t.path))
+        job = t.meta.get("job")
+        if job is None and self.scheduled:
+            # with a scheduler, a job's log is the StdOut/StdErr it names (set_job), never a file
+            # named after a job: any user can write one into a followed folder. Such a file is not
+            # read until the scheduler names it as a job's (from where it is then), so its lines
+            # neither speak for the job in its name nor open incidents for no job
+            t.waiting = True
+            logger.info("%s: no job's log the scheduler names (yet); not read until it does", t.path)
+        elif job is None:
+            job = job_from_filename(os.path.basename(t.path))  # no scheduler: the name is all there is
         source = t.meta.get("source", "job")
         t.meta["ctx"] = FileContext(path=t.path, source=source, job=job, attempt=t.meta.get("attempt"))
         t.meta["committed"] = (t.inode, t.offset, t.line_no)

@@ -138,6 +138,9 @@ class Tailed:
     #: the caller has not consumed all it was given yet (it converts a burst across passes):
     #: nothing more is read from the file until the caller clears this (or rewinds the file)
     held: bool = False
+    #: the caller does not want this file read at all until it says whose it is (a file a glob
+    #: found that the scheduler names as no job's log yet); a rewind does not clear it
+    waiting: bool = False
 
     @property
     def healthy(self) -> bool:
@@ -472,6 +475,9 @@ class Follower:
                     todo.pop()
                     self._mark(path)
                     continue
+                if t is not None and t.waiting:  # read from where it is once it is claimed (add marks it)
+                    todo.pop()
+                    continue
                 if t is None:
                     if not self.matches(path) or not os.path.isfile(path):
                         todo.pop()
@@ -501,6 +507,8 @@ class Follower:
         return None
 
     def _read_file(self, t: Tailed, max_bytes: int) -> Iterator[tuple[Tailed, bytes]]:
+        if t.waiting:
+            return
         if t.fh is None and not self._open(t):
             return
         budget = FILE_BUDGET

@@ -540,3 +540,40 @@ def test_random_and_hostile_lines_never_hide_a_real_failure(tmp_path):
             ctl.store.close()
 
     run()
+
+
+# -- a file's name is no scheduler ----------------------------------------------------------------
+@pytest.mark.parametrize("decoy", ["slurm-301.err", "decoy-301.out", "train-301.log.out"])
+def test_a_file_named_after_another_job_speaks_for_no_job(world, decoy):
+    """With a scheduler, a job's log is what the scheduler names as its StdOut/StdErr. Any user can
+    write into a shared log folder that ``--follow`` watches: a file named after the victim's job
+    must not requeue it (found trying it as a site: ``decoy-301.out`` requeued job 301)."""
+    logs, _, start = world
+    (logs / "slurm-301.out").write_text("")
+    (logs / "slurm-302.out").write_text("")
+    ctl = start(
+        FakeScheduler([running("301", ("n1", "n2"), logs), running("302", ("n3", "n4"), logs)]),
+        follow=[str(logs / "*.out"), str(logs / "*.err")],
+    )
+    with open(logs / decoy, "a") as fh:
+        fh.write(WATCHDOG)
+    with open(logs / "slurm-302.out", "a") as fh:  # the positive sign: the attacker's own log is read
+        fh.write(WATCHDOG)
+    settle(ctl)
+    assert [job for job, _, _ in incidents(ctl)] == ["302"], incidents(ctl)
+    assert not [a for a in actions(ctl) if a[1] == "301"], actions(ctl)
+
+
+def test_a_followed_file_the_scheduler_names_later_is_that_jobs(world):
+    """A log the glob finds before the scheduler names it is tied to its job when it does."""
+    logs, _, start = world
+    sched = FakeScheduler([])
+    ctl = start(sched, follow=[str(logs / "*.out")])
+    (logs / "slurm-303.out").write_text("SLURM_JOB_ID=303\n")
+    settle(ctl, 0.3)
+    sched.job_list = [running("303", ("n1",), logs)]
+    settle(ctl, 0.3)
+    with open(logs / "slurm-303.out", "a") as fh:
+        fh.write(WATCHDOG)
+    settle(ctl)
+    assert [job for job, _, _ in incidents(ctl)] == ["303"], incidents(ctl)
