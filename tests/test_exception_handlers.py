@@ -23,6 +23,7 @@ HANDLED = (
     "_mark_down(",
     "_log_fallback(",
     "errors.append",
+    "_internal_error(",  # the actuator: logged with its traceback, counted, the action escalated
 )
 
 
