@@ -153,24 +153,56 @@ def rules_eval(
     no_defaults: bool = NoDefaultsOpt,
     json_out: bool = JsonOpt,
     minimum: Optional[float] = typer.Option(
-        None, "--min", help="Exit 1 when accuracy (0-1 or a percentage) is below this."
+        None, "--min", help="Exit 1 when the accuracy over every case (0-1 or a percentage) is below this."
     ),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every case, not only misses."),
+    min_holdout: Optional[float] = typer.Option(
+        None, "--min-holdout", help="Exit 1 when the frozen holdout's accuracy is below this."
+    ),
+    manifest_path: Optional[str] = typer.Option(
+        None, "--manifest", help="The split's manifest (default: holdout.manifest.json beside the corpus)."
+    ),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Print every case, not only misses, and right/total per source."
+    ),
 ) -> None:
-    """Replay each case of a real-log corpus alone: per-class precision and recall, confusion, every miss."""
-    from engine.ops.corpus_eval import HEALTHY, evaluate, load_cases
+    """Replay each case of a real-log corpus alone: per-class precision and recall, confusion, every miss,
+    the figures of the train side and the frozen holdout, and the errors that cost a site a node."""
+    from engine.ops.corpus_eval import HEALTHY, evaluate, load_cases, node_scoped_classes
+    from engine.ops.corpus_split import check_split, find_manifest, load_manifest, side_report, split_cases
 
     compiled = _load_or_exit(paths or [], no_defaults)
     cases, problems = load_cases(corpus, known_labels=compiled.policy.get("decisions", {}).keys())
+    mpath = manifest_path or find_manifest(corpus)
+    manifest = None
+    if mpath is not None:
+        manifest, why = load_manifest(mpath)
+        if why:
+            _err(why)
+            raise typer.Exit(2)
+    if min_holdout is not None and manifest is None:
+        _err("--min-holdout needs the split's manifest (--manifest FILE)")
+        raise typer.Exit(2)
+    if manifest is not None:
+        problems += check_split(cases, manifest)
     for p in problems:
         _err(p)
     if not cases:
         _err("no case to evaluate")
         raise typer.Exit(2)
     report = evaluate(compiled, cases)
-    floor = None if minimum is None else (minimum / 100.0 if minimum > 1 else minimum)
+    split = split_cases(cases, manifest) if manifest is not None else None
+    sides = side_report(report.results, split, node_scoped_classes(compiled))
+    split_json = {"manifest": mpath, "frozen": manifest.frozen if manifest else None, "sides": sides}
+
+    def floor(x: float | None) -> float | None:
+        return None if x is None else (x / 100.0 if x > 1 else x)
+
+    side_of = split.side if split else {}
     if json_out:
-        typer.echo(json.dumps(report.to_json() | {"problems": problems}))
+        out = report.to_json() | {"split": split_json, "problems": problems}
+        for m in out["misses"]:
+            m["side"] = side_of.get(m["id"], "all")
+        typer.echo(json.dumps(out))
     else:
         if verbose:
             for r in report.results:
@@ -187,15 +219,59 @@ def rules_eval(
             typer.echo("misses:")
             for r in report.misses:
                 why = f" ({r.error})" if r.error else (f" via {', '.join(r.rules)}" if r.rules else "")
-                typer.echo(f"  {r.case.id}: {r.case.label} -> {r.got}{why}  [{r.case.where}]")
+                side = f" {{{side_of[r.case.id]}}}" if split else ""
+                typer.echo(f"  {r.case.id}: {r.case.label} -> {r.got}{why}  [{r.case.where}]{side}")
+        _echo_sides(sides, manifest, mpath, verbose)
         typer.echo(
             f"accuracy: {report.accuracy:.1%} ({report.right}/{report.total}); healthy cases with an incident: "
             f"{len(report.healthy_with_incident)} of {sum(r.case.label == HEALTHY for r in report.results)}"
         )
-    if floor is not None and report.accuracy < floor:
-        _err(f"accuracy {report.accuracy:.1%} is below --min {floor:.1%}")
-        raise typer.Exit(1)
-    raise typer.Exit(0)
+    code = 0
+    if floor(minimum) is not None and report.accuracy < floor(minimum):
+        _err(f"accuracy {report.accuracy:.1%} is below --min {floor(minimum):.1%}")
+        code = 1
+    frozen = sides.get("holdout")
+    if floor(min_holdout) is not None and frozen is not None and (frozen["accuracy"] or 0.0) < floor(min_holdout):
+        _err(
+            f"frozen holdout accuracy {(frozen['accuracy'] or 0.0):.1%} is below --min-holdout {floor(min_holdout):.1%}"
+        )
+        code = 1
+    raise typer.Exit(code)
+
+
+#: how each side is named in the text output
+_SIDE_NAMES = {"all": "all cases", "train": "train", "holdout": "frozen holdout", "added": "added after the freeze"}
+
+
+def _echo_sides(sides: dict, manifest, mpath: str | None, verbose: bool) -> None:
+    """The split's figures and the cost errors, per side (one side, `all`, without a manifest)."""
+    if manifest is not None:
+        typer.echo(f"split by source (holdout frozen {manifest.frozen or '?'}, {mpath}):")
+    else:
+        typer.echo("split by source: no holdout manifest (holdout.manifest.json beside the corpus, or --manifest)")
+    for side, st in sides.items():
+        fig = "-" if st["accuracy"] is None else f"{st['accuracy']:.1%}"
+        typer.echo(
+            f"  {_SIDE_NAMES[side] + ':':<24} {fig:>6} ({st['right']}/{st['cases']}) from {st['sources']} "
+            f"source(s); healthy cases that opened any incident: {len(st['healthy_opened'])} of {st['healthy']}"
+        )
+        if verbose:
+            for key, ps in st["per_source"].items():
+                typer.echo(f"      {key}: {ps['right']}/{ps['total']}")
+    typer.echo("cost errors:")
+    for name, what in (
+        ("wrongful_isolations", "wrongful isolations (a node taken out for a cause not the node's)"),
+        ("node_faults_not_isolated", "node faults not isolated"),
+    ):
+        typer.echo(f"  {what}: " + ", ".join(f"{_SIDE_NAMES[s]} {len(st[name])}" for s, st in sides.items()))
+        if name == "node_faults_not_isolated":
+            typer.echo(
+                "    of them, the right class with no node to isolate: "
+                + ", ".join(f"{_SIDE_NAMES[s]} {len(st['not_isolated_right_class'])}" for s, st in sides.items())
+            )
+        for side, st in sides.items():
+            if st[name]:
+                typer.echo(f"    {_SIDE_NAMES[side]}: {', '.join(st[name])}")
 
 
 @rules_app.command("diff")

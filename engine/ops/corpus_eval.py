@@ -4,12 +4,21 @@ A corpus is one or more JSON-lines files; each line is a case::
 
     {"id": "nccl-nccl_timeout-004", "source": "https://github.com/...", "stream": "app",
      "text": "verbatim log lines", "label": "nccl_timeout", "accept": ["nccl_network_error"],
-     "note": "why this label"}
+     "note": "why this label", "repo": "NVIDIA/nccl"}
+
+``repo`` (optional) names the case's source: ``owner/name`` of a GitHub repository or a site's
+host name. Without it the source is read from ``source``: github.com/OWNER/NAME/... gives
+``owner/name``, any other URL its host. Every case of one source lands on one side of the
+train/holdout split (engine/ops/corpus_split.py), so the key is compared lowercased.
 
 ``label`` is the root cause's fault class, or ``healthy`` for an excerpt that must open no
 incident. Each case is replayed alone, through the same pipeline as ``recover replay``, and its
 answer is the fault class of its strongest incident (highest priority, earliest on a tie), or
 ``healthy`` when none opened. A case is right when the answer is its label or one of ``accept``.
+
+What a wrong answer costs is counted too: a case *isolates* a node when any of its incidents
+took a decision whose plan runs a per-node action (drain, by default) with a node to act on.
+Its label is *node-scoped* when the rulebook's decision for that class isolates.
 
 Usage::
 
@@ -22,16 +31,30 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
+from urllib.parse import urlsplit
 
 from engine.core.rete import ReteNetwork
 from engine.core.replay import Input, replay_inputs
 from engine.rulebook.compile import CompiledRulebook
 from engine.store import Store
 
-__all__ = ["Case", "CaseResult", "EvalReport", "load_cases", "evaluate", "HEALTHY", "STREAM_SOURCES"]
+__all__ = [
+    "Case",
+    "CaseResult",
+    "EvalReport",
+    "load_cases",
+    "evaluate",
+    "source_key",
+    "isolating_decisions",
+    "node_scoped_classes",
+    "HEALTHY",
+    "STREAM_SOURCES",
+    "MANIFEST_SUFFIX",
+]
 
 HEALTHY = "healthy"
 #: corpus stream -> the source kind its text is replayed as (which matchers apply)
@@ -41,6 +64,58 @@ STREAM_SOURCES = {"app": "job", "kernel": "kernel", "slurm": "any", "mixed": "an
 #: the job id every excerpt but a kernel log is replayed as (a job log names its job)
 CASE_JOB = "990001"
 _REQUIRED = ("id", "source", "stream", "text", "label")
+#: a file ending so in a corpus folder is the split's manifest, not cases
+MANIFEST_SUFFIX = ".manifest.json"
+# GitHub's rules for owner and repository names; a site is named by its host
+_REPO = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,38})/[a-z0-9._-]{1,100}")
+_HOST = re.compile(r"(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+")
+# hosts whose first two path segments name a repository
+_REPO_HOSTS = ("github.com", "www.github.com", "raw.githubusercontent.com")
+
+
+def source_key(source: str, repo: str | None = None) -> tuple[str, str]:
+    """``(key, problem)``: the case's source as a repository (``owner/name``) or a host, lowercased;
+    ``problem`` is empty when the key is good, else it says why there is none."""
+    derived = ""
+    try:
+        url = urlsplit(source)
+        host = (url.hostname or "").lower()
+    except ValueError:
+        host = ""
+    if host in _REPO_HOSTS:
+        parts = [p for p in url.path.split("/") if p]
+        derived = "/".join(parts[:2]).lower() if len(parts) >= 2 else ""
+    elif host:
+        derived = host
+    if repo is not None:
+        key = repo.strip().lower()
+        if not (_REPO.fullmatch(key) or _HOST.fullmatch(key)):
+            return "", f"repo {repo!r} is neither owner/name nor a host name"
+        if host in _REPO_HOSTS and derived and key != derived:
+            # a GitHub link names its repository: another key would let one source sit on both sides
+            return "", f"repo {repo!r} is not the repository of its source ({derived})"
+        return key, ""
+    if not derived:
+        return "", "source names no repository or host; give repo"
+    if not (_REPO.fullmatch(derived) or _HOST.fullmatch(derived)):
+        return "", f"source gives no valid repository or host ({derived!r}); give repo"
+    return derived, ""
+
+
+def isolating_decisions(compiled: CompiledRulebook) -> frozenset[str]:
+    """Decisions whose plan takes a node out of service: a per-node action other than resume."""
+    plans = compiled.policy.get("plans", {})
+    return frozenset(
+        d
+        for d, plan in plans.items()
+        if any(a in compiled.actions and compiled.actions[a].per == "node" and a != "resume" for a in plan or ())
+    )
+
+
+def node_scoped_classes(compiled: CompiledRulebook) -> frozenset[str]:
+    """Fault classes the rulebook isolates a node for: the node is the cause."""
+    iso = isolating_decisions(compiled)
+    return frozenset(fc for fc, d in compiled.policy.get("decisions", {}).items() if d in iso)
 
 
 @dataclass(frozen=True)
@@ -53,6 +128,7 @@ class Case:
     accept: tuple[str, ...] = ()
     note: str = ""
     where: str = ""  # file:line of the case
+    repo: str = ""  # the source key (source_key): the split keeps one source on one side
 
     @property
     def answers(self) -> frozenset[str]:
@@ -66,6 +142,11 @@ class CaseResult:
     incidents: int
     rules: tuple[str, ...] = ()
     error: str = ""
+    #: nodes any incident of the case took out of service (an isolating decision), and the classes
+    isolated: tuple[str, ...] = ()
+    isolated_for: tuple[str, ...] = ()
+    #: an incident took an isolating decision (with or without a node to act on)
+    isolating: bool = False
 
     @property
     def right(self) -> bool:
@@ -151,7 +232,16 @@ def _corpus_files(paths: Iterable[str]) -> list[str]:
     files: list[str] = []
     for p in paths:
         if os.path.isdir(p):
-            files.extend(sorted(os.path.join(p, n) for n in os.listdir(p) if n.endswith((".jsonl", ".json"))))
+            # sub-folders too: the holdout side lives in tests/corpus/holdout/
+            found: list[str] = []
+            for root, dirs, names in os.walk(p):
+                dirs.sort()
+                found.extend(
+                    os.path.join(root, n)
+                    for n in sorted(names)
+                    if n.endswith((".jsonl", ".json")) and not n.endswith(MANIFEST_SUFFIX)
+                )
+            files.extend(found)
         else:
             files.append(p)
     return files
@@ -197,6 +287,14 @@ def load_cases(paths: Iterable[str], known_labels: Iterable[str] | None = None) 
                 if bad:
                     problems.append(f"{where}: unknown label(s): {', '.join(bad)}")
                     continue
+                repo = raw.get("repo")
+                if repo is not None and not isinstance(repo, str):
+                    problems.append(f"{where}: repo must be a string (owner/name or a host)")
+                    continue
+                key, why = source_key(raw["source"], repo)
+                if why:
+                    problems.append(f"{where}: {why}")
+                    continue
                 if raw["id"] in ids:
                     problems.append(f"{where}: id {raw['id']!r} already used at {ids[raw['id']]}")
                     continue
@@ -211,6 +309,7 @@ def load_cases(paths: Iterable[str], known_labels: Iterable[str] | None = None) 
                         tuple(accept),
                         str(raw.get("note", "")),
                         where,
+                        key,
                     )
                 )
     return cases, problems
@@ -229,7 +328,24 @@ def _strongest(store: Store, incidents, priorities) -> tuple[str, tuple[str, ...
     return best[2], best[3]
 
 
-def evaluate_case(compiled: CompiledRulebook, case: Case, network: ReteNetwork) -> CaseResult:
+def _isolations(store: Store, incidents, isolating: frozenset[str]) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
+    nodes: set[str] = set()
+    classes: set[str] = set()
+    took = False
+    for inc in incidents:
+        row = store.incident(inc.id)
+        if row is None or row.decision not in isolating:
+            continue
+        took = True
+        if row.nodes:
+            nodes.update(row.nodes)
+            classes.add(row.fault_class or "unknown")
+    return tuple(sorted(nodes)), tuple(sorted(classes)), took
+
+
+def evaluate_case(
+    compiled: CompiledRulebook, case: Case, network: ReteNetwork, isolating: frozenset[str] | None = None
+) -> CaseResult:
     data = case.text.encode("utf-8")
     name = "kern.log" if case.stream == "kernel" else f"slurm-{CASE_JOB}.out"
     store = Store(":memory:")
@@ -238,7 +354,9 @@ def evaluate_case(compiled: CompiledRulebook, case: Case, network: ReteNetwork) 
             [Input(name, lambda: [data], STREAM_SOURCES[case.stream])], compiled, store, network=network
         )
         got, rules = _strongest(store, result.incidents, compiled.policy.get("priorities", {}))
-        return CaseResult(case, got, len(result.incidents), rules)
+        iso = isolating_decisions(compiled) if isolating is None else isolating
+        nodes, classes, took = _isolations(store, result.incidents, iso)
+        return CaseResult(case, got, len(result.incidents), rules, "", nodes, classes, took)
     except Exception as exc:  # one case that breaks the pipeline is a miss with its reason, not the end of the run
         return CaseResult(case, "error", 0, (), f"{type(exc).__name__}: {exc}")
     finally:
@@ -247,4 +365,5 @@ def evaluate_case(compiled: CompiledRulebook, case: Case, network: ReteNetwork) 
 
 def evaluate(compiled: CompiledRulebook, cases: Sequence[Case]) -> EvalReport:
     network = ReteNetwork(compiled)
-    return EvalReport([evaluate_case(compiled, c, network) for c in cases])
+    iso = isolating_decisions(compiled)
+    return EvalReport([evaluate_case(compiled, c, network, iso) for c in cases])
