@@ -37,13 +37,12 @@ from engine.core.policy import DEFAULT_GUARDS, isolate_settings
 from engine.errors import SchedulerError, StoreError
 from engine.live.metrics import LogLimiter
 from engine.rulebook.compile import CompiledRulebook
-from engine.store import Store
+from engine.store import TERMINAL, Store
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Actuator", "VERIFIERS", "live_job"]
 
-TERMINAL = ("verified", "escalated", "skipped", "recommended")
 DEFAULT_VERIFY = {
     "drain": "node_drained",
     "requeue": "job_requeued",
@@ -260,7 +259,7 @@ class Actuator:
         if any(g.get("guard") == guard and g.get("why") == why for g in guards):
             return
         guards.append({"guard": guard, "why": why})
-        self.store._exec("UPDATE incidents SET guards = ? WHERE id = ?", (json.dumps(guards), inc.id))
+        self.store.set_incident_guards(inc.id, guards)
 
     def outcome(self, incident_id: int) -> str:
         """What was done, what failed and what was refused for this incident, in a few words."""
@@ -323,7 +322,7 @@ class Actuator:
             return False
         argv = list(mine[0].argv)
         if argv != list(action["argv"]):
-            self.store._exec("UPDATE actions SET argv = ? WHERE id = ?", (json.dumps(argv), action["id"]))
+            self.store.set_action_argv(action["id"], argv)
             action["argv"] = argv
         return True
 
@@ -595,11 +594,7 @@ class Actuator:
 
     def step(self) -> None:
         """Advance every unfinished incident's actions by at most one state each."""
-        pending = self.store._exec(
-            "SELECT DISTINCT incident FROM actions WHERE mode = 'act' AND status NOT IN ('verified','escalated','skipped','recommended') "
-            "ORDER BY incident"
-        ).fetchall()
-        for (incident_id,) in pending:
+        for incident_id in self.store.unfinished_incidents():
             inc = self.store.incident(incident_id)
             blocked = False
             for action in self.store.actions(incident_id):

@@ -1,0 +1,211 @@
+"""The one SQLite connection every part of the store writes through.
+
+It owns what the parts share: opening (private file, read-only or immutable readers), the
+schema migrations, the write-behind buffers of ``touch_incident`` and ``bump_fact``, the
+re-entrant transaction, and ``_exec``, the only place a statement runs. ``_exec`` fetches every
+row before it returns, so no ``sqlite3.Error`` can surface later while a caller iterates a cursor:
+the store raises ``StoreError`` and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+from urllib.parse import quote
+
+from engine.errors import StoreError
+from engine.store.schema import migrate
+
+__all__ = ["Connection", "Rows"]
+
+
+class Rows:
+    """What a statement gave, fetched in full: its rows, and the insert id and row count."""
+
+    __slots__ = ("rows", "lastrowid", "rowcount")
+
+    def __init__(self, rows: list[sqlite3.Row], lastrowid: int | None, rowcount: int):
+        self.rows = rows
+        self.lastrowid = lastrowid
+        self.rowcount = rowcount
+
+    def __iter__(self) -> Iterator[sqlite3.Row]:
+        return iter(self.rows)
+
+    def fetchone(self) -> sqlite3.Row | None:
+        return self.rows[0] if self.rows else None
+
+    def fetchall(self) -> list[sqlite3.Row]:
+        return list(self.rows)
+
+
+class Connection:
+    """Opens the database and runs statements; the table parts (``engine.store.*``) build on it."""
+
+    def __init__(self, path: str | Path = ":memory:", readonly: bool = False, mode: int = 0o600):
+        self.path = str(path)
+        self._lock = threading.RLock()
+        self._depth = 0
+        # write-behind: evidence timestamps and fact counts change many times per ingested fact;
+        # they are combined here and written before anything else could see or change them
+        self._touches: dict[int, float] = {}
+        self._bumps: dict[str, list] = {}  # fact id -> [count, flood JSON or None]
+        self.write_behind = True  # False: every write at once (the reference for tests)
+        #: written with each incident this store opens: "replay" (which job ran where was read from
+        #: the logs' own lines), "live:logs" (the controller without a scheduler: the same) or
+        #: "live:scheduler"; one database may hold a replay's incidents and a controller's
+        self.context: str | None = None
+        try:
+            self.fresh = False
+            if readonly:
+                if self.path != ":memory:" and not Path(self.path).exists():
+                    raise StoreError(f"{self.path}: no such database")
+                self.db = _connect_readonly(self.path)
+            else:
+                if self.path != ":memory:":
+                    _create_private(Path(self.path), mode)
+                self.db = sqlite3.connect(self.path, check_same_thread=False, timeout=10, isolation_level=None)
+            self.db.row_factory = sqlite3.Row
+            if not readonly:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=NORMAL")
+                self.db.execute("PRAGMA foreign_keys=ON")
+                # a database that did not exist before (or was never used) knows nothing of the past
+                self.fresh = migrate(self.db) is None
+            else:
+                self.db.execute("SELECT 1 FROM incidents LIMIT 1").fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: {exc}") from None
+        except OSError as exc:
+            raise StoreError(f"{self.path}: {exc.strerror or exc}") from None
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                pending = not self.db.in_transaction
+            except sqlite3.ProgrammingError:  # closed already
+                pending = False
+            if pending:
+                self.flush()
+            self.db.close()
+
+    def _exec(self, sql: str, args: Sequence[Any] = (), *, pending_ok: bool = False) -> Rows:
+        """One statement, its rows fetched here; the buffered writes go first unless it cannot see
+        or change them."""
+        with self._lock:
+            if not pending_ok and (self._touches or self._bumps):
+                self.flush()
+            try:
+                cur = self.db.execute(sql, args)
+                return Rows(cur.fetchall(), cur.lastrowid, cur.rowcount)
+            except sqlite3.Error as exc:
+                raise StoreError(f"{self.path}: {exc}") from None
+
+    def flush(self) -> None:
+        """Write what ``touch_incident`` and ``bump_fact`` buffered."""
+        with self._lock:
+            touches, self._touches = self._touches, {}
+            bumps, self._bumps = self._bumps, {}
+            try:
+                if touches:
+                    self.db.executemany(
+                        "UPDATE incidents SET last_evidence_at = MAX(last_evidence_at, ?) WHERE id = ?",
+                        [(at, inc) for inc, at in touches.items()],
+                    )
+                for fact_id, (by, flood) in bumps.items():
+                    self._write_bump(fact_id, by, flood)
+            except sqlite3.Error as exc:
+                raise StoreError(f"{self.path}: {exc}") from None
+
+    def _write_bump(self, fact_id: str, by: int, flood: str | None) -> None:
+        if flood is None:
+            self.db.execute("UPDATE facts SET count = count + ? WHERE id = ?", (by, fact_id))
+        else:
+            self.db.execute("UPDATE facts SET count = count + ?, flood = ? WHERE id = ?", (by, flood, fact_id))
+
+    def _discard_pending(self) -> None:
+        self._touches.clear()
+        self._bumps.clear()
+
+    def transaction(self) -> "_Tx":
+        """``with store.transaction():`` groups writes into one commit."""
+        return _Tx(self)
+
+
+def _create_private(path: Path, mode: int) -> None:
+    """Create the database file (and its folder) private before SQLite does, with its umask."""
+    parent = path.parent
+    if not parent.exists():
+        parent.mkdir(parents=True, exist_ok=True, mode=0o700 if mode & 0o077 == 0 else 0o750)
+    try:
+        fd = os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
+    except FileExistsError:
+        return
+    os.close(fd)
+    os.chmod(str(path), mode)  # the umask may have taken bits away that were asked for (group read)
+
+
+def _connect_readonly(path: str) -> sqlite3.Connection:
+    """Read-only, never creating anything; a WAL database on read-only media (where SQLite cannot
+    create its -shm file) is opened immutable."""
+    uri = f"file:{quote(path)}?mode=ro"
+    db = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=10)
+    try:
+        db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        return db
+    except sqlite3.OperationalError:
+        db.close()
+    return sqlite3.connect(f"file:{quote(path)}?immutable=1", uri=True, check_same_thread=False, timeout=10)
+
+
+class _Tx:
+    """Re-entrant: only the outermost ``with`` begins and commits (or rolls back)."""
+
+    def __init__(self, store: Connection):
+        self.store = store
+
+    def __enter__(self) -> Any:  # the Store itself, whose parts the caller uses
+        st = self.store
+        st._lock.acquire()
+        if st._depth == 0:
+            try:
+                st.flush()  # what was written before the transaction is not part of it
+                st.db.execute("BEGIN IMMEDIATE")
+            except StoreError:
+                st._lock.release()
+                raise
+            except sqlite3.Error as exc:  # busy, locked, or closed: never a raw sqlite3 error
+                st._lock.release()
+                raise StoreError(f"{st.path}: {exc}") from None
+        st._depth += 1
+        return st
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        st = self.store
+        try:
+            st._depth -= 1
+            if st._depth == 0:
+                if exc_type is not None:
+                    st._discard_pending()  # rolled back with the rest of the transaction
+                if exc_type is None:
+                    try:
+                        st.flush()
+                        st.db.execute("COMMIT")
+                    except (sqlite3.Error, StoreError) as e:
+                        # a failed COMMIT (disk full, I/O error) may already have rolled back
+                        if st.db.in_transaction:
+                            try:
+                                st.db.execute("ROLLBACK")
+                            except sqlite3.Error:
+                                pass
+                        raise (e if isinstance(e, StoreError) else StoreError(f"{st.path}: {e}")) from e
+                elif st.db.in_transaction:
+                    try:
+                        st.db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass  # the original exception is the one to see
+        finally:
+            st._lock.release()

@@ -1,0 +1,172 @@
+"""The store's schema as an ordered list of migrations, each applied once, in one transaction.
+
+``meta.schema`` holds the version a database is at; opening it for writing applies every
+migration above that, in order, each with the version bump in the same transaction (a crash
+leaves the database at the last version fully applied). Two processes opening one database at
+once are safe: the version is read again inside the write transaction.
+
+Before this list, every database was marked 1 whatever it held, and columns were added with
+``ALTER TABLE`` at each open, their "duplicate column" error ignored. A database marked 1 may
+therefore lack the tables and indexes added since version 1 was written, or already have any of
+the columns added since: migration 2 creates what is missing, and every column added in a
+migration is added only where it is missing.
+
+A new column or table is a new entry at the end; an entry once released is never edited.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Callable, Sequence, Union
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate", "schema_version"]
+
+#: a statement, or a step that needs to look at the database first
+Step = Union[str, Callable[[sqlite3.Connection], None]]
+
+#: the tables and indexes as the first versioned store created them
+_TABLES: tuple[str, ...] = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS incidents (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL,
+    job TEXT, attempt INTEGER, node TEXT,
+    status TEXT NOT NULL DEFAULT 'open',          -- open | closed
+    opened_at REAL NOT NULL, last_evidence_at REAL NOT NULL, closed_at REAL,
+    detected_wall REAL NOT NULL,                   -- wall clock when it opened (latency metrics)
+    fault_class TEXT, decision TEXT, nodes TEXT NOT NULL DEFAULT '[]',
+    fault_fact TEXT, reason TEXT, guards TEXT NOT NULL DEFAULT '[]', mode TEXT,
+    fingerprint TEXT, closed_wall REAL, rulebook TEXT
+)""",
+    "CREATE INDEX IF NOT EXISTS incidents_key ON incidents(key, status)",
+    """CREATE TABLE IF NOT EXISTS facts (
+    incident INTEGER NOT NULL REFERENCES incidents(id),
+    id TEXT NOT NULL, kind TEXT NOT NULL, attrs TEXT NOT NULL, at REAL NOT NULL,
+    origin TEXT NOT NULL, count INTEGER NOT NULL DEFAULT 1, derived_by INTEGER,
+    PRIMARY KEY (incident, id)
+)""",
+    "CREATE INDEX IF NOT EXISTS facts_id ON facts(id)",
+    """CREATE TABLE IF NOT EXISTS firings (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    incident INTEGER REFERENCES incidents(id),
+    rule TEXT NOT NULL, rule_mark TEXT NOT NULL, description TEXT NOT NULL,
+    matched TEXT NOT NULL,      -- {alias: fact id}
+    asserted TEXT,              -- fact id of what it derived
+    at REAL NOT NULL
+)""",
+    "CREATE INDEX IF NOT EXISTS firings_incident ON firings(incident)",
+    """CREATE TABLE IF NOT EXISTS actions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    incident INTEGER NOT NULL REFERENCES incidents(id),
+    idem_key TEXT NOT NULL UNIQUE,
+    action TEXT NOT NULL, target TEXT NOT NULL, argv TEXT NOT NULL,
+    mode TEXT NOT NULL,         -- recommend | act
+    status TEXT NOT NULL,       -- an ActionStatus (engine/store/journal.py)
+    rc INTEGER, output TEXT, verified INTEGER, attempts INTEGER NOT NULL DEFAULT 0,
+    note TEXT,
+    created_at REAL NOT NULL, updated_at REAL NOT NULL
+)""",
+    "CREATE INDEX IF NOT EXISTS actions_incident ON actions(incident)",
+    "CREATE INDEX IF NOT EXISTS actions_action ON actions(action)",
+    "CREATE INDEX IF NOT EXISTS incidents_job ON incidents(job)",
+    "CREATE INDEX IF NOT EXISTS incidents_closed ON incidents(closed_at)",
+    """CREATE TABLE IF NOT EXISTS offsets (
+    source TEXT PRIMARY KEY, inode INTEGER, offset INTEGER NOT NULL, line_no INTEGER NOT NULL,
+    updated_at REAL NOT NULL
+)""",
+    """CREATE TABLE IF NOT EXISTS progress (
+    job TEXT NOT NULL, attempt INTEGER NOT NULL, step INTEGER, checkpoint INTEGER, last_at REAL,
+    PRIMARY KEY (job, attempt)
+)""",
+    """CREATE TABLE IF NOT EXISTS silences (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    node TEXT NOT NULL, until REAL NOT NULL, reason TEXT NOT NULL, by TEXT, created_at REAL NOT NULL
+)""",
+    """CREATE TABLE IF NOT EXISTS quarantine (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    origin TEXT NOT NULL,       -- path:line, spool:node, ...
+    input TEXT NOT NULL,        -- the line or fact (bounded)
+    error TEXT NOT NULL, at REAL NOT NULL, count INTEGER NOT NULL DEFAULT 1
+)""",
+    """CREATE TABLE IF NOT EXISTS reviews (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    incident INTEGER NOT NULL REFERENCES incidents(id),
+    verdict TEXT NOT NULL, did TEXT, by TEXT, at REAL NOT NULL
+)""",
+)
+
+
+def _add_column(table: str, column: str, decl: str) -> Callable[[sqlite3.Connection], None]:
+    """``ALTER TABLE ... ADD COLUMN`` where the column is missing (see the module docstring)."""
+
+    def step(db: sqlite3.Connection) -> None:
+        have = {r[1] for r in db.execute(f"PRAGMA table_info({table})").fetchall()}
+        if column not in have:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+
+    step.__doc__ = f"{table}.{column} {decl}"
+    return step
+
+
+#: (version, steps), in order
+MIGRATIONS: tuple[tuple[int, Sequence[Step]], ...] = (
+    (1, _TABLES),
+    # a database the ad-hoc era marked 1 may predate some tables and indexes
+    (2, _TABLES),
+    # offsets keep a fingerprint of the file's first bytes (a new file on a reused inode)
+    (3, (_add_column("offsets", "head", "TEXT"),)),
+    # floods keep their last line and who repeated it
+    (4, (_add_column("facts", "flood", "TEXT"),)),
+    # each incident says who recorded it, and who said where jobs ran (Store.context)
+    (5, (_add_column("incidents", "context", "TEXT"),)),
+    # an incident says which policy keys gave its decision its mode (act or recommend)
+    (6, (_add_column("incidents", "mode_why", "TEXT"),)),
+)
+
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+def schema_version(db: sqlite3.Connection) -> int | None:
+    """The version ``meta`` records; None for a database that never had one (a new file)."""
+    if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone() is None:
+        return None
+    row = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+    if row is None:
+        return None
+    try:
+        return int(row[0])
+    except (TypeError, ValueError):
+        raise sqlite3.DatabaseError(f"meta.schema is {row[0]!r}, not a version") from None
+
+
+def migrate(db: sqlite3.Connection) -> int | None:
+    """Apply the migrations above the database's version; the version it had (None: new).
+
+    ``db`` is in autocommit mode (``isolation_level=None``): each migration is its own
+    ``BEGIN IMMEDIATE`` ... ``COMMIT``. A database newer than this code is left as it is: its
+    extra columns do not stop this version from reading and writing the ones it knows."""
+    had = schema_version(db)
+    if had is not None and had >= SCHEMA_VERSION:
+        return had  # up to date: no write lock taken (another process may be writing)
+    for version, steps in MIGRATIONS:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            now = schema_version(db)  # again, under the write lock: another process may have migrated
+            if now is not None and now >= version:
+                db.execute("ROLLBACK")
+                continue
+            for step in steps:
+                if callable(step):
+                    step(db)
+                else:
+                    db.execute(step)
+            db.execute(
+                "INSERT INTO meta(key, value) VALUES ('schema', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (str(version),),
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+    return had
