@@ -17,7 +17,7 @@ RECOVER_SPOOL, RECOVER_SCHEDULER.
 
 from __future__ import annotations
 from engine.errors import ConfigError
-from engine.rulebook.model import DECISIONS
+from engine.facts import DECISIONS
 
 import os
 import sys

@@ -35,7 +35,11 @@ __all__ = [
     "clean_text",
     "MAX_VALUE",
     "JOB_ACTIVE_STATES",
+    "DECISIONS",
 ]
+
+#: what an incident may be decided to: the vocabulary rulebooks, config, reports and the policy share
+DECISIONS = ("restart", "isolate_and_restart", "stop", "observe")
 
 #: the one rule for a node name (a DNS label's length; Slurm node names fit it) and a Slurm job id
 #: (array tasks as 123_4): anything a log, a spool file or a template offers is checked against these

@@ -383,18 +383,18 @@ def compile_rulebook(
 def _seconds(policy: dict[str, Any]) -> dict[str, Any]:
     """Every duration of the policy in seconds, parsed once here: the core reads numbers, never
     '10m' (the schema has already refused what does not parse)."""
-    from engine.rulebook.schema import GUARD_KEYS, parse_duration
+    from engine.rulebook.spec import GUARDS, Dur, parse_duration
 
     out = dict(policy)
     for key in ("settle", "cascade"):
         if isinstance(out.get(key), str):
             out[key] = parse_duration(out[key])
-    for guard, keys in GUARD_KEYS.items():
+    for guard, spec in GUARDS.items():
         cfg = out.get(guard)
         if isinstance(cfg, Mapping):
             cfg = dict(cfg)
-            for k, kind in keys.items():
-                if kind == "dur" and isinstance(cfg.get(k), str):
+            for k, kind in spec.props.items():
+                if isinstance(kind, Dur) and isinstance(cfg.get(k), str):
                     cfg[k] = parse_duration(cfg[k])
             out[guard] = cfg
     return out

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from engine.facts import DECISIONS  # the shared vocabulary; re-exported for the rulebook's readers
 from engine.rulebook.yamlmarks import Mark
 
 __all__ = [
@@ -34,7 +35,6 @@ __all__ = [
 #: the fault classes the engine itself relies on; every other class is declared in the rulebook
 #: (``fault_classes:``, the shipped ones in rules/05-fault-classes.yaml)
 BUILTIN_FAULT_CLASSES = ("unknown",)
-DECISIONS = ("restart", "isolate_and_restart", "stop", "observe")
 SOURCES = ("job", "kernel", "slurm", "any")
 EMITS = ("log", "xid", "progress", "context")
 

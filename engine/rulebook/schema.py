@@ -28,121 +28,35 @@ from engine.rulebook.model import (
     TestInput,
     frozen,
 )
-from engine.rulebook.thresholds import check_thresholds
+from engine.rulebook.policy_check import check_policy, plain
+from engine.rulebook.spec import (
+    ALIAS_PATTERN,
+    ATTR_TYPES,
+    FACT_KINDS_FOR_RULES,
+    FILE,
+    GUARDS,
+    ID_PATTERN,
+    ITEMS,
+    RESERVED_ATTRS,
+    Type,
+    parse_duration,
+)
 from engine.rulebook.yamlmarks import Mark, mark_of
 
 __all__ = ["check_file", "parse_duration", "SECTION_KEYS", "ITEM_KEYS", "GUARD_KEYS"]
 
-SECTION_KEYS = ("fault_classes", "lists", "macros", "matchers", "rules", "actions", "policy", "tests")
-ITEM_KEYS = {
-    "matcher": (
-        "id",
-        "description",
-        "source",
-        "pattern",
-        "ignore_case",
-        "emit",
-        "attrs",
-        "types",
-        "sample",
-        "enabled",
-        "override",
-    ),
-    "rule": ("id", "description", "when", "join", "within", "for", "then", "enabled", "override"),
-    "condition": ("as", "kind", "where", "absent_for"),
-    "action": ("argv", "scheduler", "per", "verify", "timeout", "description", "override"),
-    "test": ("name", "description", "input", "context", "facts", "expect", "enabled", "override"),
-    "input": ("file", "source", "lines"),
-    "expectation": ("fault_class", "decision", "nodes", "rules", "job", "attempt", "commands", "not_rules"),
-    "fault_class": ("description", "decision", "priority", "retry", "plan", "override"),
-    "policy": (
-        "settle",
-        "cascade",
-        "decisions",
-        "plans",
-        "priorities",
-        "retry",
-        "blast_radius",
-        "autonomy",
-        "inhibit",
-        "hang",
-        "straggler",
-        "thresholds",
-        "isolate",
-        "distinct_lines",
-    ),
-}
-#: the settings of each policy guard, and the type of each (dur: a duration; decision: a decision
-#: name as key). What is not here is read by nothing, so it is an error rather than a silent no-op.
-GUARD_KEYS: dict[str, dict[str, str]] = {
-    "retry": {
-        "max_per_job": "int",
-        "max_per_fingerprint": "int",
-        "window": "dur",
-        "no_progress_attempts": "int",
-        "per_class": "class_ints",
-    },
-    "blast_radius": {"max_drains": "int", "max_fraction": "num", "window": "dur"},
-    # per decision kind, per action where one needs its own (cancel), and per fault class
-    # (classes: a class acts only where it is granted here as well as its decision kind)
-    "autonomy": {**{d: "autonomy" for d in DECISIONS}, "cancel": "autonomy", "classes": "class_modes"},
-    "isolate": {"at_once": "classes", "drain_retry_for": "dur"},
-    "inhibit": {"drained_nodes": "bool"},
-    "hang": {
-        "bound": "dur",
-        "factor": "num",
-        "min_bound": "dur",
-        "min_samples": "int",
-        "require_running": "bool",
-        "any_output": "bool",
-        "fact_ttl": "dur",
-    },
-    "straggler": {
-        "factor": "num",
-        "duration": "dur",
-        "min_peers": "int",
-        "window": "int",
-        "warmup": "int",
-        "baseline": "int",
-        "slow_points": "int",
-    },
-}
-_ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,127}$")
-_ALIAS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
-_DUR_RE = re.compile(
-    r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m(?!s))?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*(?:(\d+(?:\.\d+)?)\s*ms)?\s*$"
-)
-_FACT_KINDS_FOR_RULES = (
-    "log",
-    "xid",
-    "gpu_counter",
-    "gpu_state",
-    "job",
-    "node",
-    "progress",
-    "stall",
-    "slow_node",
-    "log_end",
-    "symptom",
-    "fault",
-)
-_RESERVED_ATTRS = ("kind", "at", "id", "origin")
-_TYPES = ("int", "float", "str")
-
-
-def parse_duration(value: Any) -> float | None:
-    """'90s', '10m', '1h30m', '250ms', or a number of seconds -> seconds; None if invalid."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value) if value >= 0 else None
-    if not isinstance(value, str) or not value.strip():
-        return None
-    m = _DUR_RE.match(value)
-    if not m or not any(m.groups()):
-        return None
-    h, mi, s, ms = (float(g) if g else 0.0 for g in m.groups())
-    return h * 3600 + mi * 60 + s + ms / 1000
+# The tables below are generated from the one declarative spec (engine/rulebook/spec.py), which
+# the JSON schema is generated from too.
+SECTION_KEYS: tuple[str, ...] = FILE.keys
+ITEM_KEYS: dict[str, tuple[str, ...]] = {name: obj.keys for name, obj in ITEMS.items()}
+#: the settings of each policy guard, and the declared type of each (a ``spec.Type``). What is not
+#: here is read by nothing, so it is an error rather than a silent no-op.
+GUARD_KEYS: dict[str, dict[str, Type]] = {name: dict(obj.props) for name, obj in GUARDS.items()}
+_ID_RE = re.compile(ID_PATTERN)
+_ALIAS_RE = re.compile(ALIAS_PATTERN)
+_FACT_KINDS_FOR_RULES = FACT_KINDS_FOR_RULES
+_RESERVED_ATTRS = RESERVED_ATTRS
+_TYPES = ATTR_TYPES
 
 
 class _Checker:
@@ -461,138 +375,7 @@ class _Checker:
         )
 
     def policy(self, node: Any, marks: dict) -> dict:
-        if not self.keys(node, ITEM_KEYS["policy"], "policy"):
-            return {}
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            marks[key] = mark_of(node, key)
-            if key in ("settle", "cascade"):
-                d = self.duration(node, key, "policy")
-                if d is not None:
-                    out[key] = d
-            elif key == "decisions":
-                if not isinstance(value, dict):
-                    self.err(mark_of(node, key), "E-TYPE", "policy.decisions must map fault_class -> decision")
-                    continue
-                for fc, dec in value.items():
-                    if dec not in DECISIONS:
-                        self.err(
-                            mark_of(value, fc),
-                            "E-VALUE",
-                            f"unknown decision {dec!r}",
-                            f"one of: {', '.join(DECISIONS)}",
-                        )
-                out[key] = dict(value)
-            elif key == "plans":
-                if not isinstance(value, dict):
-                    self.err(mark_of(node, key), "E-TYPE", "policy.plans must map decision -> [action names]")
-                    continue
-                for dec, names in value.items():
-                    if dec not in DECISIONS:
-                        self.err(
-                            mark_of(value, dec),
-                            "E-VALUE",
-                            f"unknown decision {dec!r}",
-                            f"one of: {', '.join(DECISIONS)}",
-                        )
-                    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-                        self.err(mark_of(value, dec), "E-TYPE", f"policy.plans.{dec} must be a list of action names")
-                out[key] = {k: tuple(v) for k, v in value.items() if isinstance(v, list)}
-            elif key == "priorities":
-                if not isinstance(value, dict) or not all(
-                    isinstance(v, int) and not isinstance(v, bool) for v in value.values()
-                ):
-                    self.err(mark_of(node, key), "E-TYPE", "policy.priorities must map fault_class -> integer")
-                    continue
-                out[key] = dict(value)
-            elif key == "distinct_lines":
-                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                    self.err(
-                        mark_of(node, key),
-                        "E-TYPE",
-                        "policy.distinct_lines must be a whole number of at least 1",
-                        "the log facts of one matcher one job attempt holds in the rule engine (default 256)",
-                    )
-                    continue
-                out[key] = value
-            elif key == "thresholds" and isinstance(value, dict):
-
-                def report(where: Any, code: str, message: str, hint: str, value: Any = value) -> None:
-                    mark = mark_of(node, key)
-                    if isinstance(where, tuple):  # ("models", name[, key])
-                        inner: Any = value.get("models")
-                        mark = mark_of(value, "models")
-                        for part in where[1:]:
-                            if isinstance(inner, dict) and part in inner:
-                                mark = mark_of(inner, part)
-                                inner = inner.get(part)
-                    elif where in value:
-                        mark = mark_of(value, where)
-                    self.err(mark, code, message, hint)
-
-                check_thresholds(value, report)
-                out[key] = _plain(value)
-            else:
-                # guard settings (retry, blast_radius, ...): plain mappings, checked by the policy layer
-                if not isinstance(value, dict):
-                    self.err(mark_of(node, key), "E-TYPE", f"policy.{key} must be a mapping")
-                    continue
-                self.guard(key, value)
-                out[key] = _plain(value)
-                if key == "autonomy":  # each grant keeps where it was written: explain names it
-                    for k in value:
-                        marks[f"autonomy.{k}"] = mark_of(value, k)
-                    classes = value.get("classes")
-                    for fc in classes if isinstance(classes, dict) else ():
-                        marks[f"autonomy.classes.{fc}"] = mark_of(classes, fc)
-        return out
-
-    def guard(self, name: str, value: dict) -> None:
-        allowed = GUARD_KEYS.get(name, {})
-        if not self.keys(value, tuple(allowed), f"policy.{name}"):
-            return
-        for k, v in value.items():
-            kind = allowed.get(k)
-            bad = False
-            if kind == "int":
-                bad = isinstance(v, bool) or not isinstance(v, int) or v < 0
-            elif kind == "num":
-                bad = isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0
-            elif kind == "bool":
-                bad = not isinstance(v, bool)
-            elif kind == "dur":
-                bad = v is not None and parse_duration(v) is None
-            elif kind == "autonomy":
-                bad = v not in ("observe", "recommend", "act")
-            elif kind == "classes":
-                bad = not isinstance(v, list) or not all(isinstance(c, str) for c in v)
-            elif kind == "class_ints":  # fault class -> restarts; the names are checked after layering
-                bad = not isinstance(v, dict) or any(
-                    isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in v.values()
-                )
-            elif kind == "class_modes":  # fault class -> autonomy; the names are checked after layering
-                if not isinstance(v, dict):
-                    bad = True
-                else:
-                    for fc, mode in v.items():
-                        if mode not in ("observe", "recommend", "act"):
-                            self.err(
-                                mark_of(v, fc),
-                                "E-VALUE",
-                                f"policy.{name}.{k}.{fc} must be observe, recommend or act, got {mode!r}",
-                            )
-            if bad:
-                want = {
-                    "int": "a whole number >= 0",
-                    "num": "a number >= 0",
-                    "bool": "true or false",
-                    "dur": "a duration such as 90s or 10m",
-                    "autonomy": "observe, recommend or act",
-                    "classes": "a list of fault class names",
-                    "class_ints": "a mapping of fault class -> whole number >= 0",
-                    "class_modes": "a mapping of fault class -> observe, recommend or act",
-                }[kind or "int"]
-                self.err(mark_of(value, k), "E-VALUE", f"policy.{name}.{k} must be {want}, got {v!r}")
+        return check_policy(self, node, marks)
 
     def fault_class(self, name: Any, node: Any, overrides: dict, marks: dict) -> FaultClass | None:
         what = f"fault class {name}"
@@ -669,20 +452,12 @@ class _Checker:
         return RuleTest(
             name,
             tuple(inputs),
-            tuple(frozen(_plain(e)) for e in expect if isinstance(e, dict)),
+            tuple(frozen(plain(e)) for e in expect if isinstance(e, dict)),
             node.mark,
-            frozen(_plain(context)),
-            tuple(frozen(_plain(f)) for f in facts if isinstance(f, dict)),
+            frozen(plain(context)),
+            tuple(frozen(plain(f)) for f in facts if isinstance(f, dict)),
             enabled,
         )
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
 
 
 def check_file(tree: Any, path: str) -> tuple[FileModel, list[Diagnostic]]:
