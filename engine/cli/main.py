@@ -30,6 +30,7 @@ from engine.cli.common import (
     path_hint,
 )  # noqa: F401
 from engine.cli import rules as _rules  # noqa: F401  (registers the rules commands)
+from engine.cli import goodput as _goodput  # noqa: F401  (registers recover goodput)
 
 
 app.add_typer(rules_app, name="rules")

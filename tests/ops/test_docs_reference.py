@@ -11,7 +11,7 @@ from typer.main import get_command
 from engine.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = ["docs/commands.md", "docs/deploying.md", "docs/site-rulebook.md"]
+DOCS = ["docs/commands.md", "docs/deploying.md", "docs/site-rulebook.md", "docs/goodput.md"]
 
 
 def _commands(group, prefix=()):
