@@ -153,7 +153,8 @@ def model(
             "give --write to compute it"
         )
     return ModelResult(
-        nodes=float(nodes),
+        # a count of nodes prints as one (2000, not 2000.0) in --json
+        nodes=int(nodes) if float(nodes).is_integer() else float(nodes),
         failure_rate_per_node_day=float(failure_rate_per_node_day),
         interval_s=dt,
         restart_s=u0,

@@ -134,7 +134,7 @@ def test_cli_gpus_are_turned_into_nodes():
     r = runner.invoke(app, PAPER + ["--gpus", "16000", "--interval", "5m", "--json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    assert out["nodes"] == 2000
+    assert out["nodes"] == 2000 and isinstance(out["nodes"], int)
     assert abs(out["ettr"] - 0.93) <= 0.02
     # 12 GPUs at 8 a node take 2 nodes
     r = runner.invoke(app, PAPER + ["--gpus", "12", "--interval", "5m", "--json"])
