@@ -14,8 +14,11 @@ from engine.ops.corpus_eval import HEALTHY, evaluate, load_cases
 from engine.rulebook import load_rulebook
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
-#: the accuracy the shipped rulebook reaches on tests/corpus/ (raise it, never lower it)
-FLOOR = 0.95
+#: the accuracy the shipped rulebook reaches on tests/corpus/ (raise it, never lower it on the same
+#: corpus). 2026-12-01: 227 cases gathered independently from 148 public sources, chosen without
+#: looking at the rulebook's answers, took it from 95.7% (562/587) to 87.7% (714/814); the
+#: holdout frozen that day scores 85.6% (154/180) before issue 20's round of rule changes
+FLOOR = 0.87
 
 
 @pytest.fixture(scope="module")
