@@ -35,15 +35,10 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from engine.facts import Fact
-from engine.sources.kmsg import (
-    KernelLogSource,
-    _load_json,
-    atomic_write_json,
-    default_rulebook,
-    launch_positions,
-)
+from engine.sources.kmsg import KernelLogSource, default_rulebook, launch_positions
 from engine.sources.nvml import NvmlEventWatcher, NvmlPoller, NvmlUnavailable
 from engine.sources.spool import SpoolWriter
+from engine.sources.state import atomic_write_json, load_json
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +167,7 @@ class Agent:
         self.expected_arg = expected_gpus
         self.state_dir = state_dir or default_state_dir(spool_dir, node)
         self.state_path = os.path.join(self.state_dir, "state.json")
-        state = _load_json(self.state_path)
+        state = load_json(self.state_path)
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION or state.get("node") != node:
             if state is not None:
                 logger.warning("agent %s: state in %s is not usable; starting afresh", node, self.state_path)

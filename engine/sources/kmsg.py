@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 from engine.facts import Fact, FactError
 from engine.core.linefacts import FileContext, HitConverter, StreamFacts, normalize_pci
+from engine.sources.state import atomic_write_json, load_json
 from engine.sources.tail import LineTail, TailFile, int_or_zero
 
 logger = logging.getLogger(__name__)
@@ -302,7 +303,7 @@ class KernelLogSource:
         self.lines = self.lines_for(rulebook if rulebook is not None else default_rulebook())
         self.lines_read = 0
         if position is None and state_file:
-            position = _load_json(state_file)
+            position = load_json(state_file)
         position = position if isinstance(position, dict) else None
         # (inode, generation, offset of the next line, its number - 1): line numbers for origins
         self._line_at: tuple[int, int, int, int] | None = None
@@ -450,40 +451,3 @@ def _file_end(path: str) -> dict[str, Any] | None:
         return None
     finally:
         f.close()
-
-
-def _load_json(path: str) -> Any:
-    try:
-        with open(path, "rb") as fh:
-            return json.loads(fh.read(1 << 22))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        logger.warning("%s: unreadable state (%s); starting without it", path, exc)
-        return None
-
-
-def atomic_write_json(path: str, data: Any) -> None:
-    """Write JSON to ``path`` so that a crash leaves either the old or the new content."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    payload = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
-    try:
-        view = memoryview(payload)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    try:
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
