@@ -124,5 +124,10 @@ class SchedulerAdapter(Protocol):
         Asked when a node's fault arrives before a poll has shown which job runs there; an
         adapter without it is answered from ``jobs()`` (see ``worker.jobs_on``)."""
 
+    def node_gpu_count(self, node: str) -> int | None:
+        """How many GPUs the scheduler gives ``node`` (0: none); None when it does not know the
+        node. What the node agent expects NVML to find (``recover agent --expected-gpus gres``);
+        the agent treats an adapter without it as one that cannot say."""
+
     def run(self, argv: Sequence[str], timeout: float = 30.0) -> CommandResult:
         """Run one rendered command without a shell; never raises for rc != 0."""

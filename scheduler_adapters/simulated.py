@@ -42,8 +42,10 @@ class SimulatedCluster:
     name = "simulated"
     template_scheduler = "slurm"  # it understands the Slurm command templates
 
-    def __init__(self, nodes: Sequence[str] = ("n1", "n2", "n3", "n4"), clock=time.time):
+    def __init__(self, nodes: Sequence[str] = ("n1", "n2", "n3", "n4"), clock=time.time, gpus: int | None = None):
+        """``gpus``: the GPUs each node has (``node_gpu_count``); None: the simulation does not say."""
         self.clock = clock
+        self.gpus = gpus
         self._nodes: dict[str, dict] = {n: {"state": "idle", "flags": set(), "reason": ""} for n in nodes}
         self._jobs: dict[str, SimJob] = {}
         self._ids = itertools.count(1000)
@@ -138,6 +140,9 @@ class SimulatedCluster:
                 state = "draining" if state == "allocated" else "drained"
             out.append(NodeInfo(name, state, tuple(sorted(s["flags"])), s["reason"], ("debug",)))
         return out
+
+    def node_gpu_count(self, node: str) -> int | None:
+        return self.gpus if node in self._nodes else None
 
     def run(self, argv: Sequence[str], timeout: float = 30.0) -> CommandResult:
         argv = list(argv)

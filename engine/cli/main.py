@@ -355,7 +355,10 @@ def agent(
         "gres",
         "--expected-gpus",
         help="GPUs this node should have: a number, or "
-        "'gres' (Slurm's GRES for the node; the count first seen when Slurm cannot say).",
+        "'gres' (what the scheduler's GRES gives the node; the count first seen when it cannot say).",
+    ),
+    scheduler: str = typer.Option(
+        "slurm", "--scheduler", help="Who says how many GPUs the node has (--expected-gpus gres): slurm | none."
     ),
     rules: Optional[List[str]] = RulesOpt,
     no_defaults: bool = NoDefaultsOpt,
@@ -398,6 +401,15 @@ def agent(
         if fsync not in ("batch", "line", "never"):
             _err(f"--fsync: {fsync!r} is not batch, line, never or a number of seconds")
             raise typer.Exit(2)
+    adapter = None
+    if scheduler != "none":
+        from scheduler_adapters.registry import UnknownAdapter, get_adapter
+
+        try:
+            adapter = get_adapter(scheduler)
+        except UnknownAdapter as exc:
+            _err(f"--scheduler: {exc}")
+            raise typer.Exit(2)
     rule_paths, defaults, _overlays = _rule_args(rules, no_defaults)
     compiled = _load_or_exit(rules, no_defaults)
     raise typer.Exit(
@@ -414,6 +426,7 @@ def agent(
             poll_interval=interval,
             rulebook=compiled,
             expected_gpus=int(expected_gpus) if expected_gpus.isdigit() else "gres",
+            scheduler=adapter,
             state_dir=state_dir,
             replay=from_start,
             fsync=sync,

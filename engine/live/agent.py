@@ -12,7 +12,7 @@ Without a GPU, NVML is reported unavailable once and the kernel-log source keeps
 
 Start position: a first start (no saved state) reads the kernel log from where it ended when the
 agent was *launched* (``launch_positions``, taken before anything slow: the rulebook, NVML, asking
-Slurm), not from where it ends once the agent is ready, so an Xid logged while it starts is read.
+the scheduler), not from where it ends once the agent is ready, so an Xid logged while it starts is read.
 
 Reload: SIGHUP, or a change in the rulebook's files (checked every ``reload_check_s``), loads the
 rulebook again, as the controller does. A rulebook that does not load is reported and the running
@@ -26,14 +26,12 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import re
-import shutil
 import signal
-import subprocess
 import threading
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+from engine.errors import SchedulerError
 from engine.facts import Fact
 from engine.sources.kmsg import KernelLogSource, default_rulebook, launch_positions
 from engine.sources.nvml import NvmlEventWatcher, NvmlPoller, NvmlUnavailable
@@ -42,7 +40,7 @@ from engine.sources.state import atomic_write_json, load_json
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Agent", "run_agent", "default_state_dir", "gres_gpu_count", "launch_positions", "EXIT_OK", "EXIT_NO_SOURCE"]
+__all__ = ["Agent", "run_agent", "default_state_dir", "launch_positions", "EXIT_OK", "EXIT_NO_SOURCE"]
 
 EXIT_OK = 0
 EXIT_NO_SOURCE = 2
@@ -55,31 +53,6 @@ RELOAD_CHECK_S = 2.0
 
 def default_state_dir(spool_dir: str, node: str) -> str:
     return os.path.join(spool_dir, f".agent-{node}.state")
-
-
-_GRES_RE = re.compile(r"(?:^|\s)Gres=(\S*)")
-_GPU_RE = re.compile(r"(?:^|,)gpu(?::[A-Za-z0-9_.-]+)?:(\d{1,4})")
-
-
-def gres_gpu_count(node: str, run: Callable[..., Any] = subprocess.run) -> int | None:
-    """How many GPUs Slurm's GRES gives this node (``scontrol show node -o NODE``: ``Gres=gpu:8``,
-    ``gpu:h100:4(S:0),gpu:a100:4``), or ``None`` when Slurm cannot say. No shell; bounded."""
-    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", node) or (
-        run is subprocess.run and not shutil.which("scontrol")
-    ):
-        return None
-    try:
-        proc = run(["scontrol", "show", "node", "-o", node], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError) as exc:
-        logger.info("agent %s: cannot ask Slurm for the node's GRES (%s)", node, exc)
-        return None
-    if getattr(proc, "returncode", 1) != 0:
-        return None
-    m = _GRES_RE.search(str(proc.stdout)[:65536])
-    if not m:
-        return None
-    counts = [int(c) for c in _GPU_RE.findall(m.group(1))]
-    return sum(counts) if counts else None
 
 
 class _EventThread(threading.Thread):
@@ -141,6 +114,7 @@ class Agent:
         kmsg_path: str = "/dev/kmsg",
         rulebook: Any = None,
         expected_gpus: int | str | None = None,
+        scheduler: Any = None,
         rules: Sequence[str] | None = None,
         defaults: bool = True,
         launch: Mapping[str, Any] | None = None,
@@ -165,6 +139,7 @@ class Agent:
             paths = self.rules
             self.watch = RulebookWatch(paths, defaults, None, load=lambda: load_rulebook(paths, defaults=defaults))
         self.expected_arg = expected_gpus
+        self.scheduler = scheduler
         self.state_dir = state_dir or default_state_dir(spool_dir, node)
         self.state_path = os.path.join(self.state_dir, "state.json")
         state = load_json(self.state_path)
@@ -226,9 +201,7 @@ class Agent:
                 logger.warning("agent %s: cannot read %s (%s); kmsg source off", node, self.kmsg_path, exc)
         expected_gpus = self.expected_arg
         if expected_gpus == "gres":
-            expected_gpus = gres_gpu_count(node)
-            if expected_gpus:
-                logger.info("agent %s: Slurm's GRES gives the node %d GPU(s)", node, expected_gpus)
+            expected_gpus = self._scheduler_gpu_count()
         if not isinstance(expected_gpus, int) or isinstance(expected_gpus, bool) or expected_gpus <= 0:
             expected_gpus = None
         remembered = self.state.get("expected_gpus")
@@ -257,6 +230,34 @@ class Agent:
         )
         self.flush()  # the starting position is on disk before any line is read
         return True
+
+    def _scheduler_gpu_count(self) -> int | None:
+        """The GPUs the scheduler gives this node; None (said in the log) when there is no
+        scheduler, or it cannot say: the count NVML first gives is then the one expected."""
+        node, adapter = self.node, self.scheduler
+        ask = getattr(adapter, "node_gpu_count", None)
+        if ask is None:
+            why = (
+                "no scheduler to ask" if adapter is None else f"the {getattr(adapter, 'name', '?')} adapter cannot say"
+            )
+            logger.info("agent %s: %s how many GPUs the node has", node, why)
+            return None
+        try:
+            count = ask(node)
+        except (SchedulerError, ValueError) as exc:
+            logger.info("agent %s: cannot ask the scheduler for the node's GPUs (%s)", node, exc)
+            return None
+        except Exception as exc:  # a site adapter that misbehaves costs the count, not the agent
+            logger.warning(
+                "agent %s: the scheduler adapter failed to give the node's GPUs (%s: %s)", node, type(exc).__name__, exc
+            )
+            return None
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+            logger.info("agent %s: the scheduler gives the node %d GPU(s)", node, count)
+            return count
+        said = "does not know the node" if count is None else "gives the node no GPU"
+        logger.info("agent %s: the scheduler %s", node, said)
+        return None
 
     def _try_nvml(self) -> NvmlPoller | None:
         node = self.node
@@ -465,8 +466,8 @@ def run_agent(
     shipped one when ``None``), so that the agent and replay read lines alike and a site edits
     one place. ``rules``/``defaults``: the files it was loaded from, loaded again on a reload or
     when they change (without ``rules`` there is nothing to reload).
-    ``expected_gpus``: how many GPUs the node should have: a number, ``"gres"`` (ask Slurm for
-    the node's GRES), or ``None``; failing those, the rulebook's ``expected_gpus``, else the count
+    ``expected_gpus``: how many GPUs the node should have: a number, ``"gres"`` (ask
+    ``scheduler``, an adapter, for the node's: ``node_gpu_count``), or ``None``; failing those, the rulebook's ``expected_gpus``, else the count
     NVML first gave, remembered in the state across restarts. Fewer GPUs, a count NVML cannot
     give, or NVML failing to start on a node that should have GPUs, is a ``gpus_missing`` fact.
     Other keyword options are ``Agent``'s.

@@ -212,7 +212,7 @@ def run_demo(db: str, jobs: int = 6, seed: int = 7, timeout: float = 50.0, keep:
     site.write_text(SITE_OVERLAY)
     for suffix in ("", "-wal", "-shm"):
         Path(db + suffix).unlink(missing_ok=True)
-    sim = SimulatedCluster(NODES)
+    sim = SimulatedCluster(NODES, gpus=1)  # each node's one fake GPU below: what its agent expects
     nvml = {
         n: FakeNvml([FakeGpu(uuid=f"GPU-{i:08x}-0000-0000-0000-000000000000", bus_id="00000000:3B:00.0")])
         for i, n in enumerate(NODES)
@@ -232,6 +232,8 @@ def run_demo(db: str, jobs: int = 6, seed: int = 7, timeout: float = 50.0, keep:
                 kernel_log=str(root / f"kern-{n}.log"),
                 nvml=True,
                 nvml_backend=nvml[n],
+                expected_gpus="gres",  # asked of the simulated scheduler, as a real agent asks Slurm
+                scheduler=sim,
                 poll_interval=1.0,
                 stop_event=stop,
                 nvml_events=False,

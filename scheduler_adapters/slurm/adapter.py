@@ -43,7 +43,7 @@ from ..base import (
 )
 from .hostlist import HostlistError, expand_hostlist
 from .runner import DEFAULT_MAX_OUTPUT, readable, subprocess_runner, unreadable
-from .text import gpu_map, parse_gpu_detail, parse_scontrol_line, scontrol_records
+from .text import gpu_map, node_gpu_count, parse_gpu_detail, parse_scontrol_line, scontrol_records
 
 __all__ = ["SlurmAdapter", "parse_gpu_detail", "parse_scontrol_line", "split_wait_status", "subprocess_runner"]
 
@@ -206,6 +206,20 @@ class SlurmAdapter:
             if data is not None:
                 return [_node_from_json(n) for n in data.get("nodes", [])]
         return self._nodes_from_text()
+
+    def node_gpu_count(self, node: str) -> int | None:
+        """How many GPUs the node's configured GRES gives it (0: none); None when Slurm does not
+        know the node. From ``sinfo -n NODE -o '%N|%G'``: its name and GRES, which the site's
+        configuration sets and no user does (no scontrol record, whose user fields can pass for
+        structure). Raises SchedulerUnavailable when Slurm does not answer."""
+        node = str(node)
+        if not _NODE_NAME.fullmatch(node):
+            raise ValueError(f"not a node name: {node[:40]!r}")
+        argv = ["sinfo", "-h", "-N", "-n", node, "-o", "%N|%G"]
+        result = self._query(argv)
+        if result.rc != 0:
+            _raise_failed(argv, result)
+        return node_gpu_count(result.stdout, node)
 
     # -- queries ------------------------------------------------------------------------------
 

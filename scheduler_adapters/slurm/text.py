@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from .hostlist import HostlistError, expand_hostlist
 from .runner import readable
 
-__all__ = ["parse_gpu_detail", "parse_scontrol_line", "scontrol_records"]
+__all__ = ["gres_gpu_count", "node_gpu_count", "parse_gpu_detail", "parse_scontrol_line", "scontrol_records"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +65,8 @@ _ORDER = (
 _RANK = {k: i for i, k in enumerate(_ORDER)}
 _REQUIRED = ("JobId", "JobName", "UserId", "JobState")
 _GRES_IDX = re.compile(r"gpu(?::[\w.-]+)*:\d+\(IDX:([0-9,\-]+|N/A)\)")
+# one GPU entry of a node's configured GRES: gpu[:type...]:COUNT, then its socket list or the next entry
+_GRES_GPUS = re.compile(r"(?:^|,)gpu(?::[A-Za-z0-9_.-]+)*?:(\d{1,6})(?=\(|,|$)")
 
 
 # (job id, why) already warned about: a refused job is listed at every poll (bounded)
@@ -197,3 +199,20 @@ def parse_gpu_detail(detail: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
     nodes = [v for k, v in pairs if k == "Nodes"]
     gres = [v for k, v in pairs if k == "GRES"]
     return gpu_map(zip(nodes, gres, strict=False))
+
+
+def gres_gpu_count(gres: str) -> int:
+    """GPUs in one node's configured GRES: ``gpu:8`` is 8, ``gpu:h100:4(S:0),gpu:a100:4(S:1)``
+    is 8; ``(null)``, or GRES without GPUs (``mps:100``), is 0."""
+    return sum(int(n) for n in _GRES_GPUS.findall(gres.strip()))
+
+
+def node_gpu_count(text: str, node: str) -> int | None:
+    """The GPUs that ``sinfo -h -N -o '%N|%G'`` rows give ``node`` (a node in two partitions has
+    two rows); None when no row names it, or its rows disagree."""
+    counts = set()
+    for line in text.splitlines():
+        name, sep, gres = line.partition("|")
+        if sep and name.strip() == node:
+            counts.add(gres_gpu_count(gres))
+    return counts.pop() if len(counts) == 1 else None

@@ -9,11 +9,19 @@ spool read back and judged by the engine as the controller does, each case reach
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
-from engine.live.agent import default_state_dir, gres_gpu_count, run_agent
+import pytest
+
+from engine.errors import SchedulerUnavailable
+
+from engine.live.agent import default_state_dir, run_agent
 from engine.core.incidents import Engine
 from engine.core.linefacts import ClusterContext
 from engine.rulebook import require_rulebook
@@ -22,6 +30,7 @@ from engine.sources.spool import SpoolReader
 from engine.store import Store
 
 NODE = "gpu07"
+REPO = Path(__file__).resolve().parents[2]
 UUIDS = [f"GPU-aaaaaaaa-0000-0000-0000-00000000000{i}" for i in range(4)]
 
 
@@ -165,15 +174,93 @@ def test_a_threshold_per_gpu_model(tmp_path):
     assert states == [(0, "temperature_high", 70.0)]
 
 
-class _Proc:
-    def __init__(self, out: str, rc: int = 0):
-        self.stdout, self.returncode = out, rc
+class FakeScheduler:
+    """An adapter that only says how many GPUs a node has, and which nodes it was asked about."""
+
+    name = "fake"
+
+    def __init__(self, count=None, error: Exception | None = None):
+        self.count, self.error, self.asked = count, error, []
+
+    def node_gpu_count(self, node: str):
+        self.asked.append(node)
+        if self.error is not None:
+            raise self.error
+        return self.count
 
 
-def test_gres_gpu_count_reads_slurm_s_node_record():
-    line = "NodeName=gpu07 Arch=x86_64 CoresPerSocket=32 Gres=gpu:h100:4(S:0),gpu:a100:4(S:1) GresDrain=N/A"
-    assert gres_gpu_count("gpu07", run=lambda *a, **k: _Proc(line)) == 8
-    assert gres_gpu_count("gpu07", run=lambda *a, **k: _Proc("NodeName=gpu07 Gres=gpu:8")) == 8
-    assert gres_gpu_count("gpu07", run=lambda *a, **k: _Proc("NodeName=gpu07 Gres=(null)")) is None
-    assert gres_gpu_count("gpu07", run=lambda *a, **k: _Proc("", 1)) is None
-    assert gres_gpu_count("bad name; rm -rf /", run=lambda *a, **k: _Proc("Gres=gpu:8")) is None
+def test_the_scheduler_s_gpu_count_is_what_the_agent_expects_without_a_subprocess(tmp_path, monkeypatch):
+    def no_subprocess(*a, **k):
+        raise AssertionError(f"the agent ran a command itself: {a}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_subprocess)
+    monkeypatch.setattr(subprocess, "run", no_subprocess)
+    scheduler = FakeScheduler(count=4)
+    nv = FakeNvml([FakeGpu(uuid=u, bus_id=f"00000000:{0x10 + i:02X}:00.0") for i, u in enumerate(UUIDS[:2])])
+    agent = Agent(tmp_path, nv, expected_gpus="gres", scheduler=scheduler)
+    try:
+        missing = agent.wait_for(lambda f: f.get("state") == "gpus_missing")
+        assert agent.started()["expected_gpus"] == 4
+    finally:
+        agent.close()
+    assert scheduler.asked == [NODE]
+    assert (missing.get("count"), missing.get("expected")) == (2, 4)
+
+
+@pytest.mark.parametrize(
+    "scheduler",
+    [
+        None,  # --scheduler none
+        FakeScheduler(error=SchedulerUnavailable("sinfo: Unable to contact slurm controller")),
+        FakeScheduler(error=RuntimeError("a site adapter's bug")),
+        FakeScheduler(count=None),  # the scheduler does not know the node
+        FakeScheduler(count=0),
+        object(),  # an adapter that cannot say
+    ],
+    ids=["none", "unavailable", "broken", "unknown", "zero", "cannot-say"],
+)
+def test_a_scheduler_that_cannot_say_leaves_the_count_nvml_first_gives(tmp_path, scheduler):
+    nv = FakeNvml([FakeGpu(uuid=u) for u in UUIDS[:2]])
+    agent = Agent(tmp_path, nv, expected_gpus="gres", scheduler=scheduler)
+    try:
+        assert agent.started()["expected_gpus"] == 2
+        time.sleep(0.2)
+        agent.facts.extend(agent.reader.read())
+    finally:
+        agent.close()
+    assert not [f for f in agent.facts if f.get("state") == "gpus_missing"]
+
+
+def test_recover_agent_asks_slurm_through_the_adapter_and_survives_bytes_that_are_not_utf8(tmp_path):
+    """`recover agent` (--expected-gpus gres and --scheduler slurm by default) on a node whose
+    Slurm prints bytes that are not UTF-8 (fake sinfo and scontrol first on PATH): the count is
+    read and the agent runs. It used to decode `scontrol show node` strictly and die."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    asked = tmp_path / "asked"
+    (fake / "sinfo").write_text(f"#!/bin/sh\necho \"$@\" >> {asked}\nprintf '{NODE}|gpu:4(S:0),\\377gres:1\\n'\n")
+    (fake / "scontrol").write_text(
+        f"#!/bin/sh\nprintf 'NodeName={NODE} Arch=x86_64 Gres=gpu:4(S:0) State=IDLE Reason=bad\\377\\376name\\n'\n"
+    )
+    for tool in ("sinfo", "scontrol"):
+        (fake / tool).chmod(0o755)
+    spool, log, err = tmp_path / "spool", tmp_path / "kern.log", tmp_path / "agent.err"
+    log.write_text("")
+    cmd = [sys.executable, "-m", "engine.cli", "agent", "--node", NODE, "--spool", str(spool)]
+    cmd += ["--kernel-log", str(log), "--no-nvml", "--interval", "0.02", "--verbose"]
+    env = {**os.environ, "PATH": f"{fake}:{os.environ.get('PATH', '')}"}
+    state = Path(default_state_dir(str(spool), NODE)) / "state.json"
+    with open(err, "wb") as errfh:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errfh, cwd=str(REPO), env=env)
+    try:
+        end = time.monotonic() + 60
+        while not state.exists() and proc.poll() is None and time.monotonic() < end:
+            time.sleep(0.05)
+        assert state.exists(), err.read_text(errors="replace")[-3000:]
+        assert json.loads(state.read_text())["expected_gpus"] == 4
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=20)
+    assert rc == 0, err.read_text(errors="replace")[-3000:]
+    assert asked.read_text().split() == ["-h", "-N", "-n", NODE, "-o", "%N|%G"]
+    assert "Traceback" not in err.read_text(errors="replace")

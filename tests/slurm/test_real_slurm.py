@@ -143,3 +143,9 @@ def _read(path: str | None) -> str | None:
         return Path(path).read_text() if path else None
     except FileNotFoundError:
         return None
+
+
+def test_node_gres_gpu_count(slurm: SlurmAdapter):
+    """scripts/slurm-up.sh gives each node Gres=gpu:4; a node Slurm does not know has no count."""
+    assert {n: slurm.node_gpu_count(n) for n in ("n1", "n4")} == {"n1": 4, "n4": 4}
+    assert slurm.node_gpu_count("nosuchnode9") is None
