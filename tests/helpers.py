@@ -99,3 +99,25 @@ def as_user(uid: int, gid: int, fn: Callable[[], Any]) -> Any:
     if status != "ok":
         raise AssertionError(f"in the child as uid {uid}:\n{value}")
     return value
+
+
+#: host time zones a test of dates runs under: UTC and zones east and west of it, one off the hour
+HOST_ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata")
+
+
+def host_zone(request: Any):
+    """Body of a fixture parametrised over ``HOST_ZONES``: the process's ``TZ`` is the param for
+    one test and is put back after it (``time.tzset`` both times)."""
+    import os
+
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = request.param
+    time.tzset()
+    try:
+        yield request.param
+    finally:
+        if before is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = before
+        time.tzset()

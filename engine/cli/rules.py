@@ -123,6 +123,16 @@ def rules_test(
     if verbose and not json_out:
         for n, m in disabled.items():
             typer.echo(f"DISABLED {n}  (at {m})")
+    if not json_out:
+        # a line that gives a fact without a time of its own is dated by the line before it: say
+        # so for the site's tests (the shipped ones do it on purpose: tracebacks, NCCL lines)
+        shipped_files = {display_name(p) for p in default_rule_files()}
+        for o in outcomes:
+            if o.undated and (verbose or o.test.mark.file not in shipped_files):
+                typer.echo(
+                    f"warning: {o.test.name} ({o.test.mark}): no time of their own, dated by the line "
+                    f"before them: {', '.join(o.undated)}"
+                )
     summary = f"{len(outcomes) - failed} passed, {failed} failed" + (f", {len(disabled)} disabled" if disabled else "")
     if json_out:
         typer.echo(

@@ -6,16 +6,15 @@ are removed, node names and job ids must match strict patterns or are dropped (a
 
 from __future__ import annotations
 
-import calendar
 import logging
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 
 from scheduler_adapters.hostlist import HostlistError, expand_hostlist as _expand_hostlist
 
 from engine.facts import JOB_RE, NODE_RE, Fact, clean_text
+from engine.core.linetime import LineClock, has_stamp, parse_line_time
 from engine.rulebook.model import Matcher
 
 logger = logging.getLogger(__name__)
@@ -38,16 +37,6 @@ __all__ = [
     "decode_xid",
 ]
 
-_MONTHS = {
-    m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)
-}
-_ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?")
-_SYSLOG = re.compile(
-    r"^(?:<\d+>)?(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})"
-)
-# PyTorch's C++ (glog-style) lines: "E1129 17:21:30.123456 1234 ProcessGroupNCCL.cpp:..." or
-# "[rank3]:E1129 17:21:30.123000 ..." (severity letter, month, day; no year)
-_GLOG = re.compile(r"^(?:\[rank\d{1,6}\]:\s?)?[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
 #: the job id a log's file name gives when nothing else does (replay, unscheduled following; with a
 #: scheduler, a job's files are the StdOut/StdErr paths it reports). Tried in order; docs/commands.md
 #: lists the shapes. The generic one reads the last number before the extension, after a `-`, `_`
@@ -60,70 +49,6 @@ _FILE_JOB = (
 )
 MAX_TEXT = 400
 MAX_HOSTLIST = 4096
-
-
-_ISO_MEMO: dict[Any, "tuple[int, int] | bool"] = {}
-
-
-def _iso_seconds(y: str, mo: str, d: str, h: str, mi: str, s: str, tz: str | None) -> "tuple[int, int] | bool":
-    """(whole seconds of an ISO time's fields read as UTC, its zone's offset east), False if
-    they are no time."""
-    try:
-        t = calendar.timegm((int(y), int(mo), int(d), int(h), int(mi), int(s), 0, 0, 0))
-    except (ValueError, OverflowError):
-        return False
-    if not (1 <= int(mo) <= 12 and 1 <= int(d) <= 31 and int(h) < 24 and int(mi) < 60 and int(s) < 61):
-        return False
-    off = 0
-    if tz and tz != "Z":
-        sign = 1 if tz[0] == "+" else -1
-        digits = tz[1:].replace(":", "")
-        off = sign * (int(digits[:2]) * 3600 + int(digits[2:4]) * 60)
-    return t, off
-
-
-def parse_line_time(line: str, year: int | None = None) -> float | None:
-    """Seconds since the epoch of a timestamp near the start of the line (naive times are UTC)."""
-    m = _ISO.search(line, 0, 96)  # in the first 96 characters (endpos: no copy of the head)
-    if m:
-        frac, tz = m.group(7, 8)
-        # lines of one second share all but the fraction: the date and time are 19 characters
-        key = line[m.start() : m.start() + 19] if tz is None else (line[m.start() : m.start() + 19], tz)
-        memo = _ISO_MEMO.get(key)
-        if memo is None:
-            y, mo, d, h, mi, s = m.group(1, 2, 3, 4, 5, 6)
-            memo = _iso_seconds(y, mo, d, h, mi, s, tz)
-            if len(_ISO_MEMO) >= 4096:
-                _ISO_MEMO.clear()
-            _ISO_MEMO[key] = memo
-        if not isinstance(memo, tuple):
-            return None
-        whole, off = memo
-        t = float(whole)
-        if frac:
-            t += int(frac) / (10 ** len(frac))
-        return t - off if off else t
-    head = line[:96]
-    m = _SYSLOG.match(head)
-    if m:
-        mon, d, h, mi, s = m.groups()
-        y = year or time.gmtime().tm_year
-        try:
-            return float(calendar.timegm((y, _MONTHS[mon], int(d), int(h), int(mi), int(s), 0, 0, 0)))
-        except (ValueError, OverflowError):
-            return None
-    m = _GLOG.match(head)
-    if m:
-        mo, d, h, mi, s, frac = m.groups()
-        y = year or time.gmtime().tm_year
-        try:
-            if not (1 <= int(mo) <= 12 and 1 <= int(d) <= 31 and int(h) < 24 and int(mi) < 60 and int(s) < 61):
-                return None
-            glog_t = float(calendar.timegm((y, int(mo), int(d), int(h), int(mi), int(s), 0, 0, 0)))
-        except (ValueError, OverflowError):
-            return None
-        return glog_t + (int(frac) / (10 ** len(frac)) if frac else 0.0)
-    return None
 
 
 def normalize_pci(text: str | None) -> str | None:
@@ -207,7 +132,8 @@ class FileContext:
     #: after one host's NCCL INFO lines would otherwise be taken for that host's failure)
     hosts: set[str] = field(default_factory=set)
     last_at: float | None = None
-    year: int | None = None
+    #: dates the file's lines: the log zone, and the year of stamps without one (linetime.py)
+    dates: LineClock = field(default_factory=LineClock)
     # attempts of a log appended across restarts (replay, no scheduler): see HitConverter._edge
     nodes_attempt: int | None = None  # the attempt ``nodes`` were learned in
     started_at: float | None = None  # when the current attempt's start line was printed
@@ -283,7 +209,7 @@ class HitConverter:
         self.clock = clock  # live: facts are stamped on arrival; the line's own time is kept as logged_at
         self.on_context: Callable[[float, str, int | None, frozenset], None] | None = None
         self.dropped_values = 0
-        self._last_line: tuple[str, float | None] | None = None
+        self._last_line: tuple[str, float | None, LineClock] | None = None
         #: a scheduler is present: it alone says which job a job log belongs to and on which
         #: nodes that job runs; the log's own words about jobs and nodes are refused (see convert)
         self.scheduler = False
@@ -335,21 +261,23 @@ class HitConverter:
         """(the line's own time or None, the time of its fact). ``timeless``: the line is known to
         carry no timestamp."""
         last = self._last_line
-        if last is not None and last[0] == line:
+        dates = ctx.dates
+        if self.clock is not None and dates.ref is None:
+            dates.not_after = self.clock()  # live: a yearless first stamp is not after its reading
+        if last is not None and last[0] == line and last[2] is dates:
             logged = last[1]
         else:
-            logged = None if timeless else parse_line_time(line, ctx.year)
-            self._last_line = (line, logged)
+            logged = None if timeless else dates.time(line)
+            self._last_line = (line, logged, dates)
         if logged is None and before:
             for prev in reversed(before.split(b"\n")[-64:]):
-                t = parse_line_time(prev[:128].decode("utf-8", "replace"), ctx.year)
+                # read out of order (backwards from this line): the stream's state is left alone
+                t = dates.peek(prev[:128].decode("utf-8", "replace"))
                 if t is not None:
                     if ctx.last_at is None or t > ctx.last_at:
                         ctx.last_at = t
                     break
         if logged is not None:
-            if ctx.year is None:
-                ctx.year = time.gmtime(logged).tm_year
             ctx.last_at = logged
         if self.clock is not None:
             at = self.clock()
@@ -395,7 +323,10 @@ class HitConverter:
                 ctx.active, ctx.ended, ctx.started_at = False, False, None
             edge = m.attrs.get("attempt_edge")
             if edge == "start":
-                self._start(ctx, logged if logged is not None else ctx.last_at)
+                # an undated banner takes the time of the line dated before it, which says how far
+                # it is from the previous start only if that line came after the previous start
+                inherited = ctx.last_at if ctx.last_at != ctx.started_at else None
+                self._start(ctx, logged if logged is not None else inherited)
             elif edge == "end":
                 ctx.ended = True
             if "attempt" in attrs and isinstance(attrs["attempt"], int):
@@ -760,8 +691,7 @@ class _Collapser:
         if t is None or t.sig != sig:
             if len(self.templates) >= _TEMPLATES_MAX:
                 self.templates.clear()
-            head = line[:96]
-            timeless = _ISO.search(head) is None and _SYSLOG.match(head) is None and _GLOG.match(head) is None
+            timeless = not has_stamp(line)
             t = self.templates[key] = _Template(sig, timeless, tuple(keyed))
         if len(t.shapes) >= 256:
             t.shapes.clear()

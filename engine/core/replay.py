@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from engine.facts import Fact
 from engine.core.linefacts import ClusterContext, FileContext, Flood, HitConverter, StreamFacts, job_from_filename
+from engine.core.linetime import LineClock, log_zone
 from engine.core.matching import MatcherSpec, Scanner
 from engine.rulebook.compile import CompiledRulebook
 
@@ -153,10 +154,17 @@ class Input:
     name: str
     chunks: Callable[[], Iterable[bytes]]
     source: str = "any"
+    #: when the stream was last written (a file's mtime): a yearless stamp with nothing dated
+    #: before it takes the latest year that does not put it after this (see linetime.py)
+    not_after: float | None = None
 
 
 def file_input(path: str) -> Input:
-    return Input(path, lambda: _file_chunks(path))
+    try:
+        mtime: float | None = os.stat(path).st_mtime
+    except (OSError, ValueError):
+        mtime = None  # reading it will say what is wrong
+    return Input(path, lambda: _file_chunks(path), not_after=mtime)
 
 
 #: file name endings of documents that sit next to logs (a README in a log folder, a report):
@@ -210,8 +218,12 @@ def replay_inputs(
     extra_facts: Sequence[Fact] = (),
     network=None,
     on_fact: Callable[[Fact], None] | None = None,
+    year: int | None = None,
+    not_after: float | None = None,
 ) -> ReplayResult:
-    """``on_fact`` sees every source fact, in the order the engine takes them."""
+    """``on_fact`` sees every source fact, in the order the engine takes them. ``year``: the year
+    of stamps without one where nothing dated precedes them; ``not_after``: the time an input
+    without its own (``Input.not_after``) was last written (see linetime.py)."""
     result = ReplayResult()
     # no scheduler here: which job ran where is taken from the logs' own lines (explain says so)
     store.set_meta("context_source", "logs")
@@ -230,9 +242,14 @@ def replay_inputs(
         collected.append((at, -2, context_seq[0], ("context", job, att, nodes)))
 
     converter.on_context = on_context
+    zone = log_zone(compiled.policy)
     for index, inp in enumerate(inputs):
         ctx = FileContext(
-            path=inp.name, source=inp.source, job=job or job_from_filename(os.path.basename(inp.name)), attempt=attempt
+            path=inp.name,
+            source=inp.source,
+            job=job or job_from_filename(os.path.basename(inp.name)),
+            attempt=attempt,
+            dates=LineClock(zone=zone, year=year, not_after=inp.not_after if inp.not_after is not None else not_after),
         )
         if nodes:
             ctx.nodes.update(nodes)

@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 
 from engine.core.incidents import Engine
 from engine.core.linefacts import ClusterContext, FileContext, Flood, HitConverter, StreamFacts, job_from_filename
+from engine.core.linetime import DEFAULT_ZONE, LineClock, log_zone
 from engine.core.matching import Scanner
 from engine.core.replay import matcher_specs, matchers_for
 from engine.live.batch import STORE_ERRORS, Batch
@@ -94,6 +95,8 @@ class FileIngest:
     than PASS_SECONDS to convert is paused (``Tailed.held``: the follower reads nothing more of
     it) and goes on at the next pass (``resume``)."""
 
+    zone = DEFAULT_ZONE  # the log zone (policy.log_timezone), set by use()
+
     def __init__(
         self,
         cluster: ClusterContext,
@@ -119,6 +122,7 @@ class FileIngest:
         follower rewinds it)."""
         self.converter = HitConverter(list(compiled.matchers), self.cluster, clock=clock)
         self.converter.scheduler = self.scheduled  # only the scheduler says which job runs where
+        self.zone = log_zone(compiled.policy)  # stamps without a zone: the rulebook's one rule
         self.specs = matcher_specs(compiled)
         self.index_maps = {src: matchers_for(compiled, src) for src in ("job", "kernel", "slurm", "any")}
         self._scanner_templates: dict[str, Scanner] = {}
@@ -136,7 +140,9 @@ class FileIngest:
         elif job is None:
             job = job_from_filename(os.path.basename(t.path))  # no scheduler: the name is all there is
         source = t.meta.get("source", "job")
-        t.meta["ctx"] = FileContext(path=t.path, source=source, job=job, attempt=t.meta.get("attempt"))
+        t.meta["ctx"] = FileContext(
+            path=t.path, source=source, job=job, attempt=t.meta.get("attempt"), dates=LineClock(zone=self.zone)
+        )
         t.meta["committed"] = (t.inode, t.offset, t.line_no)
         self._reset_scanner(t)
 

@@ -9,6 +9,8 @@ firings that derived each fact to the raw evidence and where it was read (file:l
 from __future__ import annotations
 
 import sqlite3
+from datetime import datetime, timezone
+
 from engine.errors import ExplainError
 
 from typing import Any
@@ -22,7 +24,30 @@ def _fact_dict(fact, count: int, derived_by: int | None) -> dict[str, Any]:
     d = fact.to_dict()
     d["count"] = count
     d["derived_by"] = derived_by
+    d["time"] = utc_time(d.get("at"))
     return d
+
+
+def utc_time(at: Any) -> str:
+    """A fact's time as people read it: ISO 8601 in UTC, to the millisecond (``-`` when none).
+
+    What the rules compared is this time: the line's own stamp read by ``core.linetime`` (in
+    ``policy.log_timezone`` where the stamp names no zone), the line before it when it has none,
+    or, live, when the line was read (the line's own time is then ``logged_at``)."""
+    if not isinstance(at, (int, float)) or isinstance(at, bool) or at != at:
+        return "-"
+    try:
+        ms = round(at * 1000)  # to the nearest millisecond: .402 is not shown as .401
+        whole = datetime.fromtimestamp(ms // 1000, timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return "-"
+    return whole.strftime("%Y-%m-%dT%H:%M:%S") + f".{ms % 1000:03d}Z"
+
+
+def _times(fact: dict[str, Any]) -> str:
+    logged = fact.get("attrs", {}).get("logged_at")
+    own = f", logged {utc_time(logged)}" if isinstance(logged, (int, float)) and logged != fact.get("at") else ""
+    return f"{fact.get('time') or utc_time(fact.get('at'))}{own}"
 
 
 def build(store: Store, incident_id: int) -> dict[str, Any]:
@@ -89,7 +114,7 @@ def _context(store: Store, recorded: str | None) -> dict[str, Any]:
 def _describe(fact: dict[str, Any]) -> str:
     attrs = fact.get("attrs", {})
     kind = fact.get("kind")
-    skip = {"text", "rule", "source", "priority"}
+    skip = {"text", "rule", "source", "priority", "logged_at"}
     if kind == "fault":
         nodes = ",".join(attrs.get("nodes") or []) or "no node"
         return f"fault {attrs.get('fault_class')} on {nodes} (priority {attrs.get('priority')})"
@@ -141,7 +166,7 @@ def render_text(report: dict[str, Any]) -> str:
         fact = node["fact"]
         label = f"{alias} = " if alias else ""
         count = f" x{fact['count']}" if fact.get("count", 1) > 1 else ""
-        lines.append(f"{prefix}{label}{_describe(fact)}{count}   @ {fact.get('origin')}")
+        lines.append(f"{prefix}{label}{_describe(fact)}{count}   @ {fact.get('origin')}  at {_times(fact)}")
         text = fact.get("attrs", {}).get("text")
         if text:
             lines.append(f"{prefix}    | {text}")
@@ -183,7 +208,7 @@ def render_text(report: dict[str, Any]) -> str:
             continue
         count = f" x{f['count']}" if f.get("count", 1) > 1 else ""
         last = f" (last @ {f['flood']['last_origin']})" if f.get("flood") else ""
-        lines.append(f"  {f['origin']}: {_describe(f)}{count}{last}")
+        lines.append(f"  {_times(f)}  {f['origin']}: {_describe(f)}{count}{last}")
     lines.append("")
     lines.append("Rules fired:")
     for fr in report["firings"]:

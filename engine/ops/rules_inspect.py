@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 from engine.facts import Fact
 from engine.core.linefacts import ClusterContext, FileContext, HitConverter
+from engine.core.linetime import LineClock, log_zone
 from engine.core.matching import Scanner
 from engine.core.policy import DEFAULT_GUARDS
 from engine.core.progress import HANG_DEFAULTS, STRAGGLER_DEFAULTS
@@ -285,7 +286,13 @@ def explain_line(
     specs = matcher_specs(compiled)
     scanner = Scanner([specs[i] for i in index_map])
     converter = HitConverter(matchers, ClusterContext())
-    ctx = FileContext(path=file_name, source=source, job=job, nodes={node} if node else set())
+    ctx = FileContext(
+        path=file_name,
+        source=source,
+        job=job,
+        nodes={node} if node else set(),
+        dates=LineClock(zone=log_zone(compiled.policy)),
+    )
     hits = []
     for hit in scanner.feed(data) + scanner.flush():
         m = matchers[index_map[hit.matcher]]

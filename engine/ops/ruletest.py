@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from xml.sax.saxutils import quoteattr
 
 from engine.facts import Fact
+from engine.core.linetime import LineClock, log_zone
 from engine.core.rete import ReteNetwork
 from engine.core.replay import Input, replay_inputs
 from engine.rulebook.compile import CompiledRulebook
@@ -49,6 +50,9 @@ class TestOutcome:
     problems: list[str] = field(default_factory=list)
     incidents: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    #: "FILE:LINE" of the input lines that gave a fact but carry no time of their own: they are
+    #: dated by the line before them (or not at all), which a test should say on purpose
+    undated: list[str] = field(default_factory=list)
 
 
 class _RuleErrors(logging.Handler):
@@ -127,6 +131,10 @@ def run_one(
 def _run_one(compiled: CompiledRulebook, test: RuleTest, network: ReteNetwork, seen: set[str] | None) -> TestOutcome:
     store = Store(":memory:")
     inputs = [Input(i.file, (lambda b=i.lines.encode("utf-8"): [b]), i.source) for i in test.inputs]
+    # a stamp without a year is put in the latest year that is not after today (as a file is
+    # placed by its mtime in replay): the lines of a test are in the past of whoever runs it
+    today = time.time()
+    origins: set[str] = set()
     ctx = dict(test.context)
     facts = []
     try:
@@ -146,7 +154,8 @@ def _run_one(compiled: CompiledRulebook, test: RuleTest, network: ReteNetwork, s
             nodes=list(nodes),
             extra_facts=facts,
             network=network,
-            on_fact=None if seen is None else _matcher_recorder(seen, facts),
+            on_fact=_recorder(seen, facts, origins),
+            not_after=today,
         )
     except Exception as exc:  # a test that crashes the pipeline is a failed test, with the reason
         return TestOutcome(test, False, [f"pipeline error: {type(exc).__name__}: {exc}"])
@@ -172,19 +181,36 @@ def _run_one(compiled: CompiledRulebook, test: RuleTest, network: ReteNetwork, s
             f"unexpected incident: {extra['fault_class']} / {extra['decision']} nodes={extra['nodes']} "
             f"rules={extra['rules']}"
         )
-    return TestOutcome(test, not problems, problems, got)
+    return TestOutcome(test, not problems, problems, got, undated=_undated(compiled, test, origins, today))
 
 
-def _matcher_recorder(seen: set[str], given: Sequence[Fact]) -> Callable[[Fact], None]:
+def _recorder(seen: set[str] | None, given: Sequence[Fact], origins: set[str]) -> Callable[[Fact], None]:
     """An ``on_fact`` for replay that adds to ``seen`` the matcher of every fact a line produced
-    (a test's own facts may name a matcher without any line hitting it: they do not count)."""
+    (a test's own facts may name a matcher without any line hitting it: they do not count), and
+    to ``origins`` where each such fact was read."""
     own = {id(f) for f in given}
 
     def record(fact: Fact) -> None:
-        if id(fact) not in own and "matcher" in fact.attrs:
+        if id(fact) in own:
+            return
+        origins.add(fact.origin)
+        if seen is not None and "matcher" in fact.attrs:
             seen.add(str(fact.attrs["matcher"]))
 
     return record
+
+
+def _undated(compiled: CompiledRulebook, test: RuleTest, origins: set[str], today: float) -> list[str]:
+    """The lines of the test's inputs that gave a fact and have no time of their own, read in
+    order with the same clock replay reads them with (linetime.py)."""
+    out: list[str] = []
+    zone = log_zone(compiled.policy)
+    for inp in test.inputs:
+        dates = LineClock(zone=zone, not_after=today)
+        for n, line in enumerate(inp.lines.split("\n"), 1):
+            if dates.time(line) is None and f"{inp.file}:{n}" in origins:
+                out.append(f"{inp.file}:{n}")
+    return out
 
 
 def select_tests(
@@ -246,6 +272,7 @@ def outcome_json(o: TestOutcome) -> dict[str, Any]:
         "line": o.test.mark.line,
         "passed": o.passed,
         "problems": list(o.problems),
+        "undated_lines": list(o.undated),
         "seconds": round(o.seconds, 4),
     }
 

@@ -76,6 +76,19 @@ def check_policy(c: Checker, node: Any, marks: dict) -> dict:
                 c.err(mark_of(node, key), "E-TYPE", "policy.priorities must map fault_class -> integer")
                 continue
             out[key] = dict(value)
+        elif key == "log_timezone":
+            from engine.core.linetime import check_zone  # the line-time reader owns what a zone is
+
+            problem = check_zone(value)
+            if problem is not None:
+                c.err(
+                    mark_of(node, key),
+                    "E-VALUE",
+                    f"policy.log_timezone: {problem}",
+                    "the zone of log stamps that name none (syslog, naive ISO, glog); default UTC",
+                )
+                continue
+            out[key] = value
         elif key == "distinct_lines":
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 c.err(

@@ -166,6 +166,11 @@ POLICY = Obj(
             description="Different lines of one matcher one job attempt holds in the rule engine; "
             "more are counted on the last one held.",
         ),
+        "log_timezone": Str(
+            description="The time zone (IANA name, default UTC) of log stamps that name none: BSD "
+            "syslog, naive ISO, glog. The same for replay, the controller and the node agent, "
+            "whatever TZ they run in.",
+        ),
     },
 )
 

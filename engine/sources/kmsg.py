@@ -19,7 +19,6 @@ cut, unknown shapes give no fact.
 
 from __future__ import annotations
 
-import calendar
 import errno
 import functools
 import hashlib
@@ -28,11 +27,11 @@ import logging
 import os
 import re
 import time
-from datetime import datetime
 from typing import Any, Callable
 
 from engine.facts import Fact, FactError
 from engine.core.linefacts import FileContext, HitConverter, StreamFacts, normalize_pci
+from engine.core.linetime import DEFAULT_ZONE, LineClock, log_zone
 from engine.sources.state import atomic_write_json, load_json
 from engine.sources.tail import LineTail, TailFile, int_or_zero
 
@@ -52,9 +51,6 @@ LINE_MAX = 8192
 
 # prefixes: /dev/kmsg "prio,seq,usec,flags[,...];", syslog "<date> <host> kernel:"
 _KMSG_RE = re.compile(r"^\s*(\d{1,5}),(\d{1,20}),(\d{1,20}),([^;]{0,64});(.*)$", re.DOTALL)
-_ISO_RE = re.compile(r"^\s*(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d{1,9})?)(Z|[+-]\d\d:?\d\d)?\s+\S+\s+kernel:")
-_BSD_RE = re.compile(r"^\s*([A-Z][a-z]{2})\s+(\d{1,2})\s+(\d\d):(\d\d):(\d\d)\s+\S+\s+kernel:")
-_MONTHS = {m: i for i, m in enumerate(calendar.month_abbr) if m}
 _NEWLINES = re.compile("[\r\n]")
 
 
@@ -66,39 +62,12 @@ def default_rulebook() -> Any:
     return require_rulebook()
 
 
-def kernel_line_time(line: str, now: float | None = None) -> float | None:
-    """The wall time a syslog-style prefix gives (ISO 8601 or ``Nov 29 17:00:01``), else ``None``.
-
-    A BSD syslog stamp has no year and is local time: the year is chosen so that the stamp is
-    not more than a day in the future of ``now``.
-    """
-    try:
-        m = _ISO_RE.match(line)
-        if m:
-            stamp, zone = m.group(1).replace(" ", "T"), m.group(2)
-            if "." in stamp:
-                head, frac = stamp.split(".", 1)
-                stamp = f"{head}.{frac[:6]}"
-            if zone:
-                zone = "+00:00" if zone == "Z" else (zone if ":" in zone else f"{zone[:3]}:{zone[3:]}")
-                return datetime.fromisoformat(stamp + zone).timestamp()
-            return datetime.fromisoformat(stamp).timestamp()
-        m = _BSD_RE.match(line)
-        if m:
-            month = _MONTHS.get(m.group(1))
-            if month is None:
-                return None
-            now = time.time() if now is None else now
-            year = time.localtime(now).tm_year
-            for y in (year, year - 1):
-                tm = (y, month, int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)), 0, 0, -1)
-                t = time.mktime(tm)
-                if t <= now + 86400:
-                    return t
-            return None
-    except (ValueError, OverflowError, OSError):
-        return None
-    return None
+def kernel_line_time(line: str, now: float | None = None, zone: str = DEFAULT_ZONE) -> float | None:
+    """The wall time a kernel-log line's stamp gives, read as replay reads it (``linetime``: a
+    stamp without a zone is in ``zone``, the rulebook's ``policy.log_timezone``; one without a
+    year is at most a day after ``now``), else ``None``. One line on its own: a source keeps a
+    ``LineClock`` so that a log running into a new year moves with it."""
+    return LineClock(zone=zone, not_after=now).time(line)
 
 
 class KernelLineFacts:
@@ -114,6 +83,7 @@ class KernelLineFacts:
         from engine.core.replay import scanner_for  # replay's own selection and compiled scanner, not a copy
 
         self.node = node
+        self.zone = log_zone(compiled.policy)  # the one rule for stamps without a zone, as in replay
         scanner, index_map = scanner_for(compiled, "kernel")
         ctx = FileContext(path=path, source="kernel", nodes={node})
         # the scan -> fact loop replay and the controller share; floods are the controller's to collapse
@@ -302,6 +272,8 @@ class KernelLogSource:
         self._lines_path = f"kmsg:{node}" if kmsg else str(path)
         self.lines = self.lines_for(rulebook if rulebook is not None else default_rulebook())
         self.lines_read = 0
+        # the file's lines are dated in order, as replay dates them: the log zone, the year
+        self.dates = LineClock(zone=self.lines.zone)
         if position is None and state_file:
             position = load_json(state_file)
         position = position if isinstance(position, dict) else None
@@ -390,10 +362,14 @@ class KernelLogSource:
             else:
                 assert self._file is not None
                 now = self.clock()
+                dates = self.dates
+                dates.not_after = now  # a yearless stamp with nothing dated before it is not after now
                 for ino, gen, offset, raw in self._file.read():
                     self.lines_read += 1
                     text = raw.decode("utf-8", "replace")
-                    at = kernel_line_time(text, now)
+                    at = dates.time(text)
+                    if at is None:  # undated: the line dated before it, as replay does; else now
+                        at = dates.ref
                     origin = f"{self._file.path}:{self._line_number(ino, gen, offset, len(raw))}"
                     fid = _line_id("file", self.node, ino, gen, offset, hashlib.blake2b(raw, digest_size=8).hexdigest())
                     facts.extend(self.lines.feed(text, now if at is None else at, origin, fid))

@@ -8,6 +8,7 @@ The catalog is ../shared/reference/xid-catalog.csv (or $RECOVER_XID_CATALOG).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from engine.core.replay import file_input, replay_inputs, Input
 from engine.sources.kmsg import KernelLogSource, default_rulebook
 from engine.sources.spool import SpoolReader, SpoolWriter
 from engine.store import Store
+from tests.helpers import HOST_ZONES, host_zone
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = "n7"
@@ -165,3 +167,100 @@ def test_prefixes_and_kmsg_records_give_the_same_facts(prefix, head, tmp_path):
     kmsg.close()
     assert sorted(map(comparable, from_kmsg)) == sorted(map(comparable, theirs))
     assert all(f.origin.startswith(f"kmsg:{NODE}:") for f in from_kmsg)
+
+
+# -- the same time on both sides, whatever the host's zone and the stamp's form ----------------
+
+WRITTEN = 1_796_126_400  # 2026-12-01T12:00:00Z: when the log was last written (its mtime; the agent reads it then)
+
+
+def _fmt(t: float, pattern: str) -> str:
+    return time.strftime(pattern, time.gmtime(t))
+
+
+#: how each stamp form of the corpus prints the time t (UTC fields; the log zone says what they mean)
+STAMPS = {
+    "bsd_syslog": lambda t: _fmt(t, "%b %e %H:%M:%S") + f" {NODE} kernel: ",
+    "iso_naive": lambda t: _fmt(t, "%Y-%m-%dT%H:%M:%S") + f".250000 {NODE} kernel: ",
+    "iso_offset": lambda t: _fmt(t + 3600, "%Y-%m-%dT%H:%M:%S") + f".250000+01:00 {NODE} kernel: ",
+    "python_logging": lambda t: _fmt(t, "%Y-%m-%d %H:%M:%S") + ",250 - ",
+    "slurm_bracketed": lambda t: _fmt(t, "[%Y-%m-%dT%H:%M:%S") + ".250] ",
+    "dmesg_T": lambda t: _fmt(t, "[%a %b %e %H:%M:%S %Y] "),
+    "glog": lambda t: _fmt(t, "E%m%d %H:%M:%S") + ".113452 1234 x.cc:1] ",
+    "glog_rank": lambda t: _fmt(t, "[rank0]:[E%m%d %H:%M:%S") + ".113452871 ProcessGroupNCCL.cpp:616] ",
+    "rfc2822": lambda t: _fmt(t, "%a, %d %b %Y %H:%M:%S +0000 "),
+    "vllm": lambda t: _fmt(t, "ERROR %m-%d %H:%M:%S x.py:1] "),
+}
+
+
+@pytest.fixture(params=HOST_ZONES)
+def host_tz(request):
+    """The process's own time zone, set for one test and put back after it."""
+    yield from host_zone(request)
+
+
+def _rulebook(tmp: Path, zone: str | None):
+    if zone is None:
+        return default_rulebook()
+    from engine.rulebook import load_rulebook
+
+    site = tmp / "zone.yaml"
+    site.write_text(f"policy:\n  log_timezone: {zone}\n")
+    return load_rulebook([site]).compiled
+
+
+def _line_no(f: Fact) -> int:
+    return int(f.origin.rsplit(":", 1)[1])
+
+
+@pytest.mark.parametrize("log_zone", [None, "Asia/Kolkata"])
+def test_agent_and_replay_date_every_stamp_form_alike_under_any_host_zone(log_zone, host_tz, tmp_path):
+    """The node agent and replay read the same kernel log: the same instant for each line, the
+    same verdicts, for every stamp form, under each host ``TZ``, with the default log zone (UTC)
+    and another. Each Xid line is followed by an undated one (a dmesg uptime stamp), which both
+    sides date by the line before it."""
+    compiled = _rulebook(tmp_path, log_zone)
+    codes = [79, 48, 13, 74, 31]
+    lines: list[str] = []
+    want: dict[int, float] = {}  # line number -> its instant
+    for i, form in enumerate(sorted(STAMPS)):
+        t = T0 + i * STEP
+        shift = 0 if log_zone is None or form in ("iso_offset", "rfc2822") else -19800  # Kolkata: UTC+5:30
+        code = codes[i % len(codes)]
+        lines.append(STAMPS[form](t) + HEADS["current"].format(code=code) + details(code)[0])
+        want[len(lines)] = t + shift + STAMP_FRACTION.get(form, 0.0)
+        lines.append(f"[{9811 + i}.302114] " + HEADS["old"].format(code=45) + f"Ch 0000000{i}")
+        want[len(lines)] = want[len(lines) - 1]
+    path = tmp_path / "kern.log"
+    path.write_text("\n".join(lines) + "\n")
+    os.utime(path, (WRITTEN, WRITTEN))
+    src = KernelLogSource(NODE, str(path), replay=True, rulebook=compiled, clock=lambda: float(WRITTEN))
+    mine = through_spool(agent_facts(src), tmp_path)
+    theirs: list[Fact] = []
+    result = replay_inputs(
+        [dataclasses.replace(file_input(str(path)), source="kernel")],  # read as a file: its mtime too
+        compiled,
+        Store(str(tmp_path / "r.db")),
+        nodes=[NODE],
+        on_fact=theirs.append,
+    )
+    assert sorted(map(comparable, mine)) == sorted(map(comparable, theirs))
+    # the instants: each stamp read in the log zone (UTC unless set), never in the host's TZ
+    by_line = {n: pytest.approx(at, abs=1e-6) for n, at in want.items()}
+    assert {_line_no(f): f.at for f in mine} == by_line, sorted(STAMPS)
+    assert {_line_no(f): f.at for f in theirs} == by_line, sorted(STAMPS)
+    engine = Engine(compiled, Store(str(tmp_path / "agent.db")), cluster=ClusterContext())
+    for f in sorted(mine, key=lambda f: f.at):
+        engine.ingest(f)
+    assert verdicts(engine.finish()) == verdicts(result.incidents)
+    assert verdicts(result.incidents), "the Xids are incidents: the comparison is not of nothing"
+
+
+STAMP_FRACTION = {
+    "iso_naive": 0.25,
+    "iso_offset": 0.25,
+    "python_logging": 0.25,
+    "slurm_bracketed": 0.25,
+    "glog": 0.113452,
+    "glog_rank": 0.113452871,
+}

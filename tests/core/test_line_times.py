@@ -88,3 +88,38 @@ def test_iso_times_memoised_per_second_read_as_without_memo():
         lines.append(f"{pad}[{rng.choice(seconds)}{frac}{rng.choice(zones)}] iteration {rng.randrange(10**6)}")
     for line in lines:
         assert parse_line_time(line) == _iso_reference(line), line
+
+
+def test_a_bracketed_glog_watchdog_is_dated_by_its_own_stamp_and_joins_the_xid(tmp_path):
+    """PyTorch's current form, ``[rank0]:[E1201 10:25:02.113452871 ...]``: the watchdog is dated
+    10:25:02, five minutes after the Xid 79, so it is the Xid's victim and one failure is one
+    incident. Read by the ISO line two hours before it, it came first and was an incident of its
+    own (``restart``) before the Xid's (``isolate_and_restart``)."""
+    from engine.core.replay import replay_inputs, file_input
+
+    kern = tmp_path / "kern-n3.log"
+    kern.write_text(
+        "2026-12-01T10:20:01.000211+00:00 n3 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=70011, "
+        "name=pt_main_thread, GPU has fallen off the bus.\n"
+    )
+    job = tmp_path / "slurm-4302.out"
+    job.write_text(
+        "2026-12-01 08:25:00,440 - train - INFO - step 1200 loss 2.0012\n"
+        "[rank0]:[E1201 10:25:02.113452871 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=4412, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600083 "
+        "milliseconds before timing out.\n"
+    )
+    seen = []
+    result = replay_inputs(
+        [file_input(str(kern)), file_input(str(job))],
+        require_rulebook(),
+        Store(str(tmp_path / "r.db")),
+        job="4302",
+        attempt=0,
+        nodes=["n1", "n2", "n3", "n4"],
+        on_fact=seen.append,
+    )
+    watchdog = [f for f in seen if f.kind == "log" and "Watchdog" in str(f.get("text"))]
+    assert [f.at for f in watchdog] == [pytest.approx(calendar.timegm((2026, 12, 1, 10, 25, 2, 0, 0, 0)) + 0.113452871)]
+    verdicts = [(i.decision.fault_class, i.decision.decision, tuple(i.decision.nodes)) for i in result.incidents]
+    assert verdicts == [("gpu_fell_off_bus", "isolate_and_restart", ("n3",))]

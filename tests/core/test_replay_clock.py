@@ -3,15 +3,26 @@ the verdict on a month-old log, and one that was active when the old log was wri
 
 from __future__ import annotations
 
+import calendar
 import time
+
+import pytest
 
 from engine.core.replay import replay
 from engine.rulebook import load_rulebook
 from engine.store import Store
+from tests.helpers import HOST_ZONES, host_zone
+
+
+@pytest.fixture(params=HOST_ZONES)
+def host_tz(request):
+    yield from host_zone(request)
+
 
 XID_AT = "2026-10-29T17:04:00.000000+00:00"
 XID = f"{XID_AT} n3 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus.\n"
-T = time.mktime(time.strptime("2026-10-29 17:04:00", "%Y-%m-%d %H:%M:%S")) - time.timezone - time.mktime(time.gmtime(0))
+# the stamp's instant, whatever the host's zone (mktime and time.timezone read it as local time)
+T = calendar.timegm((2026, 10, 29, 17, 4, 0, 0, 0, 0))
 
 
 def _decide(tmp_path, silence_from: float | None, silence_until: float):
@@ -31,6 +42,6 @@ def test_a_silence_set_today_does_not_apply_to_an_old_log(tmp_path):
     assert not any(g["guard"] == "silence" for g in d.guards)
 
 
-def test_a_silence_active_when_the_log_was_written_applies(tmp_path):
+def test_a_silence_active_when_the_log_was_written_applies(tmp_path, host_tz):
     d = _decide(tmp_path, T - 3600, T + 3600)
     assert d.decision == "observe" and any(g["guard"] == "silence" for g in d.guards)

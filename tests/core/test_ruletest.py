@@ -117,3 +117,45 @@ def test_a_test_of_the_same_name_without_override_is_a_duplicate(tmp_path):
     path.write_text("tests:\n  - name: PCIe replays above budget only warn\n    facts: []\n    expect: []\n")
     result = CliRunner().invoke(app, ["rules", "check", str(path)])
     assert result.exit_code == 1 and "E-DUP-ID" in result.output and "override: true" in result.output
+
+
+UNDATED = """
+fault_classes:
+  site_flap: {description: a flap, decision: restart, priority: 60}
+matchers:
+  - {id: site_a, source: [job], pattern: 'SITE-A worker (?P<worker>\\d+) died'}
+rules:
+  - id: site.fault
+    description: a flap
+    when: [{as: l, kind: log, where: {matcher: site_a}}]
+    then: {fault: {fault_class: site_flap, reason: "worker {{ l.worker }} died"}}
+tests:
+  - name: site - dated and undated lines
+    input:
+      - file: slurm-7.out
+        source: job
+        lines: |
+          2026-11-29 17:00:00,001 - train - INFO - SITE-A worker 1 died
+          SITE-A worker 2 died
+          [rank0]:[E1129 17:00:03.5 x.cpp:1] SITE-A worker 3 died
+          [ 12.5] SITE-A worker 4 died
+    expect: [{fault_class: site_flap}]
+"""
+
+
+def test_rules_test_names_the_site_test_lines_without_a_time_of_their_own(tmp_path):
+    """Lines 2 (no stamp) and 4 (an uptime stamp) are dated by the line before them: the run
+    says so, naming them, and still passes; lines 1 and 3 carry their own time."""
+    path = tmp_path / "site.yaml"
+    path.write_text(UNDATED)
+    out = run(str(path), "-k", "site - dated")
+    assert out.exit_code == 0, out.output
+    warned = [line for line in out.output.splitlines() if line.startswith("warning: site - dated and undated lines")]
+    assert len(warned) == 1, out.output
+    assert warned[0].endswith("slurm-7.out:2, slurm-7.out:4"), warned[0]
+    rows = [json.loads(line) for line in run(str(path), "-k", "site - dated", "--json").output.splitlines()]
+    assert rows[0]["undated_lines"] == ["slurm-7.out:2", "slurm-7.out:4"] and rows[0]["passed"]
+    # the shipped tests' undated lines (tracebacks, NCCL lines) are named only with -v
+    shipped = run("-k", "Xid 79 on n3 during a Megatron job")
+    assert shipped.exit_code == 0 and "warning: Xid 79" not in shipped.output
+    assert "warning: Xid 79 on n3 during a Megatron job" in run("-k", "Xid 79 on n3 during a Megatron job", "-v").output
