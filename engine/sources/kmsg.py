@@ -364,6 +364,7 @@ class KernelLogSource:
                 now = self.clock()
                 dates = self.dates
                 dates.not_after = now  # a yearless stamp with nothing dated before it is not after now
+                dates.zone = self.lines.zone  # a reload swaps ``lines``: its rulebook's zone from then on
                 for ino, gen, offset, raw in self._file.read():
                     self.lines_read += 1
                     text = raw.decode("utf-8", "replace")

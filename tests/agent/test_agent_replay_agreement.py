@@ -264,3 +264,17 @@ STAMP_FRACTION = {
     "glog": 0.113452,
     "glog_rank": 0.113452871,
 }
+
+
+def test_a_reloaded_rulebook_brings_its_log_zone_to_the_agents_kernel_log(tmp_path):
+    """The agent swaps a source's ``lines`` on reload (the read position stays): the lines read
+    after it are dated in the new rulebook's ``policy.log_timezone``."""
+    path = tmp_path / "kern.log"
+    xid = HEADS["current"].format(code=79) + details(79)[0]
+    path.write_text(f"Nov 29 17:00:01 {NODE} kernel: {xid}\n")
+    src = KernelLogSource(NODE, str(path), replay=True, rulebook=default_rulebook(), clock=lambda: float(WRITTEN))
+    assert [f.at for f in agent_facts(src)] == [T0]
+    src.lines = src.lines_for(_rulebook(tmp_path, "Europe/Berlin"))
+    with open(path, "a") as fh:
+        fh.write(f"Nov 29 18:00:01 {NODE} kernel: {xid}\n")
+    assert [f.at for f in agent_facts(src)] == [T0 + 3600 - 3600]  # 18:00:01 in Berlin (UTC+1) is 17:00:01Z
