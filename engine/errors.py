@@ -13,6 +13,8 @@ needs (the CLI's error boundary catches ``RecoverError`` and prints one line, ne
     ├── SpoolError         a spool that cannot be used as asked (also a ValueError)
     ├── NvmlUnavailable    NVML cannot be used on this machine (also a RuntimeError)
     ├── HostlistError      text that is not a Slurm hostlist (also a ValueError)
+    ├── StateUnknown       the scheduler could not tell an action's state: wait, never guess
+    │   └── NotYet         it answered: the job is between states, ask again shortly
     └── SchedulerError     a scheduler adapter failed
         ├── SchedulerUnavailable   its commands are missing or its controller does not answer
         └── CommandFailed          a command ran and failed (scheduler_adapters/base.py)
@@ -37,6 +39,8 @@ __all__ = [
     "SpoolError",
     "NvmlUnavailable",
     "HostlistError",
+    "StateUnknown",
+    "NotYet",
     "SchedulerError",
     "SchedulerUnavailable",
 ]
@@ -93,6 +97,16 @@ class NvmlUnavailable(RecoverError, RuntimeError):
 
 class HostlistError(RecoverError, ValueError):
     """The text is not a hostlist expression."""
+
+
+class StateUnknown(RecoverError):
+    """The scheduler could not tell (it did not answer) whether an action's effect is there: the
+    actuator waits, never guesses, and escalates once it has waited long enough."""
+
+
+class NotYet(StateUnknown):
+    """The scheduler answered, but the job is between states (a requeued attempt still
+    completing): ask again shortly; no escalation clock runs."""
 
 
 class SchedulerError(RecoverError):

@@ -1,0 +1,80 @@
+"""Telling people: the outcome of an incident's actions in a few words, and the pages (the
+rulebook's ``notify``) the actuator sends when an action escalates, waits, or is refused."""
+
+from __future__ import annotations
+
+import logging
+
+from engine.core.actions import idem_key, plan_actions
+from engine.rulebook.compile import CompiledRulebook
+from engine.store import ActionStatus, Store
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["PAGE_ACTIONS", "POLICY_GUARDS", "outcome", "page"]
+
+#: actions that tell people rather than change the cluster: not part of an outcome
+PAGE_ACTIONS = ("notify", "alertmanager")
+#: an incident's guards that refused part of its plan on policy grounds
+POLICY_GUARDS = ("blast_radius", "retry_budget", "no_progress", "cancelled", "silence", "autonomy")
+
+
+def outcome(store: Store, incident_id: int) -> str:
+    """What was done, what failed and what was refused for this incident, in a few words."""
+    done: list[str] = []
+    failed: list[str] = []
+    refused: list[str] = []
+    waiting: list[str] = []
+    skipped: list[str] = []
+    for a in store.actions(incident_id):
+        if a["mode"] != "act" or a["action"] in PAGE_ACTIONS or "notify" in a["idem_key"]:
+            continue
+        what = f"{a['action']} {a['target']}"
+        note = (a.get("note") or "").strip()
+        if a["status"] == ActionStatus.VERIFIED:
+            done.append(what + (f" ({note})" if note else ""))
+        elif a["status"] == ActionStatus.SKIPPED:
+            (refused if note.startswith("refused") else skipped).append(f"{what}: {note}" if note else what)
+        elif a["status"] == ActionStatus.ESCALATED:
+            failed.append(f"{what}: {note}")
+        elif a["status"] == ActionStatus.FAILED:
+            waiting.append(f"{what} not taken yet ({(a.get('output') or '').strip()[-80:]})")
+        else:
+            waiting.append(f"{what} {a['status']}")
+    inc = store.incident(incident_id)
+    policy = [g.get("why", "") for g in (inc.guards if inc is not None else ()) if g.get("guard") in POLICY_GUARDS]
+    parts = []
+    for label, items in (
+        ("done", done),
+        ("FAILED", failed),
+        ("refused", refused + policy),
+        ("not done", skipped),
+        ("pending", waiting),
+    ):
+        if items:
+            parts.append(f"{label}: " + ", ".join(items))
+    # pages keep only characters safe everywhere (see actions.safe_reason): no ; or |
+    return " / ".join(parts) or "nothing to do"
+
+
+def page(store: Store, compiled: CompiledRulebook, inc, why: str, tag: str, job: str | None = None) -> None:
+    """Tell people (the rulebook's notify), once per incident, tag and job: journaled ``planned``,
+    the actuator sends it on its next step, ahead of the action it is about."""
+    if compiled.actions.get("notify") is None:
+        return
+    plan, _ = plan_actions(
+        compiled,
+        inc.decision or "stop",
+        inc.id,
+        job or inc.job,
+        inc.attempt,
+        inc.nodes,
+        inc.fault_class or "unknown",
+        names=("notify",),
+        reason=inc.reason or "",
+        outcome=f"{why} / {outcome(store, inc.id)}",
+    )
+    for p in plan:
+        key = idem_key(inc.id, f"notify-{tag}", p.target)
+        if store.add_action(inc.id, key, "notify", p.target, p.argv, "act", ActionStatus.PLANNED, note=why) is not None:
+            logger.error("incident %s: %s", inc.id, why)

@@ -1,0 +1,168 @@
+"""Verifiers: is an action's effect there, as the scheduler tells it now?
+
+An action names its verifier in the rulebook (``verify: node_drained``); without one, its name
+picks a default (``DEFAULT_VERIFY``). A verifier answers True or False, or lets the adapter's
+``SchedulerError`` go up, which ``check`` turns into ``StateUnknown``: the scheduler could not
+tell, and the actuator waits rather than guess. The rulebook linter checks names against
+``VERIFIERS``.
+
+What Slurm says in words (its "held" reasons, its job state names, the messages of a
+slurmctld that does not answer) is read here and nowhere else in the actuator.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+from engine.errors import SchedulerError, StateUnknown
+from engine.rulebook.compile import CompiledRulebook
+
+__all__ = [
+    "ACTIVE",
+    "DEFAULT_VERIFY",
+    "VERIFIERS",
+    "base_attempt",
+    "check",
+    "excluded_in",
+    "live_job",
+    "node_named",
+    "unreachable",
+    "verify_name",
+]
+
+#: the verifier of an action whose rulebook entry names none
+DEFAULT_VERIFY = {
+    "drain": "node_drained",
+    "requeue": "job_requeued",
+    "exclude": "job_excluded",
+    "hold": "job_held",
+    "keep_held": "job_held",
+    "release": "job_released",
+    "resume": "node_resumed",
+    "cancel": "job_cancelled",
+    "notify": "none",
+    "alertmanager": "none",
+}
+#: job states in which it holds its nodes
+ACTIVE = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED")
+#: what a Slurm command prints when slurmctld does not answer: not a verdict on the command
+_UNREACHABLE = re.compile(
+    r"Unable to contact slurm controller|Socket timed out|Could not establish a configuration|"
+    r"Zero Bytes were transmitted or received|Connection refused",
+    re.IGNORECASE,
+)
+_EXC_ARG = re.compile(r"^ExcNodeList=(.*)$")
+
+
+def unreachable(output: str | None) -> bool:
+    """Did a command fail because the scheduler's controller did not answer?"""
+    return bool(_UNREACHABLE.search(output or ""))
+
+
+def node_named(adapter, name: str):
+    for n in adapter.nodes():
+        if n.name == name:
+            return n
+    return None
+
+
+def live_job(adapter, job: str):
+    """The job as Slurm has it right now, with required nodes and GPU indexes where the adapter can
+    tell (``job_detail``); raises StateUnknown when the scheduler does not answer. Any other
+    exception is a bug and goes up as it is."""
+    detail = getattr(adapter, "job_detail", None)
+    try:
+        return detail(job) if detail is not None else adapter.job(job)
+    except SchedulerError as exc:
+        raise StateUnknown(str(exc)) from exc
+
+
+def base_attempt(action: dict, inc) -> int:
+    """The attempt an action is about: the incident's, or the one named in its key (``...@2``,
+    a requeue of a new attempt that landed on a bad node)."""
+    _, at, n = str(action.get("idem_key", "")).rpartition("@")
+    return int(n) if at and n.isdigit() else int(inc.attempt or 0)
+
+
+def excluded_in(action: dict) -> set[str] | None:
+    for a in action.get("argv") or ():
+        m = _EXC_ARG.match(a)
+        if m:
+            return {x for x in m.group(1).split(",") if x}
+    return None
+
+
+def _held(job) -> bool:
+    return "held" in (job.reason or "").lower()
+
+
+def _v_node_drained(adapter, action: dict, inc) -> bool:
+    n = node_named(adapter, action["target"])
+    return bool(n and n.drained and f"incident {inc.id}" in (n.reason or ""))
+
+
+def _v_node_resumed(adapter, action: dict, inc) -> bool:
+    n = node_named(adapter, action["target"])
+    return bool(n and not n.drained)
+
+
+def _v_job_requeued(adapter, action: dict, inc) -> bool:
+    j = live_job(adapter, action["target"])
+    return bool(j and j.attempt > base_attempt(action, inc))
+
+
+def _v_job_excluded(adapter, action: dict, inc) -> bool:
+    j = live_job(adapter, action["target"])
+    if j is None:
+        return False
+    want = excluded_in(action)
+    if want is None:
+        want = set(inc.nodes) - set(getattr(j, "required_nodes", ()) or ())
+    return want <= set(j.excluded_nodes)
+
+
+def _v_job_held(adapter, action: dict, inc) -> bool:
+    j = live_job(adapter, action["target"])
+    return bool(j and j.state == "PENDING" and _held(j))
+
+
+def _v_job_released(adapter, action: dict, inc) -> bool:
+    j = live_job(adapter, action["target"])
+    return bool(j and not _held(j))
+
+
+def _v_job_cancelled(adapter, action: dict, inc) -> bool:
+    j = live_job(adapter, action["target"])
+    return j is None or j.state in ("CANCELLED", "COMPLETED", "FAILED")
+
+
+VERIFIERS: dict[str, Callable[[Any, dict, Any], bool]] = {
+    "node_drained": _v_node_drained,
+    "node_resumed": _v_node_resumed,
+    "job_requeued": _v_job_requeued,
+    "job_excluded": _v_job_excluded,
+    "job_held": _v_job_held,
+    "job_released": _v_job_released,
+    "job_cancelled": _v_job_cancelled,
+}
+
+
+def verify_name(compiled: CompiledRulebook, action: dict) -> str:
+    """The verifier the action is checked with: its rulebook entry's, or its name's default."""
+    a = compiled.actions.get(action["action"])
+    return (a.verify if a is not None and a.verify else None) or DEFAULT_VERIFY.get(action["action"], "none")
+
+
+def check(adapter, compiled: CompiledRulebook, action: dict, inc) -> bool:
+    """Is the action's effect there? Without a verifier: did its command succeed. Raises
+    StateUnknown when the scheduler could not tell; anything else a verifier raises is a bug and
+    goes up to the actuator's ``step()``."""
+    name = verify_name(compiled, action)
+    fn = VERIFIERS.get(name)
+    if name == "none" or fn is None:
+        return action.get("rc") == 0
+    try:
+        return bool(fn(adapter, action, inc))
+    except SchedulerError as exc:
+        raise StateUnknown(f"verify {name}: {exc}") from exc
