@@ -336,12 +336,12 @@ def test_an_error_met_while_reading_rows_is_a_store_error(read):
     second row surfaced as a raw sqlite3.DatabaseError."""
     store = Store()
     for n in range(2):
-        inc = store.open_incident(f"job:{n}:0", str(n), 0, None, 1.0)
+        store.open_incident(f"job:{n}:0", str(n), 0, None, 1.0)
         store.add_fact(1, Fact("xid", {"code": 79}, 1.0, "a:1", f"f{n}"))
         store.add_action(1, f"k{n}", "drain", f"n{n}", ["x"], "act", "planned")
         store.add_silence(f"n{n}", 10.0, "r", None, start=0.0)
         store.save_offset(f"s{n}", 1, 2, 3)
-        store.add_firing(inc and 1, "r", "f:1", "d", {}, None, 1.0)
+        store.add_firing(1, "r", "f:1", "d", {}, None, 1.0)
     store.flush()
     store.db = _CorruptWhileReading(store.db)  # type: ignore[assignment]
     with pytest.raises(StoreError, match="malformed"):
