@@ -9,6 +9,7 @@ targets (inotify: p99 <= 1 s; polling: p99 <= poll interval + 1 s).
 
     python bench/bench_latency.py                      # both modes, 100 trials each, --poll 1
     python bench/bench_latency.py --mode poll --poll 2 --trials 200
+    python bench/bench_latency.py --mode inotify --new-files   # a file that appears, not one appended to
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def run_mode(mode: str, args, work: Path) -> dict:
         lat, opened = [], []
         for trial in range(args.trials):
             job = 100000 + trial
-            f = files[rng.randrange(len(files))]
+            # --new-files: each fault in a file of its own, made now (found by an event, or the rescan)
+            f = logs / f"train-new-{trial}.out" if args.new_files else files[rng.randrange(len(files))]
             noise = "".join(NOISE.format(r=rng.randrange(8), i=trial, s=trial * 2048) for _ in range(rng.randrange(4)))
             with open(f, "ab") as fh:
                 if noise:
@@ -107,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=100)
     ap.add_argument("--poll", type=float, default=1.0, help="polling interval for --mode poll (seconds)")
     ap.add_argument("--files", type=int, default=20, help="followed files (the fault goes to a random one)")
+    ap.add_argument("--new-files", action="store_true", help="each fault line in a new file, not an appended one")
     ap.add_argument("--gap", type=float, default=0.3, help="random pause up to this long between trials (seconds)")
     ap.add_argument("--probe", type=float, default=0.002, help="how often the store is polled (seconds)")
     ap.add_argument("--timeout", type=float, default=15.0, help="give up on a trial after this long")

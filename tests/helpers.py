@@ -3,6 +3,10 @@
 wait_for(probe)                                  # the probe's truthy value, or the test fails
 wait_for("the node to drain", probe, 60, 0.5)    # a description first reads better in e2e tests
 wait_for(probe, timeout=2, fail=False)           # False instead of failing (a best-effort wait)
+
+A probe that raises AssertionError means "not yet, and this is why": the wait goes on, and the
+last such message is shown if it times out. A probe that sees the wait can never succeed (the
+process it waits on has exited) calls ``pytest.fail``: that ends the wait at once.
 """
 
 from __future__ import annotations

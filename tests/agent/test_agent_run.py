@@ -72,23 +72,28 @@ def test_kill_minus_nine_mid_burst_neither_loses_nor_doubles(tmp_path):
     assert wait_for(state_file(spool).exists), "the agent did not start"
 
     appended = threading.Event()
+    killed = threading.Condition()
+    kills = kills_mid_burst = 0
+    # The appender may run at most this many lines ahead of the kills: on a loaded machine a
+    # restart (which loads the rulebook) takes seconds, and an appender on its own clock would be
+    # done before the second kill; this way at least five kills land while lines keep coming.
+    per_kill = total // 6
 
     def appender():
         i = 0
         while i < total:
+            with killed:
+                killed.wait_for(lambda: i < (kills + 1) * per_kill, timeout=60)
             burst = rng.randint(1, 60)
             with open(log, "a") as fh:
                 for _ in range(min(burst, total - i)):
                     fh.write(xid_line(i))
                     i += 1
-            time.sleep(
-                rng.random() * 0.12
-            )  # slow enough that several restarts (each loads the rulebook) land mid-burst
+            time.sleep(rng.random() * 0.12)  # in bursts, so that kills land between them too
         appended.set()
 
     t = threading.Thread(target=appender)
     t.start()
-    kills = kills_mid_burst = 0
     try:
         while (not appended.is_set() or kills < 4) and kills < 40:
             # kill only once the restarted agent is busy writing, at a random moment
@@ -98,8 +103,10 @@ def test_kill_minus_nine_mid_burst_neither_loses_nor_doubles(tmp_path):
             mid = not appended.is_set()
             proc.kill()  # SIGKILL: no cleanup, possibly between spool write and state save
             proc.wait()
-            kills += 1
-            kills_mid_burst += mid
+            with killed:
+                kills += 1
+                kills_mid_burst += mid
+                killed.notify_all()
             proc = start_agent(spool, log, errlog)
         t.join()
         reader = SpoolReader(str(spool))
@@ -110,11 +117,14 @@ def test_kill_minus_nine_mid_burst_neither_loses_nor_doubles(tmp_path):
             return len(set(seen)) >= total
 
         assert wait_for(complete, timeout=60), f"only {len(set(seen))} of {total} facts arrived"
-        time.sleep(0.3)
+        # a late double would come from the running agent: once it has exited nothing more can
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=30)
         seen.extend(f.get("pid") for f in reader.read())
     finally:
-        proc.send_signal(signal.SIGTERM)
-        rc = proc.wait(timeout=10)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
         errlog.close()
     assert rc == EXIT_OK
     print("kills", kills, "mid-burst", kills_mid_burst)

@@ -12,6 +12,9 @@ import pytest
 
 from .conftest import append, assert_exactly_once, evts, wait_for
 
+#: a stop that takes longer than this is a hang, not a slow machine (the target is 1 s)
+STOP_S = 15.0
+
 
 def _writer(paths, total: int, chunk: int, pause: float, done: threading.Event):
     """Append EVT 0..total-1, spread over ``paths`` round-robin, in chunks."""
@@ -39,22 +42,21 @@ def test_kill_9_mid_burst_loses_and_doubles_no_line(live):
     kills = 0
     behind = []
     for threshold in (400, 1500, 3000):  # kill -9 three times while lines keep coming
-        wait_for(lambda: len(live.evt_numbers()) >= threshold, 20, what=f"{threshold} facts")
+        wait_for(lambda: len(live.evt_numbers()) >= threshold, 60, what=f"{threshold} facts")
         live.kill()
         kills += 1
         # it died in the middle: the files hold more than it committed as read
         committed = sum(o for (o,) in live.query("SELECT offset FROM offsets"))
         behind.append(sum(p.stat().st_size for p in paths if p.exists()) - committed)
-        time.sleep(0.1)
         live.start()
-    done.wait(20)
-    got = live.wait_evts(set(range(total)), timeout=25)
-    time.sleep(0.5)
+    assert done.wait(60), "the writer did not finish"
+    live.wait_evts(set(range(total)), timeout=60)
+    marks = live.drain(*paths)
     got = live.evt_numbers()
-    assert_exactly_once(got, set(range(total)))
+    assert_exactly_once(got, set(range(total)) | marks)
     origins = _origins(live)
     assert all(c == 1 for c in origins.values()), [o for o, c in origins.items() if c > 1][:10]
-    assert len(origins) == total
+    assert len(origins) == total + len(marks)
     # each fact's origin names its file and line: line k of a file holds the k-th EVT written there
     for attrs, origin, _ in live.log_facts()[:200]:
         path, _, line = origin.rpartition(":")
@@ -67,39 +69,36 @@ def test_kill_9_with_a_partial_last_line_pending(live):
     log = live.logs / "slurm-103.out"
     live.start()
     append(log, evts(0, 10) + "2026-11-29T17:00:00 EVT 10 half a li")
-    live.wait_evts(set(range(10)))
-    time.sleep(0.3)
+    live.wait_evts(set(range(10)))  # read in the same pass as the partial line after them
     live.kill()
     append(log, "ne\n" + evts(11, 12))
     live.start()
     live.wait_evts(set(range(12)))
-    time.sleep(0.3)
-    assert_exactly_once(live.evt_numbers(), set(range(12)))
+    marks = live.drain(log)
+    assert_exactly_once(live.evt_numbers(), set(range(12)) | marks)
     facts = {a["n"]: o for a, o, _ in live.log_facts()}
     assert facts[10].endswith(":11") and facts[11].endswith(":12")
 
 
-def test_sigterm_and_sigint_stop_within_a_second_even_mid_burst(live):
+def test_sigterm_and_sigint_stop_cleanly_even_mid_burst(live):
+    """How fast it stops (a second is the target) is bench/bench_stop.py's figure; here a stop
+    must come (STOP_S catches a controller that hangs or reads the whole burst first), exit 0
+    and leave whole what it committed."""
     log = live.logs / "slurm-111.out"
     live.start(metrics=True)
-    time.sleep(0.5)
-    took = live.stop()
-    assert took < 1.0, took
+    live.stop(STOP_S)
     assert live.proc.returncode == 0
     # in the middle of a burst of matching lines
     live.start(metrics=True)
     append(log, evts(0, 20000))
-    wait_for(lambda: len(live.evt_numbers()) > 0, 15, what="the burst to start")
-    took = live.stop()
-    assert took < 1.0, took
+    wait_for(lambda: len(live.evt_numbers()) > 0, 30, what="the burst to start")
+    live.stop(STOP_S)
     assert live.proc.returncode == 0
     first = live.evt_numbers()
     assert_exactly_once(first, set(first))  # stopped cleanly: what it committed is whole
     live.start()
     live.signal(signal.SIGINT)
-    t0 = time.monotonic()
-    live.proc.wait(5)
-    assert time.monotonic() - t0 < 1.0
+    live.proc.wait(STOP_S)
     assert live.proc.returncode == 0
 
 
@@ -113,8 +112,8 @@ def test_restart_after_sigterm_resumes_where_it_stopped(live):
     live.start()
     append(log, evts(150, 160))
     live.wait_evts(set(range(160)))
-    time.sleep(0.5)
-    assert_exactly_once(live.evt_numbers(), set(range(160)))
+    marks = live.drain(log)
+    assert_exactly_once(live.evt_numbers(), set(range(160)) | marks)
 
 
 def test_store_that_refuses_writes_loses_nothing(live):
@@ -136,7 +135,9 @@ def test_store_that_refuses_writes_loses_nothing(live):
         assert live.metric("recover_store_healthy") == 0
         assert "refused a write" in live.output()
         append(log, evts(300, 400))
-        time.sleep(1.5)
+        # another refused probe after these lines came: it went on running, still down, with them pending
+        errors = live.metric("recover_store_errors_total")
+        wait_for(lambda: live.metric("recover_store_errors_total") > errors, 30, what="another store error")
         assert live.alive()
         before = live.evt_numbers()
         assert set(before) <= set(range(300))  # nothing after the outage began is recorded yet
@@ -145,15 +146,15 @@ def test_store_that_refuses_writes_loses_nothing(live):
     live.wait_evts(set(range(400)), timeout=15)
     wait_for(lambda: live.metric("recover_store_healthy") == 1, 5, what="the store to be healthy again")
     assert "accepts writes again" in live.output()
-    time.sleep(0.5)
-    assert_exactly_once(live.evt_numbers(), set(range(400)))
+    marks = live.drain(log)
+    assert_exactly_once(live.evt_numbers(), set(range(400)) | marks)
     # and after a restart, nothing is read twice either
     live.stop()
     live.start()
     append(log, evts(400, 410))
     live.wait_evts(set(range(410)))
-    time.sleep(0.5)
-    assert_exactly_once(live.evt_numbers(), set(range(410)))
+    marks = live.drain(log)
+    assert_exactly_once(live.evt_numbers(), set(range(410)) | marks)
 
 
 def test_a_new_file_with_the_old_inode_number_is_read_from_the_start(tmp_path):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -15,31 +14,31 @@ from .conftest import append, assert_exactly_once, evts, wait_for
 
 def test_files_and_folders_that_appear_later_are_followed(live):
     shutil.rmtree(live.logs)  # the folder itself does not exist yet
-    live.start(follow="logs/*.out")
-    time.sleep(0.3)
+    live.start(follow="logs/*.out")  # READY comes after its first scan: it started without the folder
+    assert not live.logs.exists()
     live.logs.mkdir()
     append(live.logs / "slurm-11.out", evts(0, 5))
     live.wait_evts(set(range(5)))
     append(live.logs / "slurm-12.out", evts(5, 10))  # a second file, after the first
     append(live.logs / "ignored.log", evts(100, 105))  # does not match the glob
     live.wait_evts(set(range(10)))
-    time.sleep(0.5)
-    assert_exactly_once(live.evt_numbers(), set(range(10)))
+    marks = live.drain(live.logs / "slurm-11.out", live.logs / "slurm-12.out")
+    assert_exactly_once(live.evt_numbers(), set(range(10)) | marks)
     origins = {o for a, o, _ in live.log_facts()}
     assert f"{live.logs}/slurm-11.out:1" in origins and f"{live.logs}/slurm-12.out:5" in origins
     jobs = {a["job"] for a, _, _ in live.log_facts()}
     assert jobs == {"11", "12"}  # the job id comes from the file name
-    # the folder is removed and made again: its new files are followed too
+    # the folder is removed (and the controller sees it gone), then made again: its new files
+    # are followed too
     shutil.rmtree(live.logs)
-    time.sleep(1.2)
+    wait_for(lambda: "watched folder was removed" in live.output(), 15, what="the removal to be seen")
     live.logs.mkdir()
     append(live.logs / "slurm-13.out", evts(10, 12))
     live.wait_evts(set(range(12)))
-    t0 = time.monotonic()
-    append(live.logs / "slurm-13.out", evts(12, 13))
+    append(live.logs / "slurm-13.out", evts(12, 13))  # and an append to it (how fast: bench_latency.py)
     live.wait_evts(set(range(13)))
-    assert time.monotonic() - t0 < 1.5
-    assert_exactly_once(live.evt_numbers(), set(range(13)))
+    marks = live.drain(live.logs / "slurm-13.out")
+    assert_exactly_once(live.evt_numbers(), set(range(13)) | marks)
     assert live.alive()
 
 
@@ -60,8 +59,8 @@ def test_rotation_by_rename_and_recreate_loses_and_repeats_nothing(live):
         os.rename(log, live.logs / f"slurm-21.out.{k + 2}")
         append(log, evts(base + 10, base + 20))
         live.wait_evts(set(range(base + 20)))
-    time.sleep(0.5)
-    assert_exactly_once(live.evt_numbers(), set(range(120)))
+    marks = live.drain(log)
+    assert_exactly_once(live.evt_numbers(), set(range(120)) | marks)
     assert live.alive()
 
 
@@ -76,8 +75,8 @@ def test_truncation_reads_the_file_again_from_its_start(live):
     os.truncate(log, 0)
     append(log, evts(33, 35))
     live.wait_evts(set(range(35)))
-    time.sleep(0.5)
-    assert_exactly_once(live.evt_numbers(), set(range(35)))
+    marks = live.drain(log)
+    assert_exactly_once(live.evt_numbers(), set(range(35)) | marks)
     facts = {a["n"]: o for a, o, _ in live.log_facts()}
     assert facts[30].endswith("slurm-31.out:1") and facts[34].endswith("slurm-31.out:2")  # line numbers start again
     assert "truncated" in live.output()
@@ -95,16 +94,19 @@ def test_deletion_and_recreation(live):
     wait_for(lambda: "deleted" in live.output(), 5, what="the deletion to be logged")
     append(other, evts(100, 105))  # the controller keeps working on other files
     live.wait_evts(set(range(25)) | set(range(100, 105)))
-    time.sleep(1.2)
     append(log, evts(25, 40))  # re-created (possibly with the same inode number)
     live.wait_evts(set(range(40)) | set(range(100, 105)))
     # deleted and re-created at once
     log.unlink()
     append(log, evts(40, 45))
     live.wait_evts(set(range(45)) | set(range(100, 105)))
-    time.sleep(0.5)
-    assert_exactly_once(live.evt_numbers(), set(range(45)) | set(range(100, 105)))
-    assert live.metric("recover_source_errors_total", kind="file", reason="vanished") >= 1
+    marks = live.drain(log, other)
+    assert_exactly_once(live.evt_numbers(), set(range(45)) | set(range(100, 105)) | marks)
+    wait_for(  # the gauges are refreshed about once a second
+        lambda: live.metric("recover_source_errors_total", kind="file", reason="vanished") >= 1,
+        15,
+        what="the deletion to be counted",
+    )
     assert live.alive()
 
 
@@ -124,28 +126,30 @@ def test_polling_mode_needs_no_inotify(live):
     assert not _uses_inotify(live.proc.pid)  # polling really polls: writes elsewhere raise no events here
     log = live.logs / "slurm-51.out"
     append(log, evts(0, 10))
-    t0 = time.monotonic()
-    live.wait_evts(set(range(10)), timeout=5)
-    assert time.monotonic() - t0 < 0.3 + 1.0 + 1.0
+    live.wait_evts(set(range(10)))  # how soon, against the poll interval: bench/bench_latency.py --mode poll
     os.rename(log, live.logs / "slurm-51.out.1")  # rotation and truncation in polling mode too
     append(log, evts(10, 20))
     live.wait_evts(set(range(20)))
     os.truncate(log, 0)
     append(log, evts(20, 21))
     live.wait_evts(set(range(21)))
-    time.sleep(0.7)
-    assert_exactly_once(live.evt_numbers(), set(range(21)))
+    marks = live.drain(log)
+    assert_exactly_once(live.evt_numbers(), set(range(21)) | marks)
     assert not _uses_inotify(live.proc.pid)
 
 
-def test_inotify_mode_is_fast_for_new_and_appended_files(live):
+def test_inotify_mode_reads_new_and_appended_files(live):
+    """How fast is measured by bench/bench_latency.py (--new-files for new ones), not here: on a
+    loaded machine a wall-clock bound fails for the machine's sake, not the code's."""
     live.start()
     assert _uses_inotify(live.proc.pid)
     for i in range(5):
-        t0 = time.monotonic()
         append(live.logs / f"slurm-6{i}.out", evts(i, i + 1))
-        live.wait_evts(set(range(i + 1)), timeout=5)
-        assert time.monotonic() - t0 < 1.0
+        live.wait_evts(set(range(i + 1)))
+    append(live.logs / "slurm-60.out", evts(5, 6))
+    live.wait_evts(set(range(6)))
+    marks = live.drain(*(live.logs / f"slurm-6{i}.out" for i in range(5)))
+    assert_exactly_once(live.evt_numbers(), set(range(6)) | marks)
 
 
 def test_unreadable_file_is_logged_counted_and_does_not_stop_it(live):
@@ -197,14 +201,16 @@ def test_garbage_binary_invalid_utf8_and_huge_lines_do_not_stop_it(live):
     append(log, b"\x00" * 1000 + b"\n")
     append(log, b"A" * (8 << 20) + b" EVT 999 at the end of a huge line\n")  # cut: its tail is not scanned
     append(log, b"EVT 3 " + b"B" * (3 << 20) + b"\n")  # a huge line with its match at its head
-    append(log, "\u202e EVT 4 bidi \u2028 and \x1b[31m escapes\n")
-    append(log, b"EVT 5 with a partial last line then more")
-    time.sleep(0.3)
+    # one write: the read that finds EVT 4 finds the partial line after it too
+    append(
+        log, "\u202e EVT 4 bidi \u2028 and \x1b[31m escapes\n".encode() + b"EVT 5 with a partial last line then more"
+    )
+    live.wait_evts(set(range(5)))
     append(log, b" of it\n" + evts(6, 8).encode())
     live.wait_evts(set(range(8)))
-    time.sleep(0.5)
+    marks = live.drain(log)
     got = live.evt_numbers()
-    assert_exactly_once(got, set(range(8)))
+    assert_exactly_once(got, set(range(8)) | marks)
     texts = {a["n"]: a["text"] for a, _, _ in live.log_facts()}
     assert "\x1b" not in texts[4] and "\u202e" not in texts[4]  # control and bidi characters removed
     assert len(texts[3]) <= 400
@@ -245,12 +251,12 @@ def test_rotated_names_that_match_the_glob_are_not_read_twice(live):
         append(log, evts(base, base + 10))
         os.rename(log, live.logs / f"train-501.log.{k}")
     live.wait_evts(set(range(80)) | late)
-    time.sleep(0.6)
-    assert_exactly_once(live.evt_numbers(), set(range(80)) | late)
+    marks = live.drain(log, live.logs / "train-501.log.1")
+    assert_exactly_once(live.evt_numbers(), set(range(80)) | late | marks)
     live.stop()
     live.start(follow="logs/*.log*")  # every name is known with its position: nothing is read again
     append(live.logs / "train-501.log.1", evts(80, 82))
     append(log, evts(82, 85))
     live.wait_evts(set(range(85)) | late)
-    time.sleep(0.6)
-    assert_exactly_once(live.evt_numbers(), set(range(85)) | late)
+    marks = live.drain(log, live.logs / "train-501.log.1", live.logs / "train-501.log.2")
+    assert_exactly_once(live.evt_numbers(), set(range(85)) | late | marks)
