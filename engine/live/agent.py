@@ -34,7 +34,8 @@ from typing import Any, Mapping, Sequence
 from engine.errors import SchedulerError
 from engine.facts import Fact
 from engine.sources.kmsg import KernelLogSource, default_rulebook, launch_positions
-from engine.sources.nvml import NvmlEventWatcher, NvmlPoller, NvmlUnavailable
+from engine.sources.nvml import NvmlPoller, NvmlUnavailable
+from engine.sources.nvml_events import NvmlEventWatcher
 from engine.sources.spool import SpoolWriter
 from engine.sources.state import atomic_write_json, load_json
 

@@ -1,4 +1,4 @@
-"""NVML source of the node agent: GPU counters and states as facts, and Xid events.
+"""NVML source of the node agent: GPU counters and states as facts.
 
 ``NvmlPoller`` samples every device on each ``poll(now)`` (ECC totals, row remapping, retired
 pages, NVLink state and error counters, PCIe replays, clock-event reasons, temperature) and
@@ -7,36 +7,36 @@ returns facts only for changes: ``gpu_counter`` facts with ``delta``, ``value`` 
 lost GPUs. The first sample is a baseline. Each call is guarded: a counter a device does not
 support is skipped from then on (logged once), a lost GPU is a ``gpu_state`` fact, never a crash.
 
-``NvmlEventWatcher`` waits on an NVML event set for critical-Xid events and turns them into
-``xid`` facts. Both take the NVML module as ``backend`` (``pynvml`` by default; the test double
-is ``engine.sources.fake_nvml``).
+What a sample means against the rulebook's thresholds is judged in ``gpu_judge`` (pure, no
+NVML); Xid events come from ``nvml_events.NvmlEventWatcher``. The poller takes the NVML module
+as ``backend`` (``pynvml`` by default; the test double is ``engine.sources.fake_nvml``).
 """
 
 from __future__ import annotations
 from engine.errors import NvmlUnavailable
 
 import logging
-import math
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 from engine.facts import Fact, FactError
 from engine.core.linefacts import normalize_pci
 from engine.rulebook.thresholds import THRESHOLD_KEYS, thresholds_for
+from engine.sources.gpu_judge import (
+    StateChange,
+    counter_change,
+    judge_counter,
+    link_change,
+    pcie_budget,
+    temperature_change,
+    throttle_change,
+)
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "NvmlPoller",
-    "NvmlEventWatcher",
-    "NvmlUnavailable",
-    "default_thresholds",
-    "THROTTLE_REASONS",
-    "COUNTERS",
-]
+__all__ = ["NvmlPoller", "NvmlUnavailable", "default_thresholds"]
 
 
 def default_thresholds() -> dict[str, Any]:
@@ -44,43 +44,6 @@ def default_thresholds() -> dict[str, Any]:
     from engine.sources.kmsg import default_rulebook
 
     return dict(default_rulebook().policy.get("thresholds") or {})
-
-
-#: clock-event / throttle reason bits (nvmlClocksEventReason*) and their stable names
-THROTTLE_REASONS: dict[int, str] = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal",
-    0x40: "hw_thermal",
-    0x80: "power_brake",
-    0x100: "display_clock",
-    0x200: "board_limit",
-    0x400: "reliability",
-}
-
-#: counter name → (severity when exceeded, how it is judged, threshold key)
-COUNTERS: dict[str, tuple[str, str, str | None]] = {
-    "ecc_uncorrected_volatile": ("fail", "value", "ecc_uncorrected_volatile_max"),
-    "ecc_corrected_volatile": ("warn", "value", "ecc_corrected_volatile_max"),
-    "ecc_uncorrected_aggregate": ("warn", "value", "ecc_uncorrected_aggregate_max"),
-    "ecc_corrected_aggregate": ("warn", "value", "ecc_corrected_aggregate_max"),
-    "row_remap_failure": ("fail", "value", "row_remap_failure_max"),
-    "row_remap_pending": ("fail", "value", "row_remap_pending_max"),
-    "row_remap_uncorrectable": ("fail", "value", "row_remap_uncorrectable_max"),
-    "row_remap_correctable": ("info", "none", None),
-    "retired_pages_pending": ("warn", "value", "retired_pages_pending_max"),
-    "retired_pages_sbe": ("fail", "retired", "retired_pages_max"),
-    "retired_pages_dbe": ("fail", "retired", "retired_pages_max"),
-    "nvlink_replay": ("fail", "per_min", "nvlink_replay_per_min"),
-    "nvlink_recovery": ("fail", "per_min", "nvlink_recovery_per_min"),
-    "nvlink_crc": ("fail", "per_s", "nvlink_crc_per_s"),
-    "pcie_replay": ("warn", "pcie", "pcie_replay_per_min"),
-}
-#: boolean counters: a set flag is reported even on the baseline sample
-FLAGS = frozenset({"row_remap_pending", "row_remap_failure", "retired_pages_pending"})
 
 
 class _Lost(Exception):
@@ -113,10 +76,6 @@ class _Device:
     @property
     def key(self) -> str:
         return self.uuid or f"index:{self.index}"
-
-
-def _finite(x: float | None) -> float | None:
-    return x if x is None or math.isfinite(x) else None
 
 
 class NvmlPoller:
@@ -488,18 +447,13 @@ class NvmlPoller:
             self._temperature(dev, float(_int(v)), now, out)
 
     def _pcie_budget(self, dev: _Device) -> float:
-        fixed = dev.thresholds.get("pcie_replay_per_min")
-        if fixed is not None:
-            return float(fixed)
-        gen = self._call(dev, "nvmlDeviceGetCurrPcieLinkGeneration")
-        width = self._call(dev, "nvmlDeviceGetCurrPcieLinkWidth")
-        per_lane = dev.thresholds.get("pcie_replay_per_lane_per_min") or {}
-        rate = None
-        if gen is not _SKIP and width is not _SKIP:
-            rate = per_lane.get(_int(gen)) or per_lane.get(str(_int(gen)))
-            if rate is not None and _int(width) > 0:
-                return float(math.ceil(float(rate) * _int(width)))
-        return float(dev.thresholds.get("pcie_replay_default_per_min") or 16)
+        gen = width = None
+        if dev.thresholds.get("pcie_replay_per_min") is None:  # a fixed budget needs no NVML call
+            g = self._call(dev, "nvmlDeviceGetCurrPcieLinkGeneration")
+            w = self._call(dev, "nvmlDeviceGetCurrPcieLinkWidth")
+            if g is not _SKIP and w is not _SKIP:
+                gen, width = _int(g), _int(w)
+        return pcie_budget(dev.thresholds, gen, width)
 
     # -- fact builders ------------------------------------------------------------------------
     def _base(self, dev: _Device) -> dict[str, Any]:
@@ -521,6 +475,10 @@ class NvmlPoller:
         attrs.update(state=state, severity=severity, **extra)
         self._emit(out, "gpu_state", attrs, now, f"nvml:{self.node}:gpu{dev.index}:{state}")
 
+    def _report(self, dev: _Device, now: float, out: list[Fact], change: StateChange | None) -> None:
+        if change is not None:
+            self._state(dev, now, out, change.state, change.severity, **change.extra)
+
     def _counter(
         self, dev: _Device, name: str, value: Any, now: float, out: list[Fact], link: int | None = None
     ) -> None:
@@ -529,137 +487,47 @@ class NvmlPoller:
         prev = dev.last.get(key)
         dev.last[key] = (value, now)
         window = dev.windows.setdefault(key, deque())
-        window.append((now, value))
-        span = float(dev.thresholds.get("window_s") or 60.0)
-        while len(window) > 1 and window[1][0] <= now - span:
-            window.popleft()
-        if prev is None:
-            baseline_report = (name in FLAGS and value > 0) or (name == "ecc_uncorrected_volatile" and value > 0)
-            if not baseline_report:
-                return
-            delta, rate = value, None
-        else:
-            pv, pt = prev
-            if value == pv:
-                return
-            if value < pv and name not in FLAGS:
-                # a volatile counter reset (GPU reset, driver reload): new baseline, nothing to report
-                logger.info("nvml: gpu%d: %s went back from %d to %d; new baseline", dev.index, key, pv, value)
-                window.clear()
-                window.append((now, value))
-                return
-            delta = value - pv
-            rate = _finite(delta / (now - pt)) if now > pt else None
+        change = counter_change(name, value, now, prev, window, float(dev.thresholds.get("window_s") or 60.0))
+        if change is None:
+            return
+        if change.reset:
+            logger.info("nvml: gpu%d: %s went back from %d to %d; new baseline", dev.index, key, change.previous, value)
+            return
         attrs = self._base(dev)
-        attrs.update(counter=name, value=value, delta=delta, rate_per_s=rate)
+        attrs.update(counter=name, value=value, delta=change.delta, rate_per_s=change.rate)
         if link is not None:
             attrs["link"] = link
-        if prev is None:
+        if change.baseline:
             attrs["baseline"] = True
-        severity, exceeded, limit = self._judge(dev, name, value, delta, rate, window)
+        retired = sum(v for k, (v, _) in dev.last.items() if k in ("retired_pages_sbe", "retired_pages_dbe"))
+        severity, exceeded, limit = judge_counter(
+            name,
+            value,
+            change.delta,
+            change.rate,
+            window,
+            dev.thresholds,
+            retired_total=retired,
+            budget=dev.pcie_budget,
+        )
         attrs.update(severity=severity, exceeded=exceeded)
         if limit is not None:
             attrs["limit"] = limit
         field_name = key.replace(":", ":link")
         self._emit(out, "gpu_counter", attrs, now, f"nvml:{self.node}:gpu{dev.index}:{field_name}")
 
-    def _judge(
-        self, dev: _Device, name: str, value: int, delta: int, rate: float | None, window: deque
-    ) -> tuple[str, bool, float | None]:
-        severity, how, tkey = COUNTERS.get(name, ("info", "none", None))
-        limit = dev.thresholds.get(tkey) if tkey else None
-        in_window = window[-1][1] - window[0][1] if len(window) > 1 else max(delta, 0)
-        if how == "value":
-            if limit is None:
-                return ("warn" if delta > 0 else "info"), False, None
-            return (severity, True, limit) if value > float(limit) else ("info", False, limit)
-        if how == "retired":
-            total = sum(v for k, (v, _) in dev.last.items() if k in ("retired_pages_sbe", "retired_pages_dbe"))
-            if limit is not None and total > float(limit):
-                return severity, True, limit
-            return ("warn" if delta > 0 else "info"), False, limit
-        if how == "per_min":
-            if limit is not None and delta > 0 and in_window >= float(limit):
-                return severity, True, limit
-            return "info", False, limit
-        if how == "per_s":
-            if limit is not None and rate is not None and rate >= float(limit):
-                return severity, True, limit
-            return ("warn" if delta > 0 else "info"), False, limit
-        if how == "pcie":
-            budget = (
-                dev.pcie_budget
-                if dev.pcie_budget is not None
-                else float(dev.thresholds.get("pcie_replay_default_per_min") or 16)
-            )
-            if in_window > budget:
-                return severity, True, budget
-            return "info", False, budget
-        return "info", False, None
-
     def _link_state(self, dev: _Device, link: int, active: bool, now: float, out: list[Fact]) -> None:
-        before = dev.links.get(link)
+        change = link_change(dev.links.get(link), active, link)
         dev.links[link] = active
-        if before is None:
-            if not active:
-                self._state(dev, now, out, "nvlink_inactive", "fail", link=link, baseline=True)
-            return
-        if before != active:
-            self._state(
-                dev, now, out, "nvlink_active" if active else "nvlink_inactive", "info" if active else "fail", link=link
-            )
+        self._report(dev, now, out, change)
 
     def _throttle(self, dev: _Device, mask: int, now: float, out: list[Fact]) -> None:
-        names = [n for bit, n in sorted(THROTTLE_REASONS.items()) if mask & bit]
-        known = 0
-        for bit in THROTTLE_REASONS:
-            known |= bit
-        names += [f"bit_{i}" for i in range(64) if (mask & ~known) >> i & 1]
-        alert_set = set(dev.thresholds.get("throttle_alert_reasons") or ())
-        alerts = tuple(n for n in names if n in alert_set)
-        before = dev.throttle
-        dev.throttle = alerts
-        if before is None and not alerts:
-            return
-        if before == alerts:
-            return
-        self._state(
-            dev,
-            now,
-            out,
-            "throttle",
-            "warn" if alerts else "info",
-            reasons=names,
-            alert_reasons=list(alerts),
-            mask=mask,
-            active=bool(alerts),
-        )
+        dev.throttle, change = throttle_change(mask, dev.throttle, dev.thresholds)
+        self._report(dev, now, out, change)
 
     def _temperature(self, dev: _Device, temp: float, now: float, out: list[Fact]) -> None:
-        limit = dev.thresholds.get("temperature_c")
-        if limit is None:
-            return
-        limit = float(limit)
-        hyst = float(dev.thresholds.get("temperature_hysteresis_c") or 0.0)
-        before = dev.temp_high
-        if before:
-            high = temp > limit - hyst
-        else:
-            high = temp >= limit
-        dev.temp_high = high
-        if before is None and not high:
-            return
-        if before == high:
-            return
-        self._state(
-            dev,
-            now,
-            out,
-            "temperature_high" if high else "temperature_normal",
-            "warn" if high else "info",
-            temperature_c=temp,
-            limit=limit,
-        )
+        dev.temp_high, change = temperature_change(temp, dev.temp_high, dev.thresholds)
+        self._report(dev, now, out, change)
 
 
 def _int(v: Any) -> int:
@@ -670,119 +538,3 @@ def _int(v: Any) -> int:
             return int(v.value)  # ctypes values
         except (AttributeError, TypeError, ValueError):
             return 0
-
-
-class NvmlEventWatcher:
-    """Critical-Xid events from NVML as ``xid`` facts (origin ``nvml-event:NODE:gpuN``).
-
-    ``start()`` creates the event set and registers every device that supports the event
-    (raises ``NvmlUnavailable`` when none does); ``wait(timeout_ms)`` returns the facts of at
-    most one event; ``watch(stop_event)`` yields facts until the event is set. Only Xids raised
-    while the watcher runs are seen: the kernel log remains the record of history.
-    """
-
-    def __init__(self, node: str, backend: Any = None) -> None:
-        if backend is None:
-            import pynvml as backend  # noqa: N813
-        self.node = node
-        self.nv = backend
-        self._set = None
-        self._by_uuid: dict[str, tuple[int, str | None]] = {}
-        self._initialised = False
-        self._lock = threading.Lock()
-
-    def start(self) -> int:
-        nv = self.nv
-        try:
-            nv.nvmlInit()
-            self._initialised = True
-            count = int(nv.nvmlDeviceGetCount())
-            self._set = nv.nvmlEventSetCreate()
-        except Exception as exc:
-            self.close()
-            raise NvmlUnavailable(f"NVML events unavailable ({type(exc).__name__}: {exc})") from None
-        xid_mask = int(getattr(nv, "nvmlEventTypeXidCriticalError", 0x8))
-        registered = 0
-        for i in range(count):
-            try:
-                h = nv.nvmlDeviceGetHandleByIndex(i)
-                uuid = str(nv.nvmlDeviceGetUUID(h))
-                try:
-                    bus = nv.nvmlDeviceGetPciInfo(h).busId
-                    pci = normalize_pci(bus.decode() if isinstance(bus, bytes) else str(bus))
-                except Exception:
-                    pci = None
-                try:
-                    supported = int(nv.nvmlDeviceGetSupportedEventTypes(h))
-                except Exception:
-                    supported = xid_mask
-                mask = xid_mask & supported
-                if not mask:
-                    logger.info("nvml events: gpu%d does not report Xid events", i)
-                    continue
-                nv.nvmlDeviceRegisterEvents(h, mask, self._set)
-                self._by_uuid[uuid] = (i, pci)
-                registered += 1
-            except Exception as exc:
-                logger.warning("nvml events: gpu%d not registered (%s: %s)", i, type(exc).__name__, exc)
-        if not registered:
-            self.close()
-            raise NvmlUnavailable("no GPU on this node reports Xid events through NVML")
-        return registered
-
-    def wait(self, timeout_ms: int = 1000, now: float | None = None) -> list[Fact]:
-        nv = self.nv
-        if self._set is None:
-            time.sleep(max(0, timeout_ms) / 1000.0)
-            return []
-        try:
-            ev = nv.nvmlEventSetWait(self._set, int(timeout_ms))
-        except Exception as exc:
-            if type(exc).__name__ == "NVMLError_Timeout":
-                return []
-            logger.warning("nvml events: wait failed (%s: %s)", type(exc).__name__, exc)
-            time.sleep(min(1.0, max(0, timeout_ms) / 1000.0))
-            return []
-        at = time.time() if now is None else now
-        try:
-            if not int(ev.eventType) & int(getattr(nv, "nvmlEventTypeXidCriticalError", 0x8)):
-                return []
-            attrs: dict[str, Any] = {"code": int(ev.eventData), "node": self.node, "source": "nvml-event"}
-            origin = f"nvml-event:{self.node}:gpu?"
-            try:
-                uuid = str(nv.nvmlDeviceGetUUID(ev.device))
-            except Exception:
-                uuid = None
-            if uuid is not None:
-                attrs["uuid"] = uuid
-                index, pci = self._by_uuid.get(uuid, (None, None))
-                if index is not None:
-                    attrs["gpu"] = index
-                    origin = f"nvml-event:{self.node}:gpu{index}"
-                if pci:
-                    attrs["pci"] = pci
-            gi = getattr(ev, "gpuInstanceId", 0xFFFFFFFF)
-            if isinstance(gi, int) and gi != 0xFFFFFFFF:
-                attrs["gpu_instance"] = gi
-            return [Fact.make("xid", attrs, at, origin)]
-        except Exception as exc:
-            logger.warning("nvml events: unreadable event (%s)", exc)
-            return []
-
-    def watch(self, stop_event: threading.Event, timeout_ms: int = 1000) -> Iterator[Fact]:
-        while not stop_event.is_set():
-            yield from self.wait(timeout_ms)
-
-    def close(self) -> None:
-        if self._set is not None:
-            try:
-                self.nv.nvmlEventSetFree(self._set)
-            except Exception:
-                pass
-            self._set = None
-        if self._initialised:
-            try:
-                self.nv.nvmlShutdown()
-            except Exception:
-                pass
-            self._initialised = False

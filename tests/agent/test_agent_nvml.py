@@ -8,7 +8,8 @@ import pynvml
 import pytest
 
 from engine.sources.fake_nvml import FakeGpu, FakeNvml
-from engine.sources.nvml import NvmlEventWatcher, NvmlPoller, NvmlUnavailable
+from engine.sources.nvml import NvmlPoller, NvmlUnavailable
+from engine.sources.nvml_events import NvmlEventWatcher
 
 UUID0 = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
 UUID1 = "GPU-bbbbbbbb-0000-0000-0000-000000000001"
