@@ -28,6 +28,7 @@ from engine.rulebook import require_rulebook
 from engine.sources.fake_nvml import FakeGpu, FakeNvml
 from engine.sources.spool import SpoolReader
 from engine.store import Store
+from tests.helpers import wait_for
 
 NODE = "gpu07"
 REPO = Path(__file__).resolve().parents[2]
@@ -62,26 +63,25 @@ class Agent:
     def started(self, timeout: float = 30.0) -> dict:
         """Wait until the agent has sampled NVML (its state holds the samples) and return that state."""
         path = Path(default_state_dir(str(self.spool), NODE)) / "state.json"
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
+
+        def sampled() -> dict | None:
             try:
                 state = json.loads(path.read_text())
-                if state.get("nvml") and any(d.get("last") for d in state["nvml"].values()):
-                    return state
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.02)
-        raise AssertionError("the agent did not sample NVML")
+            except (OSError, ValueError):  # not written yet, or being replaced
+                return None
+            return state if state.get("nvml") and any(d.get("last") for d in state["nvml"].values()) else None
+
+        return wait_for(sampled, timeout, 0.02, what="the agent to sample NVML")
 
     def wait_for(self, pred, timeout: float = 20.0):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
+        def hit():
             self.facts.extend(self.reader.read())
-            hit = [f for f in self.facts if pred(f)]
-            if hit:
-                return hit[0]
-            time.sleep(0.02)
-        raise AssertionError(f"no such fact; got {[(f.kind, dict(f.attrs)) for f in self.facts]}")
+            return next(((f,) for f in self.facts if pred(f)), None)  # a tuple: truthy whatever the fact
+
+        found = wait_for(hit, timeout, 0.02, fail=False)
+        if not found:
+            raise AssertionError(f"no such fact; got {[(f.kind, dict(f.attrs)) for f in self.facts]}")
+        return found[0]
 
     def close(self) -> None:
         self.stop.set()
@@ -253,9 +253,7 @@ def test_recover_agent_asks_slurm_through_the_adapter_and_survives_bytes_that_ar
     with open(err, "wb") as errfh:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errfh, cwd=str(REPO), env=env)
     try:
-        end = time.monotonic() + 60
-        while not state.exists() and proc.poll() is None and time.monotonic() < end:
-            time.sleep(0.05)
+        wait_for(lambda: state.exists() or proc.poll() is not None, 60, fail=False)
         assert state.exists(), err.read_text(errors="replace")[-3000:]
         assert json.loads(state.read_text())["expected_gpus"] == 4
     finally:

@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from engine.live import launch
 from engine.live.controller import Controller, ControllerConfig
 from engine.facts import Fact
 from engine.rulebook import load_rulebook
 from scheduler_adapters.base import CommandResult, JobInfo, NodeInfo
+from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = "policy:\n  settle: 1s\n  blast_radius: {max_drains: 50, max_fraction: 1.0, window: 1h}\n"
@@ -90,10 +92,13 @@ def make(tmp: Path, *, adapter=None, follow=(), spool=None, db=None, **kw) -> Co
 def settle(ctl: Controller, seconds: float = 1.3) -> None:
     """Steps until the engine's settle window has passed (wall time: the controller's clock)."""
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
+
+    def stepped_past() -> bool:
         ctl.step()
-        time.sleep(0.05)
-    ctl.step()
+        return time.monotonic() >= end
+
+    wait_for(stepped_past, seconds + 30, 0.05, what="the settle window to pass")
+    ctl.step()  # one step wholly after it
 
 
 def actions(ctl: Controller) -> list[tuple[str, str]]:
@@ -270,22 +275,31 @@ def test_sigterm_stops_the_controller_with_a_fifo_in_the_spool(tmp_path):
     spool = tmp_path / "spool"
     spool.mkdir()
     os.mkfifo(spool / "n1.jsonl")
-    p = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "run", "--dry-run", "--spool", str(spool), "--db", str(tmp_path / "r.db")],
-        cwd=ROOT,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    time.sleep(4)
-    t0 = time.monotonic()
-    p.terminate()
+    log = tmp_path / "controller.log"
+    argv = [
+        sys.executable,
+        "-m",
+        "engine.cli",
+        "run",
+        "--dry-run",
+        "--spool",
+        str(spool),
+        "--db",
+        str(tmp_path / "r.db"),
+    ]
+    p = launch.start(argv, log, cwd=ROOT, timeout=60)  # returns once it is READY
     try:
-        p.wait(10)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
-        pytest.fail("SIGTERM did not stop the controller within 10 s")
-    assert time.monotonic() - t0 < 10
+        # it has met the FIFO (a spool reader that opened it would block there, not say this)
+        wait_for(lambda: "n1.jsonl is" in log.read_text() and "never read" in log.read_text(), 30, what="the refusal")
+        p.terminate()
+        try:
+            p.wait(10)  # a hang, not a slow machine: the controller stops in about a second
+        except subprocess.TimeoutExpired:
+            pytest.fail("SIGTERM did not stop the controller within 10 s")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def test_a_spool_file_speaks_only_for_its_own_node_and_not_for_the_scheduler(world):

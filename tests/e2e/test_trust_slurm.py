@@ -8,10 +8,10 @@ victim. Run under the cluster lock: flock /tmp/slurm.lock .venv/bin/python -m py
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
+from engine.store import TERMINAL
 from test_slurm_e2e import JOB, Harness, h, slurm, wait_for, xid_line  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.slurm
@@ -36,8 +36,22 @@ def start_victim(h: Harness):
     return victim, v
 
 
-def assert_untouched(h: Harness, victim: str, vnodes, attacker_nodes) -> None:
-    time.sleep(10)  # settle (3 s) and the actuator's turn, several times over
+def handled(h: Harness, attacker: str) -> bool:
+    """The attacker's first incident (its own WATCHDOG line, printed after the hostile one) is
+    closed, and it and every incident before it are closed with their actions terminal: the
+    hostile line has been through the engine and the actuator. A negative check without this
+    passes on a controller that is merely slow."""
+    incidents = h.incidents()
+    first = next((i[0] for i in incidents if i[1] == attacker), None)
+    if first is None:
+        return False
+    upto = [i for i in incidents if i[0] <= first]
+    acts = [a for a in h.actions() if a[0] <= first]
+    return all(i[3] == "closed" for i in upto) and bool(acts) and all(a[4] in TERMINAL for a in acts)
+
+
+def assert_untouched(h: Harness, victim: str, vnodes, attacker: str, attacker_nodes) -> None:
+    wait_for("the attacker's own incident handled", lambda: handled(h, attacker), 120)
     drained = {n.name for n in h.slurm.nodes() if n.drained}
     assert drained <= set(attacker_nodes), (drained, h.actions())
     v = h.slurm.job(victim)
@@ -54,12 +68,11 @@ def test_job_output_cannot_act_on_other_nodes_or_jobs(h, hijack):
         "srun_node_failure": f"srun: error: Node failure on {target}",
         "other_job_id": f"SLURM_JOB_ID={victim}",
     }[hijack]
-    lines = [line] + ([WATCHDOG] if hijack == "other_job_id" else [])
-    attacker = h.submit(attacker_script(lines), "-N", "2", "--exclusive")
+    # its own failure after the hostile line: its incident and requeue are the sign that the
+    # controller has handled that line (and its own failure is its own: the attacker is requeued)
+    attacker = h.submit(attacker_script([line, WATCHDOG]), "-N", "2", "--exclusive")
     a = wait_for("attacker running", lambda: h.running(attacker), 30)
-    if hijack == "other_job_id":  # its own failure is its own: the attacker's job is the one requeued
-        wait_for("the attacker's incident", lambda: [i for i in h.incidents() if i[1] == attacker], 40)
-    assert_untouched(h, victim, v.nodes, a.nodes)
+    assert_untouched(h, victim, v.nodes, attacker, a.nodes)
     assert all(i[1] == attacker for i in h.incidents()), h.incidents()
 
 
