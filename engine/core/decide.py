@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from engine.core.actions import PlannedAction, plan_actions
-from engine.core.policy import Decision, GuardContext, blast_radius_window, decide, fingerprint, isolate_settings
+from engine.core.policy import Decision, GuardContext, decide, fingerprint
 from engine.core.progress import ProgressTracker
 from engine.facts import Fact
 from engine.rulebook.compile import CompiledRulebook
@@ -74,7 +74,7 @@ class Decider:
         self.job_states = job_states
         self.scheduler = scheduler
         self.mode = mode
-        self.at_once = isolate_settings(compiled)["at_once"]
+        self.at_once = compiled.policy.isolate.at_once
         self._isolated: set[tuple[int, str]] = set()  # (incident, node) isolated before the close
         self._isolated_bound: set[tuple[int, str]] = set()  # ... and again for the job it was bound to
         self._early_drains: list[tuple[str, float]] = []
@@ -338,7 +338,7 @@ class Decider:
             requeued = self.store.requeued_attempts(job)
         silences = {s["node"]: s["reason"] for s in self.store.silences(active_at=now)}
         # exactly the drains the blast-radius guard counts: its window is the site's, of any length
-        since = now - blast_radius_window(self.compiled)
+        since = now - self.compiled.policy.blast_radius.window
         drains = [(t, w) for t, w, _ in self.store.recent_actions("drain", since)]
         drains += [d for d in self._early_drains if d[1] >= since and d not in drains]
         return GuardContext(

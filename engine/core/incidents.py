@@ -32,7 +32,7 @@ from engine.core.bind import NodeWaits, Wait, bound_note
 from engine.core.decide import ClosedIncident, Decider, best_fault, rank, split_key
 from engine.core.derive import Derivation, view
 from engine.core.linefacts import ClusterContext
-from engine.core.memory import SCOPE_MATCHER_MAX, Live, WorkingMemory
+from engine.core.memory import Live, WorkingMemory
 from engine.core.progress import ProgressTracker
 from engine.core.rete import ReteNetwork, ReteSession
 from engine.core.timers import Timers
@@ -45,7 +45,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["Engine", "ClosedIncident", "incident_key"]
 
 _OPENING = ("error", "fatal")
-DEFAULT_FACT_TTL = 3600.0
 #: firings recorded per re-derived conclusion (64 ranks printing one error); later ones are counted
 REDERIVED_RECORDED = 64
 
@@ -122,12 +121,10 @@ class Engine:
         #: False: the reference path (every template rendered, every id hashed), for differential tests
         self.fast = fast
         self._derivations: dict[int, Derivation] = {}
-        self.settle = float(compiled.policy.get("settle", 120.0))
-        self.cascade = float(compiled.policy.get("cascade", 900.0))  # seconds: the compiler parsed it
-        hang = compiled.policy.get("hang")
-        self.fact_ttl = (
-            float((hang or {}).get("fact_ttl", DEFAULT_FACT_TTL)) if isinstance(hang, Mapping) else DEFAULT_FACT_TTL
-        )
+        policy = compiled.policy  # every value from the rulebook (rules/50-policy.yaml), in seconds
+        self.settle = policy.settle
+        self.cascade = policy.cascade
+        self.fact_ttl = policy.hang.fact_ttl
         self.now: float | None = None
         self.stats = {
             "facts": 0,
@@ -141,16 +138,14 @@ class Engine:
             "rete_errors": 0,
             "overflowed": 0,  # distinct log lines past their scope's bound, counted on the last held
         }
-        self.memory = WorkingMemory(
-            self.session, self.stats, int(compiled.policy.get("distinct_lines", SCOPE_MATCHER_MAX))
-        )
+        self.memory = WorkingMemory(self.session, self.stats, policy.distinct_lines)
         self.timers = Timers(compiled)
         self.memory.on_retract = self.timers.forget
         self.live: dict[str, Live] = self.memory.live
         self.open: dict[str, _Open] = {}
         self.recent: dict[str, _Open] = {}  # closed, still gathering their cascade
         self.pending: dict[str, deque[tuple[Fact, list[Firing]]]] = {}  # warnings waiting for an incident
-        self.tracker = ProgressTracker(compiled.policy)
+        self.tracker = ProgressTracker(policy)
         self._last_due = float("-inf")
         self.closed: list[ClosedIncident] = []
         self.node_states: dict[str, dict[str, Any]] = {}

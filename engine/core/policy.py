@@ -22,36 +22,19 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from engine.rulebook.compile import CompiledRulebook
+from engine.rulebook.policy_model import LEVELS
 
 __all__ = [
     "Decision",
     "GuardContext",
     "decide",
     "granted",
-    "DEFAULT_GUARDS",
     "fingerprint",
     "isolate_settings",
     "blast_radius_window",
 ]
 
-DEFAULT_GUARDS: Mapping[str, Mapping[str, Any]] = {
-    "retry": {"max_per_job": 5, "max_per_fingerprint": 3, "window": 86400.0, "no_progress_attempts": 2},
-    "blast_radius": {"max_drains": 4, "max_fraction": 0.25, "window": 3600.0},
-    # per decision, and per action where an action needs its own (cancel frees a job's GPUs at once)
-    "autonomy": {
-        "restart": "act",
-        "isolate_and_restart": "act",
-        "stop": "act",
-        "observe": "act",
-        "cancel": "recommend",
-    },
-    "inhibit": {"drained_nodes": True},
-    # fatal node hardware: drained (and its job requeued) as soon as the fault is known, not when
-    # the incident settles; a drain that does not take is retried for drain_retry_for
-    "isolate": {"at_once": (), "drain_retry_for": 600.0},
-}
 RESTARTING = ("restart", "isolate_and_restart")
-LEVELS = ("observe", "recommend", "act")  # autonomy, lowest first
 
 
 @dataclass(frozen=True)
@@ -97,25 +80,17 @@ def fingerprint(fault_class: str, nodes: Sequence[str], rule: str | None) -> str
     return f"{fault_class}|{rule or '-'}|{','.join(sorted(nodes))}"
 
 
-def _guard_cfg(compiled: CompiledRulebook, name: str) -> dict[str, Any]:
-    cfg = dict(DEFAULT_GUARDS.get(name, {}))
-    cfg.update(dict(compiled.policy.get(name, {}) or {}))  # durations are seconds: the compiler parsed them
-    return cfg
-
-
 def isolate_settings(compiled: CompiledRulebook) -> dict[str, Any]:
     """``policy.isolate``: which fault classes are isolated at once, how long a drain is retried."""
-    cfg = _guard_cfg(compiled, "isolate")
-    cfg["at_once"] = frozenset(str(c) for c in (cfg.get("at_once") or ()))
-    cfg["drain_retry_for"] = float(cfg.get("drain_retry_for") or 600.0)
-    return cfg
+    iso = compiled.policy.isolate
+    return {"at_once": iso.at_once, "drain_retry_for": iso.drain_retry_for}
 
 
 def blast_radius_window(compiled: CompiledRulebook) -> float:
     """``policy.blast_radius.window`` in seconds: how far back the guard counts drains. The caller
     that loads those drains reads the same value, so a site's 48 h window is 48 h, not the 24 h a
     fixed query would see."""
-    return float(_guard_cfg(compiled, "blast_radius").get("window", 3600.0))
+    return compiled.policy.blast_radius.window
 
 
 def _progress_value(p: Mapping[str, Any] | None) -> int | None:
@@ -137,7 +112,8 @@ def decide(
     rule: str | None = None,
 ) -> Decision:
     ctx = ctx or GuardContext()
-    decision = compiled.policy["decisions"].get(fault_class, "restart")
+    policy = compiled.policy
+    decision = policy.decisions.get(fault_class, "restart")
     guards: list[dict[str, Any]] = []
     plan_only: tuple[str, ...] | None = None
     skip: set[tuple[str, str]] = set()
@@ -172,9 +148,9 @@ def decide(
     if nodes and all(silenced.values()):
         change("silence", "observe", "; ".join(f"{n} silenced: {r}" for n, r in silenced.items()))
 
-    retry = _guard_cfg(compiled, "retry")
+    retry = policy.retry
     if decision in RESTARTING and ctx.job is not None:
-        window = float(retry.get("window", 86400.0))
+        window = retry.window
         recent = [
             h
             for h in ctx.history
@@ -182,21 +158,21 @@ def decide(
         ]
         fp = fingerprint(fault_class, nodes, rule)
         same = [h for h in recent if h.get("fingerprint") == fp]
-        class_budget = dict(retry.get("per_class") or {}).get(fault_class)  # fault_classes: {NAME: {retry: N}}
+        class_budget = retry.per_class.get(fault_class)  # fault_classes: {NAME: {retry: N}}
         same_class = [h for h in recent if h.get("fault_class") == fault_class]
-        if len(recent) >= int(retry.get("max_per_job", 5)):
+        if len(recent) >= retry.max_per_job:
             change(
                 "retry_budget",
                 "stop",
                 f"job {ctx.job} was already restarted {len(recent)} times "
-                f"(budget {retry.get('max_per_job')} per {int(window)} s)",
+                f"(budget {retry.max_per_job} per {int(window)} s)",
             )
-        elif len(same) >= int(retry.get("max_per_fingerprint", 3)):
+        elif len(same) >= retry.max_per_fingerprint:
             change(
                 "retry_budget",
                 "stop",
                 f"the same root cause ({fault_class}) already caused {len(same)} restarts "
-                f"(budget {retry.get('max_per_fingerprint')})",
+                f"(budget {retry.max_per_fingerprint})",
             )
         elif class_budget is not None and len(same_class) >= int(class_budget):
             change(
@@ -206,7 +182,7 @@ def decide(
                 f"(its retry budget is {class_budget})",
             )
         else:
-            n = int(retry.get("no_progress_attempts", 2))
+            n = retry.no_progress_attempts
             if n > 0 and ctx.attempt is not None and ctx.attempt >= n:
                 now_p = _progress_value(ctx.progress.get(ctx.attempt))
                 then_p = _progress_value(ctx.progress.get(ctx.attempt - n))
@@ -222,21 +198,20 @@ def decide(
                     )
 
     if decision == "isolate_and_restart":
-        inhibit = _guard_cfg(compiled, "inhibit")
         # only DRAIN keeps a node out: a DOWN node without it returns to service with its slurmd
         already = [n for n in nodes if ctx.node_states.get(n, {}).get("drained")]
-        if inhibit.get("drained_nodes", True) and already:
+        if policy.inhibit.drained_nodes and already:
             for node in already:
                 skip.add(("drain", node))
             guards.append({"guard": "inhibit", "why": f"already drained, not drained again: {', '.join(already)}"})
         to_drain = [n for n in nodes if n not in already]
-        blast = _guard_cfg(compiled, "blast_radius")
-        window = blast_radius_window(compiled)
+        blast = policy.blast_radius
+        window = blast.window
         drained = {n for n, t in ctx.recent_drains if ctx.now - t <= window}
         new = [n for n in to_drain if n not in drained]
-        limit = int(blast.get("max_drains", 4))
-        if ctx.cluster_size and blast.get("max_fraction") is not None:
-            limit = min(limit, max(1, int(float(blast["max_fraction"]) * ctx.cluster_size)))
+        limit = blast.max_drains
+        if ctx.cluster_size:
+            limit = min(limit, max(1, int(blast.max_fraction * ctx.cluster_size)))
         if new and len(drained) + len(new) > limit:
             change(
                 "blast_radius",
@@ -262,7 +237,7 @@ def decide(
     elif class_plan is not None and not changed:
         plan = class_plan  # the class's own plan; a guard that changed the decision gets that decision's
     else:
-        plan = tuple(compiled.policy["plans"].get(decision, ()))
+        plan = tuple(policy.plans.get(decision, ()))
     autonomy, why = granted(compiled, decision, fault_class)
     if ctx.forced_mode == "recommend":
         why = f"monitor mode (--dry-run): recommended only; in act mode: {autonomy}, {why}"
@@ -278,17 +253,15 @@ def granted(compiled: CompiledRulebook, decision: str, fault_class: str) -> tupl
     """The mode the policy grants a decision of a fault class, and why: the lower of
     ``policy.autonomy.<decision>`` and ``policy.autonomy.classes.<class>``; a class the policy
     does not name there (a site's own, until granted) recommends."""
-    cfg = _guard_cfg(compiled, "autonomy")
+    autonomy = compiled.policy.autonomy
     origins = getattr(compiled.book, "origins", {})
 
     def key(name: str) -> str:
         marks = origins.get(("policy", f"autonomy.{name}"))
         return f"policy.autonomy.{name}" + (f" ({marks[-1]})" if marks else "")
 
-    by_kind = cfg.get(decision)
-    by_kind = by_kind if by_kind in LEVELS else "recommend"
-    classes = cfg.get("classes")
-    by_class = classes.get(fault_class) if isinstance(classes, Mapping) else None
+    by_kind = autonomy.of(decision) or "recommend"
+    by_class = autonomy.classes.get(fault_class)
     mode = LEVELS[min(LEVELS.index(by_kind), LEVELS.index(by_class if by_class in LEVELS else "recommend"))]
     if mode == "act":
         return mode, f"granted by {key(decision)} and {key('classes.' + fault_class)}"

@@ -24,30 +24,13 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
 from engine.facts import Fact
+from engine.rulebook.policy_model import Hang, Policy, Straggler
 
-__all__ = ["ProgressTracker", "HANG_DEFAULTS", "STRAGGLER_DEFAULTS"]
+__all__ = ["ProgressTracker"]
 
-HANG_DEFAULTS = {
-    "bound": None,
-    "factor": 4.0,
-    "min_bound": 300.0,
-    "min_samples": 3,
-    "require_running": True,
-    "any_output": False,
-    "fact_ttl": 3600.0,
-}
-STRAGGLER_DEFAULTS = {
-    "factor": 1.5,
-    "duration": 300.0,
-    "min_peers": 2,
-    "window": 8,
-    "warmup": 3,
-    "baseline": 3,
-    "slow_points": 3,
-}
 #: what a progress fact may carry about speed -> how to turn it into seconds per step (or a cost)
 _SPEED = (
     ("step_time", 1.0),
@@ -57,13 +40,6 @@ _SPEED = (
     ("samples_per_s", -1.0),
     ("iter_s", 1.0),
 )
-
-
-def _cfg(raw: Any, defaults: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(defaults)
-    if isinstance(raw, Mapping):
-        out.update(raw)  # durations are seconds already: the compiler parsed them
-    return out
 
 
 @dataclass
@@ -92,9 +68,10 @@ class _Series:
 
 
 class ProgressTracker:
-    def __init__(self, policy: Mapping[str, Any]):
-        self.hang = _cfg(policy.get("hang"), HANG_DEFAULTS)
-        self.straggler = _cfg(policy.get("straggler"), STRAGGLER_DEFAULTS)
+    def __init__(self, policy: Policy):
+        # policy.hang and policy.straggler: every value from the rulebook, durations in seconds
+        self.hang: Hang = policy.hang
+        self.straggler: Straggler = policy.straggler
         self.attempts: dict[tuple[str, int], _Attempt] = {}
         self.running: dict[str, tuple[int, bool]] = {}  # job -> (attempt, running)
         self._out: list[Fact] = []
@@ -119,7 +96,7 @@ class ProgressTracker:
 
     def activity(self, job: str, attempt: int, at: float) -> None:
         """Any output at all counts as progress when ``hang.any_output`` is set."""
-        if self.hang.get("any_output"):
+        if self.hang.any_output:
             self._touch(job, attempt, at)
 
     def _touch(self, job: str, attempt: int, at: float) -> _Attempt:
@@ -162,15 +139,15 @@ class ProgressTracker:
         key = str(fact.get("matcher") or "-")
         s = a.own.get(key)
         if s is None:
-            s = a.own[key] = _Series(normal=deque(maxlen=max(1, int(cfg.get("window", 8)))))
+            s = a.own[key] = _Series(normal=deque(maxlen=max(1, cfg.window)))
         s.seen += 1
-        if s.seen <= int(cfg.get("warmup", 3)):
+        if s.seen <= cfg.warmup:
             return []
-        if len(s.normal) >= max(1, int(cfg.get("baseline", 3))):
+        if len(s.normal) >= max(1, cfg.baseline):
             base = statistics.median(s.normal)
-            if base > 0 and cost >= float(cfg.get("factor", 1.5)) * base:
+            if base > 0 and cost >= cfg.factor * base:
                 s.slow.append((fact.at, cost))
-                if len(s.slow) < max(1, int(cfg.get("slow_points", 3))) or s.reported:
+                if len(s.slow) < max(1, cfg.slow_points) or s.reported:
                     return []
                 s.reported = True
                 recent = statistics.median(c for _, c in s.slow)
@@ -194,9 +171,9 @@ class ProgressTracker:
 
     def _straggler(self, job: str, attempt: int, a: _Attempt, who: str, st: float, fact: Fact) -> list[Fact]:
         cfg = self.straggler
-        window = int(cfg.get("window", 8))
+        window = cfg.window
         a.times.setdefault(who, deque(maxlen=window)).append(st)
-        if len(a.times) < int(cfg.get("min_peers", 2)) + 1:
+        if len(a.times) < cfg.min_peers + 1:
             return []
         mine = statistics.median(a.times[who])
         peers = [statistics.median(v) for k, v in a.times.items() if k != who and v]
@@ -206,11 +183,11 @@ class ProgressTracker:
         if typical <= 0:
             return []
         ratio = mine / typical
-        if ratio < float(cfg.get("factor", 1.5)):
+        if ratio < cfg.factor:
             a.slow_since.pop(who, None)
             return []
         since = a.slow_since.setdefault(who, fact.at)
-        if fact.at - since < float(cfg.get("duration") or 0) or who in a.reported_slow:
+        if fact.at - since < cfg.duration or who in a.reported_slow:
             return []
         a.reported_slow.add(who)
         attrs = {
@@ -228,16 +205,16 @@ class ProgressTracker:
         return [Fact.make("slow_node", attrs, fact.at, "straggler-tracker")]
 
     def bound_for(self, a: _Attempt) -> tuple[float | None, bool]:
-        if self.hang.get("bound"):
-            return float(self.hang["bound"]), False
-        if a.gaps >= int(self.hang.get("min_samples", 3)):
-            return max(float(self.hang.get("min_bound") or 0), float(self.hang.get("factor", 4.0)) * a.max_gap), True
+        if self.hang.bound:
+            return self.hang.bound, False
+        if a.gaps >= self.hang.min_samples:
+            return max(self.hang.min_bound, self.hang.factor * a.max_gap), True
         return None, False
 
     def due(self, now: float) -> Iterator[Fact]:
         """Stall facts for attempts silent past their bound (once per silence)."""
         for (job, attempt), a in list(self.attempts.items()):
-            if self.hang.get("require_running", True):
+            if self.hang.require_running:
                 cur = self.running.get(job)
                 if cur is None or cur != (attempt, True):
                     continue

@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
 from engine.core.actions import idem_key
-from engine.core.policy import DEFAULT_GUARDS
 from engine.errors import NotYet, SchedulerError, StateUnknown
 from engine.live.paging import PAGE_ACTIONS
 from engine.live.verify import ACTIVE, base_attempt, live_job, node_named, verify_name
@@ -56,9 +55,7 @@ def autonomy_of(act: "Actuator", name: str) -> str | None:
     policy = act.compiled.policy
     plans = policy.get("plans") or {}
     cfg = policy.get("autonomy") or {}
-    level = cfg.get(name) if name not in plans else None
-    if level is None:
-        level = DEFAULT_GUARDS["autonomy"].get(name) if name not in plans else None
+    level = cfg.get(name) if name not in plans else None  # rules/50-policy.yaml sets cancel
     # autonomy.classes is the fault classes' grants, never an action's
     return level if isinstance(level, str) else None
 

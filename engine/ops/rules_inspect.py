@@ -21,8 +21,6 @@ from engine.facts import Fact
 from engine.core.linefacts import ClusterContext, FileContext, HitConverter
 from engine.core.linetime import LineClock, log_zone
 from engine.core.matching import Scanner
-from engine.core.policy import DEFAULT_GUARDS
-from engine.core.progress import HANG_DEFAULTS, STRAGGLER_DEFAULTS
 from engine.core.replay import Input, matcher_specs, matchers_for, replay_inputs
 from engine.core.rete import ReteNetwork
 from engine.rulebook.compile import CompiledRulebook
@@ -156,18 +154,15 @@ def effective_rulebook(compiled: CompiledRulebook) -> dict[str, Any]:
         for a in book.actions.values()
     ]
     policy = []
-    # the guards' own defaults; every other default is in the shipped rules/50-policy.yaml
-    builtin = {**DEFAULT_GUARDS, "hang": HANG_DEFAULTS, "straggler": STRAGGLER_DEFAULTS}
-    for key in list(compiled.policy) + [k for k in builtin if k not in compiled.policy]:
+    # every key is set by a file: the defaults are the shipped rules/50-policy.yaml, loaded always
+    for key in compiled.policy:
         value = compiled.policy.get(key)
-        if key in builtin:  # guard settings: the guard merges its defaults the same way
-            value = {**builtin[key], **dict(value or {})}
         marks = book.origins.get(("policy", key), ())
         policy.append(
             {
                 "key": key,
                 "value": _plain(value),
-                "defined_at": str(marks[0]) if marks else ("built-in default" if key in builtin else None),
+                "defined_at": str(marks[0]) if marks else None,
                 "overridden_by": [str(m) for m in marks[1:]],
             }
         )

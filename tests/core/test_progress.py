@@ -1,5 +1,7 @@
 """Hangs (learned and configured bounds) and stragglers, on virtual time."""
 
+import dataclasses
+
 import pytest
 
 from engine.facts import Fact
@@ -68,7 +70,7 @@ def test_no_hang_before_enough_intervals_are_known(make_engine):
 
 def test_configured_bound_and_finished_jobs(make_engine):
     e = make_engine()
-    e.tracker.hang["bound"] = 100.0
+    e.tracker.hang = dataclasses.replace(e.tracker.hang, bound=100.0)  # the policy is frozen: a tuned copy
     e.ingest(running(0))
     e.ingest(prog(0, 1))
     e.ingest(Fact.make("job", {"job": "9", "attempt": 0, "state": "COMPLETED"}, 50, "slurm"))
@@ -78,7 +80,7 @@ def test_configured_bound_and_finished_jobs(make_engine):
 
 def test_a_stall_is_reported_once_per_silence(make_engine):
     e = make_engine()
-    e.tracker.hang["bound"] = 100.0
+    e.tracker.hang = dataclasses.replace(e.tracker.hang, bound=100.0)  # the policy is frozen: a tuned copy
     e.ingest(running(0))
     e.ingest(prog(0, 1))
     for t in (150, 200, 250):
