@@ -9,6 +9,8 @@ import re
 import signal
 import time
 
+from engine.store import TERMINAL
+
 from .conftest import RULES, append, assert_exactly_once, evts, wait_for
 
 NEW_RULES = """
@@ -33,8 +35,7 @@ def test_sighup_reloads_a_valid_rulebook(live):
     live.start(metrics=True)
     log = live.logs / "slurm-201.out"
     append(log, "NEW 1\n" + evts(0, 1))
-    live.wait_evts({0})
-    time.sleep(0.3)
+    live.wait_evts({0})  # read after the NEW line before it
     assert not [a for a, _, _ in live.log_facts() if a.get("matcher") == "new"]  # no such matcher yet
     new_text = base.replace("matchers:\n", "matchers:\n" + NEW_RULES.lstrip("\n"), 1).replace(
         "rules:\n",
@@ -43,13 +44,17 @@ def test_sighup_reloads_a_valid_rulebook(live):
         1,
     )
     _same_size_same_mtime(live.rules, new_text)
-    time.sleep(1.5)
-    assert "rulebook reloaded" not in live.output()  # the file looks unchanged: only a signal reloads it
+    # a file followed after the rewrite, then counted in the gauges: those are refreshed in the
+    # same turn as the rescan that checks the rulebook, just after it (each second, in step)
+    append(live.logs / "slurm-209.out", "a line that matches nothing\n")
+    wait_for(lambda: live.metric("recover_sources", kind="file") == 2, 30, what="the gauges refreshed")
+    out = live.output()  # the file looks unchanged: only a signal reloads it
+    assert "rulebook files changed" not in out and "rulebook reloaded" not in out, out[-3000:]
     live.signal(signal.SIGHUP)
     live.wait_reloaded()  # a new rule: the controller restarts in place to load it (same process)
     append(log, "NEW 2\n" + evts(1, 2))
     wait_for(
-        lambda: [a for a, _, _ in live.log_facts() if a.get("matcher") == "new"], 5, what="a fact of the new matcher"
+        lambda: [a for a, _, _ in live.log_facts() if a.get("matcher") == "new"], 30, what="a fact of the new matcher"
     )
     live.wait_evts({0, 1})
     assert live.metric("recover_rulebook_reloads_total", result="ok") == 1  # by the restarted process
@@ -71,7 +76,7 @@ def test_invalid_rulebook_is_rejected_and_the_old_one_kept(live):
     )
     assert bad != good
     live.rules.write_text(bad)
-    wait_for(lambda: "rulebook reload rejected" in live.output(), 5, what="the rejection")
+    wait_for(lambda: "rulebook reload rejected" in live.output(), 30, what="the rejection")
     out = live.output()
     # the log says why, with the position of each error in the file
     assert re.search(rf"rulebook reload rejected: {re.escape(str(live.rules))}:\d+:\d+: ", out), out
@@ -81,28 +86,32 @@ def test_invalid_rulebook_is_rejected_and_the_old_one_kept(live):
     live.wait_evts(set(range(6)))
     live.signal(signal.SIGHUP)  # asked again: rejected again, still running
     wait_for(
-        lambda: live.metric("recover_rulebook_reloads_total", result="rejected") == 2, 5, what="a second rejection"
+        lambda: live.metric("recover_rulebook_reloads_total", result="rejected") == 2, 30, what="a second rejection"
     )
     append(log, evts(6, 8))
     live.wait_evts(set(range(8)))
     # garbage YAML, then an empty file
     live.rules.write_text("matchers: [ {id: x, pattern: 'unclosed\n  - ]]\n\t\x00")
-    wait_for(lambda: live.metric("recover_rulebook_reloads_total", result="rejected") == 3, 5, what="a third rejection")
+    wait_for(
+        lambda: live.metric("recover_rulebook_reloads_total", result="rejected") == 3, 30, what="a third rejection"
+    )
     live.rules.unlink()
     wait_for(
-        lambda: live.metric("recover_rulebook_reloads_total", result="rejected") == 4, 5, what="a missing file rejected"
+        lambda: live.metric("recover_rulebook_reloads_total", result="rejected") == 4,
+        30,
+        what="a missing file rejected",
     )
     append(log, evts(8, 10))
     live.wait_evts(set(range(10)))
     # fixed: reloaded
     live.rules.write_text(good)
     wait_for(
-        lambda: live.metric("recover_rulebook_reloads_total", result="ok") == 1, 5, what="the good rulebook reloaded"
+        lambda: live.metric("recover_rulebook_reloads_total", result="ok") == 1, 30, what="the good rulebook reloaded"
     )
     append(log, evts(10, 12))
     live.wait_evts(set(range(12)))
-    time.sleep(0.3)
-    assert_exactly_once(live.evt_numbers(), set(range(12)))
+    marks = live.drain(log)
+    assert_exactly_once(live.evt_numbers(), set(range(12)) | marks)
     assert live.alive()
 
 
@@ -138,15 +147,24 @@ def test_metrics_endpoint(live):
     assert live.metric("recover_sources_healthy", kind="file") == 1
     assert live.metric("recover_sources_unhealthy", kind="file") == 0
     append(log, evts(10, 2010))
-    wait_for(lambda: live.metric("recover_lines_per_second") > 0, 5, what="a line rate")
+    wait_for(lambda: live.metric("recover_lines_per_second") > 0, 30, what="a line rate")
 
 
 def test_dry_run_recommends_one_log_line_each_and_explain_works_while_running(live):
     live.start()
     for job in (301, 302):
         append(live.logs / f"slurm-{job}.out", evts(job * 10, job * 10 + 3) + "2026-11-29T17:00:05 BOOM collective\n")
-    wait_for(lambda: len(re.findall(r"recommend incident=", live.output())) >= 2, 10, what="two recommendations")
-    time.sleep(1.5)  # nothing more comes
+    wait_for(lambda: len(re.findall(r"recommend incident=", live.output())) >= 2, 30, what="two recommendations")
+    # nothing more comes: the BOOM lines (the last ones) were read, every incident is closed and
+    # every action where it stays
+    wait_for(
+        lambda: (
+            all(s == "closed" for (s,) in live.query("SELECT status FROM incidents"))
+            and all(s in TERMINAL for (s,) in live.query("SELECT status FROM actions"))
+        ),
+        30,
+        what="the incidents closed and their actions terminal",
+    )
     lines = [ln for ln in live.output().splitlines() if "recommend incident=" in ln]
     assert len(lines) == 2, lines
     for ln in lines:
@@ -178,7 +196,7 @@ def test_dry_run_recommends_one_log_line_each_and_explain_works_while_running(li
     assert r.returncode == 0 and "f.boom" in r.stdout
     # it keeps going: an incident opened while we read is visible at once, still open
     append(live.logs / "slurm-303.out", "BOOM again\n")
-    wait_for(lambda: any(j == "303" for (j,) in live.query("SELECT job FROM incidents")), 5, what="the third incident")
+    wait_for(lambda: any(j == "303" for (j,) in live.query("SELECT job FROM incidents")), 30, what="the third incident")
     assert live.alive()
 
 
@@ -200,7 +218,7 @@ def test_spool_garbage_is_skipped_counted_and_facts_still_taken(live):
         fh.write(good.to_json().encode() + b"\n")
         fh.write(other.to_json().encode()[:30])  # a partial last line: waits
     wait_for(lambda: live.query("SELECT job FROM incidents WHERE job = '401'"), 10, what="the spool's fact")
-    wait_for(lambda: live.metric("recover_spool_garbage_lines") >= 5, 5, what="garbage counted")
+    wait_for(lambda: live.metric("recover_spool_garbage_lines") >= 5, 30, what="garbage counted")
     assert "not facts" in live.output()
     assert not live.query("SELECT job FROM incidents WHERE job = '402'")
     with open(spool / "gpu-n1.jsonl", "ab") as fh:
