@@ -31,7 +31,7 @@ from gen_flood import cascade, distinct  # noqa: E402
 RECOVER = [sys.executable, "-m", "engine.cli"]
 LOAD = (
     "import time; t0 = time.perf_counter(); from engine.rulebook import require_rulebook; "
-    "from engine.core.replay import scanner_for; c = require_rulebook(); scanner_for(c, 'any'); "
+    "from engine.core.scanner import scanner_for; c = require_rulebook(); scanner_for(c, 'any'); "
     "print(time.perf_counter() - t0)"
 )
 

@@ -1,7 +1,7 @@
 """Benchmark of the matching hot path against grep on a synthetic training log.
 
 Measures in one run: reading the file alone, ``grep -E -c -f bench/patterns.txt`` (LC_ALL=C),
-and engine.core.matching.Scanner with each backend fed ``--chunk-mb`` chunks; then the peak RSS of
+and engine.core.scanner.Scanner with each backend fed ``--chunk-mb`` chunks; then the peak RSS of
 scans of the first 100 MB and of 400 MB, each in its own child process. Prints figures and
 ratios, no verdicts.
 
@@ -26,7 +26,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from engine.core.matching import MatcherSpec, Scanner, hyperscan_available  # noqa: E402
+from engine.core.matching import MatcherSpec, hyperscan_available  # noqa: E402
+from engine.core.scanner import Scanner  # noqa: E402
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Tests of engine.core.matching: table-driven cases on every backend, check_pattern messages, resume
+"""Tests of engine.core.scanner and the pattern dialect (engine.rulebook.patterns): table-driven cases on every backend, check_pattern messages, resume
 exactness, and hypothesis differential tests (hyperscan vs re2 vs a line-by-line Python ``re``
 oracle) on random logs cut into random chunks."""
 
@@ -15,8 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.core import matching
-from engine.core.matching import Hit, MatcherSpec, Scanner, check_pattern, hyperscan_available
+from engine.core import scanner as scanner_module
+from engine.core.matching import Hit, MatcherSpec, hyperscan_available
+from engine.core.scanner import Scanner
+from engine.rulebook.patterns import check_pattern
 
 BACKENDS = [
     pytest.param(
@@ -529,7 +531,7 @@ def test_differential_with_constant_report_storms(case):
     # a scan that stops after every 2 reports must resume without losing or doubling a hit
     chunks, max_line = case
     expected = scan(FULL_POOL, "re2", chunks, max_line)
-    with mock.patch.object(matching, "_STORM", 2):
+    with mock.patch.object(scanner_module, "_STORM", 2):
         assert scan(FULL_POOL, "hyperscan", chunks, max_line) == expected
 
 

@@ -13,17 +13,15 @@ Usage::
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
-import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from engine.facts import Fact
 from engine.core.linefacts import ClusterContext, FileContext, Flood, HitConverter, StreamFacts, job_from_filename
 from engine.core.linetime import LineClock, log_zone
-from engine.core.matching import MatcherSpec, Scanner
+from engine.core.scanner import Scanner, scanner_for
 from engine.rulebook.compile import CompiledRulebook
 
 if TYPE_CHECKING:  # imported where a replay runs: loading a scanner needs neither
@@ -40,7 +38,6 @@ __all__ = [
     "file_input",
     "ReplayResult",
     "scan_chunks",
-    "matcher_specs",
     "CHUNK",
 ]
 
@@ -61,10 +58,6 @@ class ReplayResult:
     stats: dict = field(default_factory=dict)
 
 
-def matcher_specs(compiled: CompiledRulebook) -> list[MatcherSpec]:
-    return [MatcherSpec(m.id, m.pattern, sample=m.sample, ignore_case=m.ignore_case) for m in compiled.matchers]
-
-
 def _file_chunks(path: str) -> Iterator[bytes]:
     with open(path, "rb") as fh:
         while True:
@@ -72,40 +65,6 @@ def _file_chunks(path: str) -> Iterator[bytes]:
             if not data:
                 return
             yield data
-
-
-_TEMPLATES: "weakref.WeakKeyDictionary[Any, dict[str, Scanner]]" = weakref.WeakKeyDictionary()
-
-
-class _Key:
-    """Identity-hashed key for a compiled rulebook (its dataclass hash would walk its fields)."""
-
-    __slots__ = ("__weakref__",)
-
-
-def scanner_for(compiled: CompiledRulebook, source: str) -> tuple[Scanner, list[int]]:
-    """A fresh scanner for one stream of ``source`` and its index map. The patterns are compiled
-    once per rulebook and source kind (``recover rules test`` replays ~90 small inputs); each
-    stream gets a shallow copy that shares the databases and has its own state."""
-    key = compiled.__dict__.get("_scan_key")
-    if key is None:
-        key = _Key()
-        object.__setattr__(compiled, "_scan_key", key)
-    per = _TEMPLATES.setdefault(key, {})
-    index_map = matchers_for(compiled, source)
-    tmpl = per.get(source)
-    if tmpl is None:
-        specs = matcher_specs(compiled)
-        tmpl = per[source] = Scanner([specs[i] for i in index_map])
-    scanner = copy.copy(tmpl)
-    scanner.lines_seen = scanner.long_lines_cut = scanner.bytes_seen = 0
-    scanner.reset(0, 0)
-    return scanner, index_map
-
-
-def matchers_for(compiled: CompiledRulebook, source: str) -> list[int]:
-    """Indexes (into compiled.matchers) of the matchers that apply to a source kind."""
-    return [i for i, m in enumerate(compiled.matchers) if source == "any" or source in m.sources or "any" in m.sources]
 
 
 def scan_chunks(

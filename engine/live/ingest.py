@@ -16,7 +16,6 @@ facts the node agents write to the spool. One input whose handling raises is qua
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import math
@@ -29,8 +28,7 @@ from typing import Any, Callable, Sequence
 from engine.core.incidents import Engine
 from engine.core.linefacts import ClusterContext, FileContext, Flood, HitConverter, StreamFacts, job_from_filename
 from engine.core.linetime import DEFAULT_ZONE, LineClock, log_zone
-from engine.core.matching import Scanner
-from engine.core.replay import matcher_specs, matchers_for
+from engine.core.scanner import Scanner, scanner_for
 from engine.live.batch import STORE_ERRORS, Batch
 from engine.live.metrics import LogLimiter, Metrics
 from engine.rulebook import CompiledRulebook
@@ -51,6 +49,8 @@ SPOOL_READ_BYTES = 4 << 20
 #: 2 MiB of short lines that all differ (every one a new exception) took 2.2 s to convert, so a
 #: node's fatal Xid waited that long behind one job's log (bench_live_flood.py --shape distinct)
 PASS_SECONDS = 0.1
+#: the source kinds a followed file may be scanned as (another reads as a job's log)
+_SCANNED_SOURCES = frozenset(("job", "kernel", "slurm", "any"))
 #: the spool reader's refusals -> the reason label of recover_refused_total
 _SPOOL_REFUSALS = (
     ("refused_node", "spool_other_node"),
@@ -123,9 +123,7 @@ class FileIngest:
         self.converter = HitConverter(list(compiled.matchers), self.cluster, clock=clock)
         self.converter.scheduler = self.scheduled  # only the scheduler says which job runs where
         self.zone = log_zone(compiled.policy)  # stamps without a zone: the rulebook's one rule
-        self.specs = matcher_specs(compiled)
-        self.index_maps = {src: matchers_for(compiled, src) for src in ("job", "kernel", "slurm", "any")}
-        self._scanner_templates: dict[str, Scanner] = {}
+        self.compiled = compiled
 
     def on_new_file(self, t: Tailed) -> None:
         """The follower's hook for a file it starts to follow: its context and a scanner."""
@@ -146,24 +144,12 @@ class FileIngest:
         t.meta["committed"] = (t.inode, t.offset, t.line_no)
         self._reset_scanner(t)
 
-    def _scanner_for(self, source: str) -> Scanner:
-        """A fresh scanner for one file. Compiling the patterns (a hyperscan database: ~0.2 s for
-        25 patterns) is done once per source kind and rulebook; each file gets a shallow copy that
-        shares the compiled databases and has its own stream state (set by reset()). A Scanner is
-        not thread-safe, and neither are these copies: all of them are used by the controller's thread."""
-        tmpl = self._scanner_templates.get(source)
-        if tmpl is None:
-            tmpl = self._scanner_templates[source] = Scanner([self.specs[i] for i in self.index_maps[source]])
-        scanner = copy.copy(tmpl)
-        scanner.lines_seen = scanner.long_lines_cut = scanner.bytes_seen = 0
-        scanner.reset(0, 0)
-        return scanner
-
     def _reset_scanner(self, t: Tailed) -> None:
         source = t.meta.get("source", "job")
-        source = "job" if source not in self.index_maps else source
-        index_map = self.index_maps[source]
-        scanner = self._scanner_for(source)
+        source = source if source in _SCANNED_SOURCES else "job"
+        # the patterns are compiled once per rulebook and source kind (a hyperscan database: ~0.2 s
+        # for 25 patterns); each file gets a clone with its own stream state
+        scanner, index_map = scanner_for(self.compiled, source)
         scanner.reset(t.offset, t.line_no)
         t.meta["scanner"] = scanner
         t.meta["index_map"] = index_map

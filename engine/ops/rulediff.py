@@ -26,7 +26,8 @@ from typing import Any, Sequence
 
 from engine.facts import Fact
 from engine.core.linefacts import HitConverter
-from engine.core.replay import replay_inputs, scanner_for
+from engine.core.replay import replay_inputs
+from engine.core.scanner import scanner_for
 from engine.rulebook.compile import CompiledRulebook
 from engine.store import IncidentRow, Store
 

@@ -20,8 +20,8 @@ from typing import Any, Mapping
 from engine.facts import Fact
 from engine.core.linefacts import ClusterContext, FileContext, HitConverter
 from engine.core.linetime import LineClock, log_zone
-from engine.core.matching import Scanner
-from engine.core.replay import Input, matcher_specs, matchers_for, replay_inputs
+from engine.core.scanner import Scanner, matcher_specs, matchers_for
+from engine.core.replay import Input, replay_inputs
 from engine.core.rete import ReteNetwork
 from engine.rulebook.compile import CompiledRulebook
 from engine.rulebook.conditions import AllOf, AnyOf, Cmp, ListRef, MacroRef, Same

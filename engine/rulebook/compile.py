@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from engine.rulebook.conditions import aliases_used, references, resolve
 from engine.rulebook.policy_model import Policy, build_policy
 from engine.rulebook.model import BUILTIN_FAULT_CLASSES, DECISIONS, Diagnostic, FaultClass, Rule, Rulebook, frozen
+from engine.rulebook.patterns import check_pattern
 from engine.rulebook.yamlmarks import Mark
 
 if TYPE_CHECKING:
@@ -114,7 +115,7 @@ class CompiledAction:
     mark: Mark
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity: the scanners of a rulebook are cached on it (weakly)
 class CompiledRulebook:
     book: Rulebook
     rules: tuple[CompiledRule, ...]
@@ -178,8 +179,6 @@ def compile_rulebook(
     shipped may name an action such a rulebook does not define (the planner then says so for that
     incident), every other plan must name defined actions."""
     from jinja2 import meta
-
-    from engine.core.matching import check_pattern  # the scanner owns what a valid pattern is
 
     diags: list[Diagnostic] = []
     used_lists: set[str] = set()

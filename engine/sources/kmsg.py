@@ -80,7 +80,7 @@ class KernelLineFacts:
     """
 
     def __init__(self, compiled: Any, node: str, path: str = "kernel") -> None:
-        from engine.core.replay import scanner_for  # replay's own selection and compiled scanner, not a copy
+        from engine.core.scanner import scanner_for  # replay's own selection and compiled scanner, not a copy
 
         self.node = node
         self.zone = log_zone(compiled.policy)  # the one rule for stamps without a zone, as in replay

@@ -9,7 +9,8 @@ import pytest
 
 from engine.core import cache, matching
 from engine.ops.explain import build
-from engine.core.matching import MatcherSpec, Scanner
+from engine.core.matching import MatcherSpec
+from engine.core.scanner import Scanner
 from engine.core.replay import replay
 from engine.rulebook import require_rulebook
 from engine.store import Store

@@ -13,8 +13,9 @@ import pytest
 
 from engine.core import linefacts
 from engine.core.linefacts import ClusterContext, FileContext, Flood, HitConverter
-from engine.core.matching import blank_digits, digit_blind
-from engine.core.replay import scan_chunks, scanner_for
+from engine.core.replay import scan_chunks
+from engine.core.scanner import scanner_for
+from engine.rulebook.patterns import digit_insensitive, mask_digits
 from engine.rulebook import require_rulebook
 
 
@@ -35,8 +36,8 @@ def compiled():
         r"[a-f]+",
     ],
 )
-def test_digit_blind_patterns(pattern):
-    assert digit_blind(pattern) is ("0x" not in pattern)
+def test_digit_insensitive_patterns(pattern):
+    assert digit_insensitive(pattern) is ("0x" not in pattern)
 
 
 @pytest.mark.parametrize(
@@ -55,13 +56,13 @@ def test_digit_blind_patterns(pattern):
     ],
 )
 def test_digit_sensitive_patterns(pattern):
-    assert not digit_blind(pattern)
+    assert not digit_insensitive(pattern)
 
 
-def test_blank_digits_is_injective_up_to_digits():
-    assert blank_digits(b"gpu0007:123 [5]") == blank_digits(b"gpu1234:987 [0]")
-    assert blank_digits(b"a#1") != blank_digits(b"a11")  # a blanked digit is not any other byte
-    assert blank_digits(b"err 12") != blank_digits(b"err 123")
+def test_mask_digits_is_injective_up_to_digits():
+    assert mask_digits(b"gpu0007:123 [5]") == mask_digits(b"gpu1234:987 [0]")
+    assert mask_digits(b"a#1") != mask_digits(b"a11")  # a masked digit is not any other byte
+    assert mask_digits(b"err 12") != mask_digits(b"err 123")
 
 
 def _items(compiled, name: str, data: bytes, source: str, shortcut: bool, monkeypatch, chunk: int, setup=None):

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from engine.core.linefacts import ClusterContext, FileContext, HitConverter
-from engine.core.replay import replay, scan_chunks, scanner_for
+from engine.core.replay import replay, scan_chunks
+from engine.core.scanner import scanner_for
 from engine.facts import Fact
 from engine.rulebook import require_rulebook
 from engine.store import Store

@@ -13,7 +13,8 @@ import pytest
 from engine.core import linefacts
 from engine.facts import Fact
 from engine.core.linefacts import FileContext, HitConverter, StreamFacts
-from engine.core.replay import file_input, replay_inputs, scanner_for
+from engine.core.replay import file_input, replay_inputs
+from engine.core.scanner import scanner_for
 from engine.rulebook import require_rulebook
 from engine.store import Store
 

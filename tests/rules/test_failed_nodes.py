@@ -10,7 +10,8 @@ import pytest
 
 from engine.core import linefacts
 from engine.core.linefacts import ClusterContext, FileContext, HitConverter
-from engine.core.replay import scan_chunks, scanner_for
+from engine.core.replay import scan_chunks
+from engine.core.scanner import scanner_for
 from engine.facts import Fact
 from engine.rulebook import require_rulebook
 

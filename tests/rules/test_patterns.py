@@ -10,7 +10,7 @@
 - overlap: when several matchers hit one line, they lead to the same fault class (so it does
   not matter whether the scanner reports every matcher of a line or only one).
 
-Matching semantics follow engine/core/matching.py: a matcher hits a line when its regex is found
+Matching semantics follow engine/core/scanner.py: a matcher hits a line when its regex is found
 anywhere in it; anchors refer to the line; ``ignore_case`` is ``(?i)``.
 """
 
