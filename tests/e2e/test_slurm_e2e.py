@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.store import TERMINAL
 from tests.helpers import wait_for
 
 from scheduler_adapters.slurm import SlurmAdapter
@@ -206,6 +207,21 @@ class Harness:
         finally:
             con.close()
 
+    def known(self, *jobs: str) -> bool:
+        """Has the controller committed a scheduler poll that lists each of ``jobs`` with nodes?
+        It updates what it knows about jobs first and saves it after: from then on a Xid on one
+        of their nodes is that job's."""
+        rows = self.query("SELECT value FROM meta WHERE key = 'job_states'")
+        states = json.loads(rows[0][0] or "{}") if rows else {}
+        return all(job in states and states[job][2] for job in jobs)
+
+    def wait_known(self, *jobs: str) -> None:
+        wait_for("the controller to see the job on its nodes", lambda: self.known(*jobs), 60)
+
+    def all_handled(self) -> bool:
+        """Every incident closed and every action in a state it stays in."""
+        return all(i[3] == "closed" for i in self.incidents()) and all(a[4] in TERMINAL for a in self.actions())
+
     def incidents(self):
         return self.query(
             "SELECT id, job, attempt, status, fault_class, decision, nodes, guards FROM incidents ORDER BY id"
@@ -252,7 +268,7 @@ def test_fatal_xid_drains_the_node_and_the_job_runs_again_elsewhere(h):
     job = h.submit(JOB, "-N", "2")
     first = wait_for("job running", lambda: h.running(job), 30)
     bad = first.nodes[-1]
-    time.sleep(2.5)  # the controller has seen the job on its nodes
+    h.wait_known(job)
     t0 = time.monotonic()
     h.inject_xid(bad)
     drained = wait_for(f"{bad} drained", lambda: (n := h.node(bad)).drained and n, 40)
@@ -341,7 +357,7 @@ def test_dry_run_changes_nothing_in_slurm(h):
     job = h.submit(JOB, "-N", "2")
     first = wait_for("job running", lambda: h.running(job), 30)
     bad = first.nodes[0]
-    time.sleep(2.5)
+    h.wait_known(job)
     h.inject_xid(bad)
     wait_for("incident closed", lambda: [i for i in h.incidents() if i[3] == "closed"], 40)
     acts = h.actions()
@@ -362,7 +378,7 @@ def test_controller_killed_between_running_and_verifying_resumes_without_repeati
     job = h.submit(JOB, "-N", "2")
     first = wait_for("job running", lambda: h.running(job), 30)
     bad = first.nodes[-1]
-    time.sleep(2.5)
+    h.wait_known(job)
     h.inject_xid(bad)
     wait_for("the drain to run", lambda: h.node(bad).drained, 40)
     assert [a[4] for a in h.actions() if a[1] == "drain"] == ["started"]  # ran, result not journaled
@@ -386,11 +402,11 @@ def test_burst_of_xids_stops_draining_at_the_blast_radius(h):
     h.start_controller()
     jobs = [h.submit(JOB) for _ in NODES]
     wait_for("4 jobs running", lambda: all(h.running(j) for j in jobs), 40)
-    time.sleep(2.5)
+    h.wait_known(*jobs)
     for n in NODES:
         h.inject_xid(n)
     wait_for("4 incidents closed", lambda: len([i for i in h.incidents() if i[3] == "closed"]) >= 4, 60)
-    time.sleep(4)
+    wait_for("their actions done", h.all_handled, 60)
     drained = [n for n in NODES if h.node(n).drained]
     assert len(drained) == 2
     stopped = [i for i in h.incidents() if i[5] == "observe"]
@@ -403,7 +419,7 @@ def test_node_death_is_a_node_failure(h):
     job = h.submit(JOB)
     first = wait_for("job running", lambda: h.running(job), 30)
     victim = first.nodes[0]
-    time.sleep(2.5)
+    h.wait_known(job)
     h.killed_nodes.append(victim)
     subprocess.run(["bash", str(REPO / "scripts" / "slurm-node.sh"), "kill", victim], check=True, timeout=60)
     rows = wait_for(
@@ -458,7 +474,7 @@ def test_a_dead_node_is_the_only_node_named_not_the_step_host(h):
     assert "DUE TO NODE FAILURE" in text or "Node failure on n2" in text, text[-2000:]
     assert [(r[1], json.loads(r[6])) for r in rows] == [(job, ["n2"])], rows
     assert all(json.loads(i[6]) in ([], ["n2"]) for i in h.incidents()), h.incidents()
-    time.sleep(3)  # whatever the controller does next, it does not touch n1
+    wait_for("every action done", h.all_handled, 60)  # whatever it does next, it does not touch n1
     assert not h.node("n1").drained
     assert not [a for a in h.actions() if "n1" in json.loads(a[6]) or "NodeName=n1" in a[6]], h.actions()
     assert "n1" not in (h.slurm.job(job).excluded_nodes or ())

@@ -55,7 +55,7 @@ def test_a_queued_job_named_in_bad_bytes_does_not_stop_another_jobs_recovery(h):
     job = h.submit(JOB, "-N", "2")
     state, _, nodes = wait_for("job running", lambda: (a := attempt(job))[0] == "RUNNING" and a, 30)
     bad = expand_hostlist(nodes)[-1]
-    time.sleep(2.5)  # the controller has seen the job on its nodes
+    h.wait_known(job)
     t0 = time.monotonic()
     h.inject_xid(bad)
     wait_for("drained and requeued", lambda: h.node(bad).drained and attempt(job)[1] >= 1, 30)
