@@ -159,9 +159,10 @@ def test_crash_between_spool_write_and_state_save_is_harmless(tmp_path):
         with open(log, "a") as fh:
             fh.writelines(xid_line(i) for i in range(120, 130))
         assert wait_for(lambda: len(spool_pids(spool)) >= 130)
-        time.sleep(0.5)  # give a doubling agent the chance to show it
+        # a doubling agent would write the re-read lines before the new ones: they are there
+        # already, and nothing more comes once it has exited (read after the exit)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == EXIT_OK
+        assert proc.wait(timeout=30) == EXIT_OK
     raw = spool_pids(spool)
     assert sorted(raw) == list(range(130)), "lines re-read after the crash were written again"
     assert sorted(f.get("pid") for f in SpoolReader(str(spool)).read()) == list(range(130))
@@ -330,10 +331,12 @@ def test_state_never_runs_ahead_of_the_spool(tmp_path, monkeypatch):
     real_write = spool_mod.SpoolWriter.write
     broken = threading.Event()
     broken.set()
+    refused: list[int] = []
 
     def write(self, facts):
         facts = list(facts)
         if broken.is_set() and facts:
+            refused.append(len(facts))
             raise OSError(28, "No space left on device")
         return real_write(self, facts)
 
@@ -343,7 +346,8 @@ def test_state_never_runs_ahead_of_the_spool(tmp_path, monkeypatch):
         assert wait_for(state_file(spool).exists, timeout=10)
         with open(log, "a") as fh:
             fh.writelines(xid_line(i) for i in range(5))
-        time.sleep(0.5)
+        # it read them and tried to write them (twice: once more after the first refusal)
+        wait_for(lambda: sum(refused) >= 10, 30, what="the refused writes")
         assert json.loads(state_file(spool).read_text())["kernel_log"]["offset"] == 0
         assert spool_pids(spool) == []
         broken.clear()

@@ -88,7 +88,7 @@ def test_a_requeue_by_an_admin_right_after_the_xid_is_not_repeated(h):
     assert status == "skipped" and "already restarted" in note, note
     assert wait_for(f"{bad} drained", lambda: h.node(bad).drained, 20)
     again = wait_for("job running again", lambda: (j := h.running(job)) and j, 60)
-    time.sleep(3)
+    wait_for("every action done", h.all_handled, 60)  # a second requeue would come before that
     assert h.slurm.job(job).attempt == 1  # the admin's requeue, and no second one
     assert bad not in again.nodes
 
@@ -115,8 +115,13 @@ def test_slurms_own_requeue_on_node_death_is_kept_and_the_dead_node_stays_out(h)
     # the node comes back: with ReturnToService=1 it would be idle again without the DRAIN flag
     subprocess.run(["bash", str(REPO / "scripts" / "slurm-node.sh"), "start", victim], check=True, timeout=60)
     h.killed_nodes.remove(victim)
-    time.sleep(12)
-    n = h.node(victim)
+    # once it has registered again (no longer down) the DRAIN flag is what keeps it out
+    n = wait_for(
+        f"{victim} to register again",
+        lambda: (n := h.node(victim)) and not n.down and "NOT_RESPONDING" not in n.flags and n,
+        90,
+        every=1,
+    )
     assert n.drained, n
     assert h.slurm.job(job).attempt == 1
 
