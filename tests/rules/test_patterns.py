@@ -190,6 +190,57 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
         {"xid": {"code": "48"}},
     ),
     ("NVRM: Xid (0000:03:00): 14, Channel 00000001", {"xid": {"code": "14", "pci": "0000:03:00"}}),
+    # a Xid is `NVRM: Xid` + its code, whatever the PCI field: redacted (NVIDIA/nccl#2241 "PCI:..."),
+    # x'd out, empty or missing; the code and the other groups are read all the same
+    (
+        "kernel: NVRM: Xid (PCI:...): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 11 (...)",
+        {"xid_nvlink5": {"code": "145", "fatality": "Nonfatal", "pci": "..."}},
+    ),
+    (
+        "kernel: NVRM: Xid (PCI:...): 137, RLW_RXPIPE interrupt hit on link 11 on GPU0: PRIV Error",
+        {"xid": {"code": "137"}},
+    ),
+    (
+        "Nov 29 17:00:05 n3 kernel: NVRM: Xid (PCI:XXXX:XX:XX): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+        {"xid": {"code": "79", "node": "n3", "process": "<unknown>"}},
+    ),
+    ("NVRM: Xid (): 48, pid=1, name=python, DBE (0x1) detected", {"xid": {"code": "48", "pid": "1"}}),
+    ("NVRM: Xid: 79, pid=1, name=python, GPU has fallen off the bus.", {"xid": {"code": "79"}}),
+    (
+        "NVRM: Xid (PCI:xxxx:xx:xx): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
+        {"xid_recovery_action": {"code": "154", "recovery_action": "Node Reboot Required"}},
+    ),
+    (
+        "nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 12028, Data {0x000001c0, 0x00bd5c8a, 0x00000500, 0x00000064}",
+        {"nvswitch_sxid": {"sxid": "12028"}},
+    ),
+    (
+        "nvidia-nvswitch3: SXid (PCI:...): 20034, Fatal, Link 30 LTSSM Fault Up",
+        {"nvswitch_sxid": {"sxid": "20034", "fatality": "Fatal"}},
+    ),
+    # gpu_unavailable: each program's words for "no usable GPU"
+    ("RuntimeError: Found no NVIDIA driver on your system. Please check", {"cuda_no_gpu_available": {}}),
+    ("E cuda_driver.cc:406] failed call to cuInit: CUDA_ERROR_UNKNOWN: unknown error", {"cuda_no_gpu_available": {}}),
+    ("  cuInit return value:   100", {"cuda_no_gpu_available": {}}),
+    (
+        "RuntimeError: Unable to initialize backend 'cuda': FAILED_PRECONDITION: No visible GPU devices.",
+        {"cuda_no_gpu_available": {}},
+    ),
+    ("No GPUs were found available on this machine. Exiting with EX_TEMPFAIL (75)", {"cuda_no_gpu_available": {}}),
+    ("Failed to initialize NVML: Unknown Error", {"nvidia_smi_no_driver": {}}),
+    (
+        "nvidia-container-cli: initialization error: nvml error: driver not loaded: unknown",
+        {"nvidia_smi_no_driver": {}},
+    ),
+    ("No devices were found", {"nvidia_smi_no_driver": {}}),
+    (
+        "Apr 13 23:38:47 gpu7 kernel: NVRM: API mismatch: the client has the version 535.171.04, but",
+        {"kernel_nvidia_no_device": {"node": "gpu7"}},
+    ),
+    (
+        "Nov 29 10:00:01 n2 kernel: nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)",
+        {"kernel_gpu_aer_unrecoverable": {"node": "n2", "pci": "0000:03:00.0"}},
+    ),
     (
         "2026-11-29T17:00:05.118950+00:00 n3 kernel: NVRM: Xid (PCI:0008:01:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU4 GSP!",
         {"xid": {"code": "119", "node": "n3", "pci": "0008:01:00"}},
@@ -547,6 +598,12 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
 
 # lines from healthy jobs and hosts: no matcher that makes an error or fatal symptom may hit them
 HEALTHY: list[str] = [
+    # JAX probing its backends on a CPU run, and Lightning saying so (a fallback, not a failure)
+    "2023-09-10 13:47:04 - INFO - Unable to initialize backend 'cuda': FAILED_PRECONDITION: No visible GPU devices.",
+    "2023-09-10 13:47:04 - WARNING - No GPU/TPU found, falling back to CPU. (Set TF_CPP_MIN_LOG_LEVEL=0 and rerun for more info.)",
+    "2023-09-10 13:47:05 - INFO - GPU available: False, used: False",
+    "snd_hda_intel 0000:63:00.1: AER: can't recover (no error_detected callback)",
+    "print('on Xid 79 the node is drained')",
     "n1:51234:51234 [0] NCCL INFO NCCL_IB_TIMEOUT set by environment to 22.",
     "n1:51234:52001 [0] NCCL INFO [Service thread] Connection closed by localRank 1",
     "n1:51234:51980 [0] NCCL INFO NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'",
