@@ -26,8 +26,9 @@ if [ "$(id -u)" = 0 ]; then
 else
   echo "test.sh: not root, so no Slurm cluster: the real-Slurm tests will be skipped" >&2
 fi
-# gates first (the same for a person and for CI): lint, format, types
+# gates first (the same for a person and for CI): lint, format, types, layering
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+.venv/bin/lint-imports  # the layers of docs/architecture.md (contracts in pyproject.toml)
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

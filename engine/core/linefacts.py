@@ -11,10 +11,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 
-from scheduler_adapters.hostlist import HostlistError, expand_hostlist as _expand_hostlist
-
-from engine.facts import JOB_RE, NODE_RE, Fact, clean_text
 from engine.core.linetime import LineClock, has_stamp, parse_line_time
+from engine.facts import JOB_RE, NODE_RE, Fact, clean_text
+from engine.hostlist import HostlistError, expand_hostlist as _expand_hostlist
 from engine.rulebook.model import Matcher
 
 logger = logging.getLogger(__name__)

@@ -36,7 +36,8 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from engine.rulebook.zones import check_zone, zone as _zone
 
 __all__ = ["LineClock", "parse_line_time", "has_stamp", "check_zone", "log_zone", "DEFAULT_ZONE", "HEAD"]
 
@@ -90,28 +91,10 @@ _SLACK = 86400.0
 _HALF_YEAR = 183 * 86400.0
 
 
-def check_zone(name: Any) -> str | None:
-    """The problem with a ``policy.log_timezone`` value, or ``None`` when it names a zone."""
-    if not isinstance(name, str) or not name.strip():
-        return "must be a time-zone name such as UTC or Europe/Berlin"
-    try:
-        _zone(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        return f"unknown time zone {name!r} (an IANA name such as UTC, Europe/Berlin, America/New_York)"
-    return None
-
-
 def log_zone(policy: Mapping[str, Any] | None) -> str:
     """The zone a rulebook's policy reads stamps without one in (``policy.log_timezone``)."""
     value = (policy or {}).get("log_timezone")
     return value if isinstance(value, str) and check_zone(value) is None else DEFAULT_ZONE
-
-
-@functools.lru_cache(maxsize=64)
-def _zone(name: str) -> Any:
-    if name.upper() in ("UTC", "Z", "ETC/UTC", "GMT"):
-        return timezone.utc
-    return ZoneInfo(name)
 
 
 @functools.lru_cache(maxsize=4096)

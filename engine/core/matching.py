@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import re2
 
-from engine.core import cache
+from engine import cache
 from engine.rulebook import patterns
 
 logger = logging.getLogger(__name__)

@@ -37,6 +37,7 @@ from engine.core.linefacts import ClusterContext
 from engine.facts import JOB_ACTIVE_STATES, Fact
 from engine.live.batch import Batch
 from engine.live.metrics import LogLimiter, Metrics
+from engine.live.worker import Answer, PollWorker, jobs_on
 from engine.store import Store
 
 logger = logging.getLogger(__name__)
@@ -128,8 +129,6 @@ class SchedulerPoll:
 
     def start_worker(self) -> None:
         """Poll on a thread of its own from now on: a scheduler that hangs never blocks the loop."""
-        from scheduler_adapters.worker import PollWorker
-
         self.worker = PollWorker(self.adapter, self.interval, timeout=max(10.0, 2 * self.interval))
         self.worker.start()
 
@@ -176,8 +175,6 @@ class SchedulerPoll:
         if self.worker is not None:
             self.worker.ask(nodes)  # answered on its thread: the loop never waits for it
             return
-        from scheduler_adapters.worker import Answer, jobs_on
-
         started = time.time()
         try:  # inline (startup, tests): bounded by the adapter's own timeout
             jobs = jobs_on(self.adapter, nodes)

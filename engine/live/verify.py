@@ -3,8 +3,9 @@
 An action names its verifier in the rulebook (``verify: node_drained``); without one, its name
 picks a default (``DEFAULT_VERIFY``). A verifier answers True or False, or lets the adapter's
 ``SchedulerError`` go up, which ``check`` turns into ``StateUnknown``: the scheduler could not
-tell, and the actuator waits rather than guess. The rulebook linter checks names against
-``VERIFIERS``.
+tell, and the actuator waits rather than guess. The names are the rulebook's
+(``engine.rulebook.model.VERIFY_KINDS``, which the linter checks against); ``VERIFIERS`` holds
+one implementation per name.
 
 What Slurm says in words (its "held" reasons, its job state names, the messages of a
 slurmctld that does not answer) is read here and nowhere else in the actuator.

@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 logger = logging.getLogger(__name__)
 
@@ -197,7 +197,7 @@ SCENARIOS: dict[str, Callable] = {
 
 
 def run_demo(db: str, jobs: int = 6, seed: int = 7, timeout: float = 50.0, keep: str | None = None) -> DemoResult:
-    from scheduler_adapters.simulated import SimulatedCluster
+    from scheduler_adapters.registry import get_adapter
 
     from engine.live.agent import run_agent
     from engine.live.controller import Controller, ControllerConfig
@@ -212,7 +212,9 @@ def run_demo(db: str, jobs: int = 6, seed: int = 7, timeout: float = 50.0, keep:
     site.write_text(SITE_OVERLAY)
     for suffix in ("", "-wal", "-shm"):
         Path(db + suffix).unlink(missing_ok=True)
-    sim = SimulatedCluster(NODES, gpus=1)  # each node's one fake GPU below: what its agent expects
+    # by name, like any adapter (engine never imports a concrete one); typed Any because the demo
+    # drives the simulation's own controls (submit, fail, kill_node), which no real scheduler has
+    sim: Any = get_adapter("simulated", nodes=NODES, gpus=1)  # one fake GPU per node, as its agent expects
     nvml = {
         n: FakeNvml([FakeGpu(uuid=f"GPU-{i:08x}-0000-0000-0000-000000000000", bus_id="00000000:3B:00.0")])
         for i, n in enumerate(NODES)

@@ -17,12 +17,11 @@ from __future__ import annotations
 from engine.errors import RulebookError
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from engine.rulebook import stored
-from engine.rulebook.compile import CompiledRulebook
+from engine.rulebook.compile import CompiledRulebook, LoadResult
 from engine.rulebook.model import Diagnostic, FileModel
 from engine.rulebook.yamlmarks import Mark
 
@@ -39,21 +38,6 @@ __all__ = [
 ]
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class LoadResult:
-    compiled: CompiledRulebook | None
-    diagnostics: tuple[Diagnostic, ...]
-    files: tuple[str, ...]
-
-    @property
-    def errors(self) -> tuple[Diagnostic, ...]:
-        return tuple(d for d in self.diagnostics if d.severity == "error")
-
-    @property
-    def ok(self) -> bool:
-        return self.compiled is not None and not self.errors
 
 
 def fault_class_files() -> list[Path]:

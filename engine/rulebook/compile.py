@@ -15,13 +15,13 @@ from engine.rulebook.conditions import aliases_used, references, resolve
 from engine.rulebook.policy_model import Policy, build_policy
 from engine.rulebook.model import BUILTIN_FAULT_CLASSES, DECISIONS, Diagnostic, FaultClass, Rule, Rulebook, frozen
 from engine.rulebook.patterns import check_pattern
+from engine.rulebook.templating import jinja_env
 from engine.rulebook.yamlmarks import Mark
 
 if TYPE_CHECKING:
     import jinja2
-    from jinja2.sandbox import SandboxedEnvironment
 
-__all__ = ["CompiledRulebook", "Template", "compile_rulebook", "ACTION_VARS", "jinja_env"]
+__all__ = ["CompiledRulebook", "LoadResult", "Template", "compile_rulebook", "ACTION_VARS", "jinja_env"]
 
 ACTION_VARS = frozenset(
     {
@@ -43,20 +43,6 @@ ACTION_VARS = frozenset(
 #: the sources that may make node-level claims (a Xid naming a node): the kernel's log (read by
 #: the node agents) and Slurm's own daemons; never a job's output, which its user writes
 NODE_CLAIM_SOURCES = frozenset({"kernel", "slurm"})
-
-_ENV: SandboxedEnvironment | None = None
-
-
-def jinja_env() -> SandboxedEnvironment:
-    """The one sandboxed Jinja environment (made on first use: a command that renders nothing,
-    with its rulebook read back from the cache, never imports Jinja)."""
-    global _ENV
-    if _ENV is None:
-        import jinja2
-        from jinja2.sandbox import SandboxedEnvironment
-
-        _ENV = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
-    return _ENV
 
 
 class Template:
@@ -169,6 +155,25 @@ def _compile_template(
             )
         )
         return None
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What loading a rulebook gave: the compiled book (None when it could not be built), every
+    diagnostic, the files read. Here beside ``CompiledRulebook`` so that ``stored`` (the on-disk
+    cache of these) needs nothing from the package that uses it."""
+
+    compiled: CompiledRulebook | None
+    diagnostics: tuple[Diagnostic, ...]
+    files: tuple[str, ...]
+
+    @property
+    def errors(self) -> tuple[Diagnostic, ...]:
+        return tuple(d for d in self.diagnostics if d.severity == "error")
+
+    @property
+    def ok(self) -> bool:
+        return self.compiled is not None and not self.errors
 
 
 def compile_rulebook(
@@ -375,7 +380,9 @@ def compile_rulebook(
                 )
             )
 
-    from engine.rulebook.lint import lint  # the cross-reference checks need the whole layered book
+    # the cross-reference checks need the whole layered book; imported here, not at the top, so
+    # that reading a compiled rulebook back from the cache never imports Jinja (lint does)
+    from engine.rulebook.lint import lint
 
     diags.extend(lint(book, compiled_rules))
     typed, missing = build_policy(frozen(_seconds(policy)))

@@ -23,7 +23,8 @@ from typing import Any, Iterator, Mapping
 from jinja2 import nodes as jn
 
 from engine.rulebook.conditions import AllOf, AnyOf, Cmp, ListRef, MacroRef
-from engine.rulebook.model import BUILTIN_FAULT_CLASSES, Diagnostic, Matcher, Rulebook
+from engine.rulebook.model import BUILTIN_FAULT_CLASSES, VERIFY_KINDS, Diagnostic, Matcher, Rulebook
+from engine.rulebook.templating import jinja_env
 from engine.rulebook.yamlmarks import Mark
 
 __all__ = ["lint", "log_attrs", "BASE_ATTRS"]
@@ -261,8 +262,6 @@ class _Linter:
                     )
 
     def templates(self, rule, scopes: Mapping[str, tuple[frozenset[str], frozenset[str]] | None]) -> None:
-        from engine.rulebook.compile import jinja_env
-
         for key, value in rule.then_attrs.items():
             for src in value if isinstance(value, tuple) else (value,):
                 if not isinstance(src, str) or "{" not in src:
@@ -349,15 +348,13 @@ class _Linter:
                             self.err(t.mark, "E-REF", f"test {t.name}: expect.{key} names unknown rule {r!r}")
 
     def actions(self) -> None:
-        from engine.live.actuator import VERIFIERS  # the registry of checks an action may name
-
         for name, action in self.book.actions.items():
-            if action.verify and action.verify != "none" and action.verify not in VERIFIERS:
+            if action.verify and action.verify != "none" and action.verify not in VERIFY_KINDS:
                 self.err(
                     self.book.origins.get(("actions", name), (action.mark,))[-1],
                     "E-REF",
                     f"action {name}: unknown verify {action.verify!r}",
-                    f"one of: none, {', '.join(sorted(VERIFIERS))}",
+                    f"one of: none, {', '.join(sorted(VERIFY_KINDS))}",
                 )
 
 

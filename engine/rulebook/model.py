@@ -20,6 +20,7 @@ __all__ = [
     "DECISIONS",
     "SOURCES",
     "EMITS",
+    "VERIFY_KINDS",
     "Diagnostic",
     "Matcher",
     "Condition",
@@ -37,6 +38,12 @@ __all__ = [
 BUILTIN_FAULT_CLASSES = ("unknown",)
 SOURCES = ("job", "kernel", "slurm", "any")
 EMITS = ("log", "xid", "progress", "context")
+#: the checks an action's ``verify:`` may name (besides ``none``). The names are rulebook
+#: vocabulary, so the linter knows them without importing the live layer; ``engine.live.verify``
+#: implements one verifier per name (tests/live/test_actuator_parts.py asserts the sets are equal).
+VERIFY_KINDS = frozenset(
+    {"node_drained", "node_resumed", "job_requeued", "job_excluded", "job_held", "job_released", "job_cancelled"}
+)
 
 
 def frozen(value: Any) -> Any:

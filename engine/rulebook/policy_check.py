@@ -13,6 +13,7 @@ from engine.facts import DECISIONS
 from engine.rulebook.spec import GUARDS, POLICY, MapOf
 from engine.rulebook.thresholds import check_thresholds
 from engine.rulebook.yamlmarks import mark_of
+from engine.rulebook.zones import check_zone
 
 if TYPE_CHECKING:
     from engine.rulebook.schema import _Checker as Checker
@@ -77,8 +78,6 @@ def check_policy(c: Checker, node: Any, marks: dict) -> dict:
                 continue
             out[key] = dict(value)
         elif key == "log_timezone":
-            from engine.core.linetime import check_zone  # the line-time reader owns what a zone is
-
             problem = check_zone(value)
             if problem is not None:
                 c.err(

@@ -3,7 +3,7 @@
 A load is a pure function of its inputs, and the key covers all of them: each file's name as
 shown and its bytes, the overlays, whether the defaults were loaded, the source of Recover
 itself (every ``.py`` of ``engine/`` and ``scheduler_adapters/``, so an edited compiler is never
-served an old result) and the versions of Python and the libraries (``engine.core.cache``). An
+served an old result) and the versions of Python and the libraries (``engine.cache``). An
 entry that cannot be read back is ignored and rebuilt. Jinja templates are stored as their
 source and compiled on first render, by the Jinja version that checked them when the entry was
 built (it is part of the key).
@@ -25,10 +25,10 @@ import io
 import logging
 import pickle
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
-if TYPE_CHECKING:
-    from engine.rulebook import LoadResult
+from engine import cache  # the on-disk store and the library versions
+from engine.rulebook.compile import LoadResult
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +37,6 @@ __all__ = ["key", "get", "put"]
 
 def key(named_texts: Sequence[tuple[str, str]], overlays: Sequence[tuple[str, str]], defaults: bool) -> str:
     """The cache key of loading these (shown name, text) files and overlays."""
-    from engine.core import cache  # the on-disk store and the library versions
-
     digest = hashlib.sha256()
     for name, text in (*named_texts, ("--overlays--", ""), *overlays):
         data = text.encode("utf-8", "surrogateescape")
@@ -60,8 +58,6 @@ def _dispatch() -> dict:
 
 
 def get(k: str) -> LoadResult | None:
-    from engine.core import cache
-
     data = cache.get(k)
     if data is None:
         return None
@@ -70,14 +66,10 @@ def get(k: str) -> LoadResult | None:
     except Exception as exc:  # damaged, truncated or written by other code: build it again
         logger.debug("rulebook cache entry %s unusable: %s", k, exc)
         return None
-    from engine.rulebook import LoadResult
-
     return result if isinstance(result, LoadResult) else None
 
 
 def put(k: str, result: LoadResult) -> None:
-    from engine.core import cache
-
     buf = io.BytesIO()
     pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
     pickler.dispatch_table = _dispatch()

@@ -1,5 +1,5 @@
-"""Slurm's hostlist syntax lives in ``scheduler_adapters.hostlist`` (the engine reads it in logs too)."""
+"""Slurm's hostlist syntax lives in ``engine.hostlist`` (the engine reads it in job logs too)."""
 
-from ..hostlist import MAX_HOSTS, HostlistError, expand_hostlist
+from engine.hostlist import MAX_HOSTS, HostlistError, expand_hostlist
 
 __all__ = ["MAX_HOSTS", "HostlistError", "expand_hostlist"]

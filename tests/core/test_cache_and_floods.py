@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.core import cache, matching
+from engine import cache
+from engine.core import matching
 from engine.ops.explain import build
 from engine.core.matching import MatcherSpec
 from engine.core.scanner import Scanner

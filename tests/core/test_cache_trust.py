@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.core import cache
+from engine import cache
 from engine.rulebook import stored
 
 
@@ -60,7 +60,7 @@ def test_a_folder_others_may_write_is_refused_and_its_pickles_never_loaded(folde
     marker = tmp_path / "ran"
     k = plant(folder, marker)
     os.chmod(folder, mode)
-    with caplog.at_level(logging.WARNING, logger="engine.core.cache"):
+    with caplog.at_level(logging.WARNING, logger="engine.cache"):
         assert stored.get(k) is None
         assert cache.get(k) is None
     assert not marker.exists()  # the planted code never ran

@@ -4,10 +4,12 @@ What is read back equals what a fresh load builds, templates included."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import engine.rulebook as rulebook
-from engine.core import cache
+from engine import cache
 from engine.rulebook import load_rulebook
 
 SITE = """matchers:
@@ -143,6 +145,14 @@ def test_code_version_covers_every_source_file(tmp_path, monkeypatch):
     (tmp_path / "scheduler_adapters" / "slurm.py").write_text("Y = 2\n")
     assert version() != before
     cache.code_version.cache_clear()
+
+
+def test_code_version_reads_the_real_source_tree():
+    # the test above points _ROOT at a made-up tree; this one holds the real _ROOT to the folder
+    # that holds engine/ (when cache.py moved from engine/core/ to engine/, a stale _ROOT hashed
+    # no file at all, and every edit of Recover was served the rulebook of the old code)
+    assert (cache._ROOT / "engine" / "cache.py").resolve() == Path(cache.__file__).resolve()
+    assert (cache._ROOT / "scheduler_adapters" / "base.py").is_file()
 
 
 def test_a_damaged_entry_is_built_again(cache_dir, builds):

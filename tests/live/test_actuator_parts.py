@@ -10,6 +10,7 @@ import pytest
 import engine.live.actuator as actuator
 from engine.errors import NotYet, RecoverError, SchedulerUnavailable, StateUnknown
 from engine.live import preflight, verify
+from engine.rulebook.model import VERIFY_KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,6 +51,13 @@ def test_the_public_names_stay_importable():
     for name in actuator.__all__:
         assert getattr(actuator, name) is not None, name
     assert actuator.VERIFIERS is verify.VERIFIERS
+
+
+def test_the_rulebook_names_exactly_the_verifiers_live_implements():
+    # the linter accepts VERIFY_KINDS without importing the live layer; an action the linter
+    # lets through must have a verifier, and a verifier no rulebook may name is dead code
+    assert set(VERIFY_KINDS) == set(verify.VERIFIERS)
+    assert set(verify.DEFAULT_VERIFY.values()) <= set(VERIFY_KINDS) | {"none"}
 
 
 def test_every_preflight_kind_is_a_verifier():

@@ -316,7 +316,7 @@ def test_acting_when_the_answer_comes_after_the_close(started):
 
 # -- the worker: a question answered on its thread, between polls ------------------------------------------
 def test_the_worker_answers_a_question_at_once_between_its_polls():
-    from scheduler_adapters.worker import PollWorker
+    from engine.live.worker import PollWorker
 
     sched = Scheduler()
     worker = PollWorker(sched, interval=600.0)
@@ -334,7 +334,7 @@ def test_the_worker_answers_a_question_at_once_between_its_polls():
 
 
 def test_an_adapter_without_jobs_on_is_answered_from_its_jobs():
-    from scheduler_adapters.worker import PollWorker
+    from engine.live.worker import PollWorker
 
     class Old:
         def jobs(self):
@@ -347,7 +347,7 @@ def test_an_adapter_without_jobs_on_is_answered_from_its_jobs():
 
 
 def test_a_question_the_scheduler_does_not_answer_is_dropped_and_says_nothing_of_its_health():
-    from scheduler_adapters.worker import PollWorker
+    from engine.live.worker import PollWorker
 
     sched = Scheduler()
     sched.down = True

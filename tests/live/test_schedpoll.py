@@ -13,7 +13,7 @@ from engine.live.metrics import LogLimiter, Metrics
 from engine.live.schedpoll import SchedulerPoll
 from engine.store import Store
 from scheduler_adapters.base import JobInfo, NodeInfo
-from scheduler_adapters.worker import PollWorker
+from engine.live.worker import PollWorker
 
 
 class Adapter:

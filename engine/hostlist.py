@@ -1,5 +1,7 @@
 """Slurm hostlist expressions: ``n[1-3,5]`` → ``n1 n2 n3 n5``. Shared by the Slurm adapter and
-the engine (``SLURM_JOB_NODELIST=...`` lines in job logs); it imports nothing of either.
+the engine (``SLURM_JOB_NODELIST=...`` lines in job logs). It lives in ``engine``'s bottom layer,
+beside ``errors``, so that ``core`` reads it without depending on the adapters package; the
+adapters import it from here. It imports only ``engine.errors``.
 
 >>> expand_hostlist("gpu-[01-03],login1")
 ['gpu-01', 'gpu-02', 'gpu-03', 'login1']
@@ -10,10 +12,11 @@ kept as written, as ``scontrol show hostnames`` does.
 """
 
 from __future__ import annotations
-from engine.errors import HostlistError
 
 import logging
 import re
+
+from engine.errors import HostlistError
 
 __all__ = ["MAX_HOSTS", "HostlistError", "expand_hostlist"]
 

@@ -1,5 +1,8 @@
 """Scheduler polling off the controller's loop.
 
+A thread of the live service (it was ``scheduler_adapters.worker``): it knows only the adapter
+protocol's calls, no scheduler of its own.
+
 ``squeue``/``sinfo`` take seconds when slurmctld is away (and a hung one may never answer); the
 controller's loop reads logs and detects failures, so it must never wait for them. A
 ``PollWorker`` polls on its own thread and hands over the latest snapshot; a call that does not
@@ -28,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from .base import JOB_ACTIVE_STATES
+from engine.facts import JOB_ACTIVE_STATES
 
 __all__ = ["Answer", "PollWorker", "Snapshot", "jobs_on"]
 

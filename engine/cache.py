@@ -157,7 +157,7 @@ def versions() -> tuple[str, ...]:
     return tuple(out)
 
 
-_ROOT = Path(__file__).resolve().parent.parent.parent
+_ROOT = Path(__file__).resolve().parent.parent  # the folder holding engine/ and scheduler_adapters/
 _CODE = ("engine", "scheduler_adapters")
 
 
