@@ -325,7 +325,7 @@ def test_traceback_stops_without_requeue(h):
     job = h.submit(TRACEBACK_JOB)
     inc = wait_for("incident closed", lambda: [i for i in h.incidents() if i[3] == "closed" and i[1] == job], 60)[0]
     assert (inc[4], inc[5]) == ("app_error", "stop")
-    time.sleep(3)
+    wait_for("every action done", h.all_handled, 60)  # a requeue, were there one, is done by now
     j = h.slurm.job(job)
     assert j.state == "FAILED" and j.attempt == 0
     # the stop plan may free the GPUs of a job that still runs (issue 10); this one had ended
@@ -347,7 +347,7 @@ def test_repeated_failures_without_progress_stop_at_the_budget(h):
     assert [r[2] for r in rows] == [0, 1, 2]
     guards = json.loads(rows[-1][7])
     assert any(g["guard"] == "no_progress" for g in guards), guards
-    time.sleep(4)
+    wait_for("every action done", h.all_handled, 60)
     assert h.slurm.job(job).attempt == 2  # no further requeue
 
 
