@@ -112,10 +112,16 @@ def run_one(
     handler = _RuleErrors()
     engine_log = logging.getLogger("engine")
     engine_log.addHandler(handler)
+    # the engine reports a rule that fails at run time as a WARNING: a process whose logging is
+    # set quieter (the demo sets the root logger to ERROR) must not turn that failure into a pass
+    level = engine_log.level
+    if engine_log.getEffectiveLevel() > logging.WARNING:
+        engine_log.setLevel(logging.WARNING)
     try:
         outcome = _run_one(compiled, test, network, seen)
     finally:
         engine_log.removeHandler(handler)
+        engine_log.setLevel(level)
     for rule_id, message in handler.errors:
         r = compiled.book.rule(rule_id)
         where = f" ({r.mark})" if r is not None else ""

@@ -159,3 +159,19 @@ def test_rules_test_names_the_site_test_lines_without_a_time_of_their_own(tmp_pa
     shipped = run("-k", "Xid 79 on n3 during a Megatron job")
     assert shipped.exit_code == 0 and "warning: Xid 79" not in shipped.output
     assert "warning: Xid 79 on n3 during a Megatron job" in run("-k", "Xid 79 on n3 during a Megatron job", "-v").output
+
+
+def test_a_rule_that_fails_at_run_time_fails_its_test_when_logging_is_set_quieter(site):
+    """The engine says a rule failed at run time as a WARNING; with the root logger at ERROR (as
+    the demo leaves it in the same process) the failing template still fails its test."""
+    import logging
+
+    root = logging.getLogger()
+    before = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        result = run(site, "--site-only")
+    finally:
+        root.setLevel(before)
+    assert result.exit_code == 1, result.output
+    assert "runtime error in rule site.fault" in result.output
