@@ -17,11 +17,13 @@ Exceptions::
 
 from __future__ import annotations
 
-from engine.errors import SchedulerError, SchedulerUnavailable
-from engine.facts import JOB_ACTIVE_STATES
-
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence, runtime_checkable
+
+# engine's vocabulary, which adapters may import (the contract in pyproject.toml): the error tree
+# and the job states in which a job holds (or is about to hold) nodes, re-exported for adapters
+from engine.errors import SchedulerError, SchedulerUnavailable
+from engine.facts import JOB_ACTIVE_STATES
 
 __all__ = [
     "JobInfo",
@@ -34,8 +36,6 @@ __all__ = [
     "CommandFailed",
     "JOB_ACTIVE_STATES",
 ]
-
-# Job states in which a job holds (or is about to hold) nodes.
 
 
 class CommandFailed(SchedulerError):
