@@ -1,0 +1,20 @@
+"""Fixtures for every test."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored():
+    """A CLI command run in-process (typer's CliRunner) sets up logging as the service would: the
+    root logger's level (``recover demo`` sets ERROR) and handlers. Left in place, a later test's
+    ``caplog`` sees nothing below that level, so each test gets the root logger back as it was."""
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    yield
+    root.setLevel(level)
+    for handler in [h for h in root.handlers if h not in handlers]:
+        root.removeHandler(handler)
