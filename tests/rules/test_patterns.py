@@ -311,7 +311,7 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
         "[E socket.cpp:957] [c10d] The client socket has timed out after 1800s while trying to connect to (n1, 29500).",
         {"c10d_store_timeout": {}},
     ),
-    ("RuntimeError: Wait timeout after 1800000ms, keys: /default_pg//cuda//0", {"c10d_store_timeout": {}}),
+    ("RuntimeError: Wait timeout after 1800000ms, keys: /default_pg//cuda//0", {"store_wait_timeout": {}}),
     (
         "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete",
         {"gloo_timeout": {}},
@@ -619,6 +619,13 @@ HEALTHY: list[str] = [
     "UserWarning: TypedStorage is deprecated. It will be removed in the future and UntypedStorage will be the only storage class.",
     "2026-11-29 07:00:05,000 - huggingface_hub - WARNING - Read timed out. Trying to resume download...",
     "[W socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).",
+    # c10d trying IPv6 localhost first, then connecting over IPv4: a warning every healthy run may print
+    "[W socket.cpp:697] [c10d] The client socket has failed to connect to [localhost]:29500 (errno: 99 - Cannot assign requested address).",
+    # TensorFlow/XLA's BFC allocator retrying after freeing: it says itself that this is not a failure
+    "W tensorflow/core/common_runtime/bfc_allocator.cc:243] Allocator (GPU_0_bfc) ran out of memory trying to allocate 2.20GiB with freed_by_count=0. The caller indicates that this is not a failure, but may mean that there could be performance gains if more memory were available.",
+    # NCCL INFO lines of a healthy start over sockets
+    "worker:101542:101542 [0] NCCL INFO NET/Socket : Using [0]eno1:172.18.40.41<0> [1]veth25f2e72:fe80::380d:bfff:fe5b:54d2%veth25f2e72<0>",
+    "n1:3001:3050 [2] NCCL INFO Connected all rings",
     "torch.backends.cuda.matmul.allow_tf32 = True  # avoid CUDA out of memory? no: just speed",
     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
     "logger.info('retrying after ValueError: bad sample')",
