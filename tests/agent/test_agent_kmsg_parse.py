@@ -323,9 +323,7 @@ def test_fallen_off_the_bus_without_xid_is_the_rulebook_matcher(line):
         "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15",
         "NVRM: GPU at PCI:0000:01:00: GPU-8a47641b-dff6-f09f-618c-c3eb58fb430d",
         "NVRM: GPU Board Serial Number: 1652321012345",
-        "NVRM: Xid (PCI:zz00:3b:00): 13, Graphics Exception",
         "NVRM: Xid (PCI:0000:3b:00): Graphics Exception",  # no code
-        "NVRM: Xid (PCI:0000:3b): 79, two-part address",
         "NVRM: Xid: 79",
         "training step 100: Xid 79 mentioned by a user",
         "pcieport 0000:00:01.0: AER: Corrected error received: 0000:3b:00.0",
@@ -334,6 +332,18 @@ def test_fallen_off_the_bus_without_xid_is_the_rulebook_matcher(line):
 )
 def test_lines_that_are_not_facts(line):
     assert parse(line) is None
+
+
+@pytest.mark.parametrize(
+    "line, code",
+    [("NVRM: Xid (PCI:zz00:3b:00): 13, Graphics Exception", 13), ("NVRM: Xid (PCI:0000:3b): 79, two-part address", 79)],
+)
+def test_an_xid_whose_pci_field_is_no_bus_id_is_the_xid_without_one(line, code):
+    """An Xid is `Xid` and a code whatever its PCI field says (issue 20: redacted and odd fields are
+    common in real reports); a field that is no bus id is dropped, never kept as one."""
+    f = parse(line)
+    assert f is not None and f.kind == "xid" and f.get("code") == code and f.get("node") == NODE
+    assert f.get("pci") is None
 
 
 def test_text_is_bounded_and_cleaned():
