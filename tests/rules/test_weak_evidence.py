@@ -104,13 +104,13 @@ def test_a_node_scoped_class_reached_by_keyword_is_recommended_never_acted_on():
 
 def test_explain_says_the_evidence_was_a_keyword_and_which():
     compiled = require_rulebook()
-    # https://github.com/equinor/ert/issues/7797: no specific matcher knows this kernel line in a job's log
-    line = "2024-04-29T14:55:41,678628+02:00 pool invoked oom-killer: gfp_mask=0x6200ca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0\n"
-    store, result, _ = _replay(compiled, line)
+    store, result, _ = _replay(
+        compiled, "no CUDA-capable device is detected at /home/ubuntu/torch-ipc/src/cliser.c:235\n"
+    )
     (inc,) = result.incidents
     report = build(store, inc.id)
-    assert report["weak"] == {"keyword": "oom-killer", "fault_class": "host_oom"}
-    assert "weak evidence: keyword 'oom-killer' of class host_oom" in render_text(report)
+    assert report["weak"] == {"keyword": "no CUDA-capable device", "fault_class": "gpu_unavailable"}
+    assert "weak evidence: keyword 'no CUDA-capable device' of class gpu_unavailable" in render_text(report)
     # specific evidence: no such line
     store, result, _ = _replay(compiled, "RuntimeError: No CUDA GPUs are available\n")
     (inc,) = result.incidents
