@@ -16,7 +16,6 @@ from engine.rulebook.policy_model import Policy, build_policy
 from engine.rulebook.model import BUILTIN_FAULT_CLASSES, DECISIONS, Diagnostic, FaultClass, Rule, Rulebook, frozen
 from engine.rulebook.patterns import check_pattern
 from engine.rulebook.templating import jinja_env
-from engine.rulebook.weak import QUIET_LIST
 from engine.rulebook.yamlmarks import Mark
 
 if TYPE_CHECKING:
@@ -185,6 +184,8 @@ def compile_rulebook(
     shipped may name an action such a rulebook does not define (the planner then says so for that
     incident), every other plan must name defined actions."""
     from jinja2 import meta
+
+    from engine.rulebook.weak import QUIET_LIST
 
     diags: list[Diagnostic] = []
     used_lists: set[str] = set()
