@@ -243,7 +243,11 @@ def decide(
     else:
         plan = tuple(policy.plans.get(decision, ()))
     autonomy, why = granted(compiled, decision, fault_class)
-    if weak is not None and autonomy == "act" and policy.decisions.get(fault_class) == "isolate_and_restart":
+    if (
+        weak is not None
+        and autonomy == "act"
+        and compiled.policy["decisions"].get(fault_class) == "isolate_and_restart"
+    ):
         # a keyword alone never takes a node out of service, nor restarts around one unseen
         autonomy = "recommend"
         why = (
