@@ -112,8 +112,7 @@ class Decider:
                 if p:
                     self.store.save_progress(job_id, attempt or 0, p.get("step"), p.get("checkpoint"), p.get("last_at"))
             ctx = self.guard_context(incident, job_id, attempt, at)
-            weak = next((str(f.get("keyword") or "") for f in faults if f.id == fault_id and f.get("weak")), None)
-            decision = decide(self.compiled, fault_class, nodes, reason, ctx, rule, weak=weak)
+            decision = decide(self.compiled, fault_class, nodes, reason, ctx, rule)
             plan, problems = self._plan(
                 decision, incident, job_id, attempt, fault_class, reason, evidence, decision.plan
             )
@@ -178,7 +177,7 @@ class Decider:
         )
 
     def wants_at_once(self, fault: Fact) -> bool:
-        return fault.get("fault_class") in self.at_once and bool(fault.get("nodes")) and not fault.get("weak")
+        return fault.get("fault_class") in self.at_once and bool(fault.get("nodes"))
 
     def isolate_now(
         self,

@@ -185,8 +185,6 @@ def compile_rulebook(
     incident), every other plan must name defined actions."""
     from jinja2 import meta
 
-    from engine.rulebook.weak import QUIET_LIST
-
     diags: list[Diagnostic] = []
     used_lists: set[str] = set()
     used_macros: set[str] = set()
@@ -369,8 +367,6 @@ def compile_rulebook(
                     )
                 )
 
-    if any(m.unless for m in book.matchers):
-        used_lists.add(QUIET_LIST)  # read by the weak-evidence matchers (engine/rulebook/weak.py)
     for name in book.lists:
         if name not in used_lists:
             diags.append(
