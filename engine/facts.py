@@ -63,7 +63,20 @@ def clean_text(value: str, limit: int = MAX_VALUE) -> str:
 
 #: kinds that sources produce
 SOURCE_KINDS = frozenset(
-    {"log", "xid", "gpu_counter", "gpu_state", "job", "node", "progress", "stall", "slow_node", "log_end"}
+    {
+        "log",
+        "xid",
+        "gpu_counter",
+        "gpu_state",
+        "job",
+        "node",
+        "progress",
+        "stall",
+        "slow_node",
+        "log_end",
+        # one piece of evidence pointing at one global rank of a job attempt (core.rank_signals)
+        "rank_signal",
+    }
 )
 #: kinds that rules derive
 DERIVED_KINDS = frozenset({"symptom", "fault", "decision", "action"})

@@ -72,6 +72,7 @@ FACT_KINDS_FOR_RULES = (
     "stall",
     "slow_node",
     "log_end",
+    "rank_signal",
     "symptom",
     "fault",
 )

@@ -48,9 +48,9 @@ __all__ = ["SpoolWriter", "SpoolReader", "SpoolError", "NODE_RE"]
 _FILE_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,127}\.jsonl)(?:\.([1-9][0-9]{0,5}))?$")
 
 
-#: kinds an agent never writes: what runs where is the scheduler's to say, and conclusions are the
-#: rules' to draw
-REFUSED_KINDS = frozenset({"job", "node"}) | DERIVED_KINDS
+#: kinds an agent never writes: what runs where is the scheduler's to say, conclusions are the
+#: rules' to draw, and a rank signal is about a job's rank, which a node's spool cannot speak for
+REFUSED_KINDS = frozenset({"job", "node", "rank_signal"}) | DERIVED_KINDS
 #: attributes that list nodes: a spool file may name only its own node in them
 NODE_LISTS = ("failed_nodes", "nodes")
 
