@@ -13,6 +13,7 @@ needs (the CLI's error boundary catches ``RecoverError`` and prints one line, ne
     ├── SpoolError         a spool that cannot be used as asked (also a ValueError)
     ├── NvmlUnavailable    NVML cannot be used on this machine (also a RuntimeError)
     ├── HostlistError      text that is not a Slurm hostlist (also a ValueError)
+    ├── DumpRefused        a flight-recorder dump that is not read: ``.path`` and ``.reason`` say why
     ├── StateUnknown       the scheduler could not tell an action's state: wait, never guess
     │   └── NotYet         it answered: the job is between states, ask again shortly
     └── SchedulerError     a scheduler adapter failed
@@ -39,6 +40,7 @@ __all__ = [
     "SpoolError",
     "NvmlUnavailable",
     "HostlistError",
+    "DumpRefused",
     "StateUnknown",
     "NotYet",
     "SchedulerError",
@@ -97,6 +99,15 @@ class NvmlUnavailable(RecoverError, RuntimeError):
 
 class HostlistError(RecoverError, ValueError):
     """The text is not a hostlist expression."""
+
+
+class DumpRefused(RecoverError, ValueError):
+    """A PyTorch flight-recorder dump that is not read (too big, not a regular file, a pickle that
+    names a class, a field of the wrong type...): the other dumps are read all the same."""
+
+    def __init__(self, path: str, reason: str, rank: int | None = None):
+        self.path, self.reason, self.rank = path, reason, rank
+        super().__init__(f"{path}: {reason}")
 
 
 class StateUnknown(RecoverError):
