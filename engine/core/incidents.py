@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping
 from engine.core.bind import NodeWaits, Wait, bound_note
 from engine.core.decide import ClosedIncident, Decider, best_fault, rank, split_key
 from engine.core.derive import Derivation, view
-from engine.core.linefacts import ClusterContext
+from engine.core.context import ClusterContext
 from engine.core.memory import Live, WorkingMemory
 from engine.core.progress import ProgressTracker
 from engine.core.rete import ReteNetwork, ReteSession

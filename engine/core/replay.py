@@ -19,7 +19,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from engine.facts import Fact
-from engine.core.linefacts import ClusterContext, FileContext, Flood, HitConverter, StreamFacts, job_from_filename
+from engine.core.context import ClusterContext, FileContext, job_from_filename
+from engine.core.converter import HitConverter
+from engine.core.floods import Flood
+from engine.core.linefacts import StreamFacts
 from engine.core.linetime import LineClock, log_zone
 from engine.core.scanner import Scanner, scanner_for
 from engine.rulebook.compile import CompiledRulebook

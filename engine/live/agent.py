@@ -36,7 +36,7 @@ from engine.facts import Fact
 from engine.sources.kmsg import KernelLogSource, default_rulebook, launch_positions
 from engine.sources.nvml import NvmlPoller, NvmlUnavailable
 from engine.sources.nvml_events import NvmlEventWatcher
-from engine.sources.spool import SpoolWriter
+from engine.sources.spool_writer import SpoolWriter
 from engine.sources.state import atomic_write_json, load_json
 
 logger = logging.getLogger(__name__)

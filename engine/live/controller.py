@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from engine.core.incidents import ClosedIncident, Engine
-from engine.core.linefacts import ClusterContext, HitConverter
+from engine.core.context import ClusterContext
+from engine.core.converter import HitConverter
 from engine.core.rete import is_registered, ruleset_definition
 from engine.live.batch import STORE_ERRORS, Batch
 from engine.live.ingest import FileIngest, SpoolIngest, clock, set_job

@@ -26,7 +26,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from engine.core.incidents import Engine
-from engine.core.linefacts import ClusterContext, FileContext, Flood, HitConverter, StreamFacts, job_from_filename
+from engine.core.context import ClusterContext, FileContext, job_from_filename
+from engine.core.converter import HitConverter
+from engine.core.floods import Flood
+from engine.core.linefacts import StreamFacts
 from engine.core.linetime import DEFAULT_ZONE, LineClock, log_zone
 from engine.core.scanner import Scanner, scanner_for
 from engine.live.batch import STORE_ERRORS, Batch

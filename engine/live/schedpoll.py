@@ -33,7 +33,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from engine.core.incidents import Engine
-from engine.core.linefacts import ClusterContext
+from engine.core.context import ClusterContext
 from engine.facts import JOB_ACTIVE_STATES, Fact
 from engine.live.batch import Batch
 from engine.live.metrics import LogLimiter, Metrics

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from engine.facts import Fact
-from engine.core.linefacts import HitConverter
+from engine.core.converter import HitConverter
 from engine.core.replay import replay_inputs
 from engine.core.scanner import scanner_for
 from engine.rulebook.compile import CompiledRulebook

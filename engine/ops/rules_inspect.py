@@ -18,7 +18,8 @@ import logging
 from typing import Any, Mapping
 
 from engine.facts import Fact
-from engine.core.linefacts import ClusterContext, FileContext, HitConverter
+from engine.core.context import ClusterContext, FileContext
+from engine.core.converter import HitConverter
 from engine.core.linetime import LineClock, log_zone
 from engine.core.scanner import Scanner, matcher_specs, matchers_for
 from engine.core.replay import Input, replay_inputs

@@ -30,7 +30,10 @@ import time
 from typing import Any, Callable
 
 from engine.facts import Fact, FactError
-from engine.core.linefacts import FileContext, HitConverter, StreamFacts, normalize_pci
+from engine.core.context import FileContext
+from engine.core.converter import HitConverter
+from engine.core.linefacts import StreamFacts
+from engine.core.xid import normalize_pci
 from engine.core.linetime import DEFAULT_ZONE, LineClock, log_zone
 from engine.sources.state import atomic_write_json, load_json
 from engine.sources.tail import LineTail, TailFile, int_or_zero

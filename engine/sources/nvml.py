@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from engine.facts import Fact, FactError
-from engine.core.linefacts import normalize_pci
+from engine.core.xid import normalize_pci
 from engine.rulebook.thresholds import THRESHOLD_KEYS, thresholds_for
 from engine.sources.gpu_judge import (
     StateChange,

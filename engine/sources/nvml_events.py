@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any, Iterator
 
-from engine.core.linefacts import normalize_pci
+from engine.core.xid import normalize_pci
 from engine.errors import NvmlUnavailable
 from engine.facts import Fact
 

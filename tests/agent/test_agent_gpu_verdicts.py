@@ -23,7 +23,7 @@ from engine.errors import SchedulerUnavailable
 
 from engine.live.agent import default_state_dir, run_agent
 from engine.core.incidents import Engine
-from engine.core.linefacts import ClusterContext
+from engine.core.context import ClusterContext
 from engine.rulebook import require_rulebook
 from engine.sources.fake_nvml import FakeGpu, FakeNvml
 from engine.sources.spool import SpoolReader

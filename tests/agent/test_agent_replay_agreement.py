@@ -17,7 +17,7 @@ import pytest
 
 from engine.facts import Fact
 from engine.core.incidents import Engine
-from engine.core.linefacts import ClusterContext
+from engine.core.context import ClusterContext
 from engine.core.replay import file_input, replay_inputs, Input
 from engine.sources.kmsg import KernelLogSource, default_rulebook
 from engine.sources.spool import SpoolReader, SpoolWriter

@@ -11,8 +11,10 @@ import time
 
 import pytest
 
-from engine.core import linefacts
-from engine.core.linefacts import ClusterContext, FileContext, Flood, HitConverter
+from engine.core import floods as flood_mod
+from engine.core.context import ClusterContext, FileContext
+from engine.core.converter import HitConverter
+from engine.core.floods import Flood
 from engine.core.replay import scan_chunks
 from engine.core.scanner import scanner_for
 from engine.rulebook.patterns import digit_insensitive, mask_digits
@@ -69,17 +71,17 @@ def _items(compiled, name: str, data: bytes, source: str, shortcut: bool, monkey
     """Every fact and flood a stream gives, as plain values (floods as they are when handed on)."""
     with monkeypatch.context() as mp:
         if not shortcut:
-            mp.setattr(linefacts._Collapser, "fast", lambda *a, **k: linefacts._SLOW)
+            mp.setattr(flood_mod.Collapser, "fast", lambda *a, **k: flood_mod.SLOW)
         fast = [0]
         if shortcut:
-            real = linefacts._Collapser.fast
+            real = flood_mod.Collapser.fast
 
             def counting(self, *a, **k):
                 out = real(self, *a, **k)
-                fast[0] += out is not linefacts._SLOW
+                fast[0] += out is not flood_mod.SLOW
                 return out
 
-            mp.setattr(linefacts._Collapser, "fast", counting)
+            mp.setattr(flood_mod.Collapser, "fast", counting)
         cluster = ClusterContext()
         conv = HitConverter(compiled.matchers, cluster)
         ctx = FileContext(path=name, source=source)

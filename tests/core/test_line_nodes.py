@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.core.linefacts import ClusterContext, FileContext, HitConverter
+from engine.core.context import ClusterContext, FileContext
+from engine.core.converter import HitConverter
 from engine.core.replay import replay, scan_chunks
 from engine.core.scanner import scanner_for
 from engine.facts import Fact

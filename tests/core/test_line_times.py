@@ -6,7 +6,7 @@ import calendar
 
 import pytest
 
-from engine.core.linefacts import parse_line_time
+from engine.core.linetime import parse_line_time
 from engine.core.replay import replay
 from engine.rulebook import require_rulebook
 from engine.store import Store

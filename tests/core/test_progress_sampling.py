@@ -1,5 +1,5 @@
 """Progress lines are sampled per file and matcher (a token bucket on the facts' clock, see
-linefacts._ProgressSampler): a log printing an iteration line every few milliseconds costs a
+sampler.ProgressSampler): a log printing an iteration line every few milliseconds costs a
 fact per few seconds of log, not per line, and still finds a slowdown that stays, keeps the
 last point a job printed, and tells attempts apart as the unsampled path does."""
 
@@ -10,9 +10,11 @@ import time
 
 import pytest
 
-from engine.core import linefacts
+from engine.core import sampler
 from engine.facts import Fact
-from engine.core.linefacts import FileContext, HitConverter, StreamFacts
+from engine.core.context import FileContext
+from engine.core.converter import HitConverter
+from engine.core.linefacts import StreamFacts
 from engine.core.replay import file_input, replay_inputs
 from engine.core.scanner import scanner_for
 from engine.rulebook import require_rulebook
@@ -87,7 +89,7 @@ def test_the_first_and_last_point_are_kept_and_the_rate_is_bounded(compiled):
     assert facts[-1].get("step") == 5000
     chunks = len(text) // (1 << 16) + 1
     # a burst, one per PROGRESS_EVERY_S of log, every PROGRESS_NTH-th line, the last of each chunk
-    bound = linefacts.PROGRESS_BURST + 50 / linefacts.PROGRESS_EVERY_S + 5000 / linefacts.PROGRESS_NTH + chunks + 2
+    bound = sampler.PROGRESS_BURST + 50 / sampler.PROGRESS_EVERY_S + 5000 / sampler.PROGRESS_NTH + chunks + 2
     assert len(facts) <= bound
     assert conv.progress_skipped == 5000 - len(facts)
     assert ctx.last_at == full_ctx.last_at  # the file's clock moved as if every line were converted

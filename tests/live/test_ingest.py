@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.core.linefacts import ClusterContext
+from engine.core.context import ClusterContext
 from engine.live.batch import BATCH_HITS, Batch
 from engine.live.ingest import PASS_SECONDS, FileIngest, set_job
 from engine.live.metrics import LogLimiter, Metrics

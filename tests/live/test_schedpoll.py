@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from engine.core.linefacts import ClusterContext
+from engine.core.context import ClusterContext
 from engine.live.metrics import LogLimiter, Metrics
 from engine.live.schedpoll import SchedulerPoll
 from engine.store import Store

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from engine.cli import app
-from engine.core.linefacts import job_from_filename
+from engine.core.context import job_from_filename
 from engine.facts import clean_text
 
 runner = CliRunner()

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.core import linefacts
-from engine.core.linefacts import ClusterContext, FileContext, HitConverter
+from engine.core import context, converter
+from engine.core.context import ClusterContext, FileContext
+from engine.core.converter import HitConverter
 from engine.core.replay import scan_chunks
 from engine.core.scanner import scanner_for
 from engine.facts import Fact
@@ -79,7 +80,7 @@ def test_a_huge_range_names_no_node_and_is_never_expanded(compiled, monkeypatch,
     def refuse(text):  # the bound is checked first: a hostile range costs no expansion
         raise AssertionError(f"expanded {text!r}")
 
-    monkeypatch.setattr(linefacts, "expand_hostlist", refuse)
+    monkeypatch.setattr(converter, "expand_hostlist", refuse)
     line = (
         f"srun: error: Node failure on {hostlist}"
         if source == "job"
@@ -117,7 +118,7 @@ def test_slurmctld_nodes_of_two_jobs_name_no_job(compiled):
     ["gpu[03-04]", "n[1-3,5],gpu07", "r[1-2]n[1-2]", "a[1-16]", "x[08-10],y[1],z", "q2-st-t2large-[1-2]", "n[3-1]"],
 )
 def test_the_bound_is_never_below_the_expansion(text):
-    assert HitConverter._hostlist_bound(text) >= len(linefacts.expand_hostlist(text))
+    assert HitConverter._hostlist_bound(text) >= len(context.expand_hostlist(text))
 
 
 def test_the_rule_has_a_place_for_every_node_a_line_may_name(compiled):
