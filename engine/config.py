@@ -7,12 +7,13 @@
     scheduler = "slurm"
     follow = ["/shared/logs/*.out"]
     no_defaults = false
+    fr_dump_max_bytes = 67108864   # a flight-recorder dump larger than this is refused unread
     [autonomy]                 # per decision kind: observe | recommend | act
     isolate_and_restart = "recommend"
     restart = "act"
 
 Environment: RECOVER_DB, RECOVER_RULES and RECOVER_FOLLOW (lists separated by ':'),
-RECOVER_SPOOL, RECOVER_SCHEDULER.
+RECOVER_SPOOL, RECOVER_SCHEDULER, RECOVER_FR_DUMP_MAX_BYTES.
 """
 
 from __future__ import annotations
@@ -32,7 +33,16 @@ else:  # pragma: no cover - Python 3.10
 
 __all__ = ["Settings", "ConfigError", "load_settings", "autonomy_overlay"]
 
-KEYS = {"db": str, "rules": list, "spool": str, "scheduler": str, "follow": list, "no_defaults": bool, "autonomy": dict}
+KEYS = {
+    "db": str,
+    "rules": list,
+    "spool": str,
+    "scheduler": str,
+    "follow": list,
+    "no_defaults": bool,
+    "autonomy": dict,
+    "fr_dump_max_bytes": int,
+}
 AUTONOMY = ("observe", "recommend", "act")
 
 
@@ -46,6 +56,8 @@ class Settings:
     follow: list[str] = field(default_factory=list)
     no_defaults: bool = False
     autonomy: dict[str, str] = field(default_factory=dict)
+    #: the size bound on one flight-recorder dump (engine.sources.flight_recorder.Limits)
+    fr_dump_max_bytes: int = 64 << 20
 
 
 def load_settings(path: str | None = None, env: dict[str, str] | None = None) -> Settings:
@@ -64,6 +76,8 @@ def load_settings(path: str | None = None, env: dict[str, str] | None = None) ->
                 raise ConfigError(f"{path}: unknown key {key!r} (known: {', '.join(KEYS)})")
             if not isinstance(value, KEYS[key]):
                 raise ConfigError(f"{path}: {key} must be a {KEYS[key].__name__}")
+            if key == "fr_dump_max_bytes" and (isinstance(value, bool) or value <= 0):
+                raise ConfigError(f"{path}: fr_dump_max_bytes must be a positive number of bytes")
             if key in ("rules", "follow") and not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{path}: {key} must be a list of strings")
             setattr(s, key, value)
@@ -87,6 +101,11 @@ def load_settings(path: str | None = None, env: dict[str, str] | None = None) ->
         s.spool = env["RECOVER_SPOOL"]
     if env.get("RECOVER_SCHEDULER"):
         s.scheduler = env["RECOVER_SCHEDULER"]
+    if env.get("RECOVER_FR_DUMP_MAX_BYTES"):
+        value = env["RECOVER_FR_DUMP_MAX_BYTES"]
+        if not value.isdigit() or int(value) <= 0:
+            raise ConfigError(f"RECOVER_FR_DUMP_MAX_BYTES={value[:40]!r}: a positive number of bytes")
+        s.fr_dump_max_bytes = int(value)
     return s
 
 

@@ -31,6 +31,7 @@ from engine.cli.common import (
 )  # noqa: F401
 from engine.cli import rules as _rules  # noqa: F401  (registers the rules commands)
 from engine.cli import goodput as _goodput  # noqa: F401  (registers recover goodput)
+from engine.cli import dumps as _dumps  # noqa: F401  (registers recover fr-analyze)
 
 
 app.add_typer(rules_app, name="rules")
@@ -40,7 +41,9 @@ app.add_typer(rules_app, name="rules")
 @app.command()
 def replay(
     logs: List[str] = typer.Argument(
-        ..., help="Log files: job stdout/stderr, kernel logs, Slurm daemon logs, or a mix."
+        ...,
+        help="Log files: job stdout/stderr, kernel logs, Slurm daemon logs, or a mix; PyTorch "
+        "flight-recorder dumps (files or folders of them) among them are told apart by content.",
     ),
     rules: Optional[List[str]] = RulesOpt,
     no_defaults: bool = NoDefaultsOpt,
@@ -59,11 +62,13 @@ def replay(
 
     _setup_logging(verbose)
     compiled = _load_or_exit(rules, no_defaults)
-    missing = [p for p in logs if not Path(p).is_file()]
+    missing = [p for p in logs if not Path(p).is_file() and not Path(p).is_dir()]
     for p in missing:
         _err(f"{p}: no such file")
     if missing:
         raise typer.Exit(2)
+    inputs = _dumps.split_inputs(logs)
+    logs = inputs.logs
     if not all_files:
         # `recover replay logs/*` takes whatever the folder holds: what is plainly no log is left
         # out, and said so, never silently
@@ -71,9 +76,10 @@ def replay(
         for p, why in skipped:
             _err(f"skipped {p}: {why} (--all-files replays it)")
         logs = [p for p in logs if p not in {s for s, _ in skipped}]
-        if not logs:
-            _err("no logs to replay")
-            raise typer.Exit(2)
+    if not logs and not inputs.dumps:
+        _err("no logs to replay")
+        raise typer.Exit(2)
+    extra = _dumps.dump_facts(inputs.dumps, job, logs) if inputs.dumps else []
     with _exit_on(StoreError):
         store = Store(_db(db))
     on_bytes = None
@@ -87,7 +93,7 @@ def replay(
         bar.start()
         on_bytes = lambda n: bar.advance(task, n)  # noqa: E731
     try:
-        result = do_replay(logs, compiled, store, job=job, on_bytes=on_bytes)
+        result = do_replay(logs, compiled, store, job=job, on_bytes=on_bytes, extra_facts=extra)
     finally:
         if bar is not None:
             bar.stop()

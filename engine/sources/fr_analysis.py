@@ -23,15 +23,16 @@ attribution weighs these with the other evidence.
 
 from __future__ import annotations
 
+import os
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
-from engine.core.rank_signals import RankSignal
-from engine.facts import clean_text
+from engine.core.rank_signals import RankSignal, rank_signal_fact
+from engine.facts import Fact, clean_text
 from engine.sources.flight_recorder import Dump, Entry
 
-__all__ = ["analyze", "format_ranks", "NOT_JOINED", "NO_PENDING", "MISMATCH", "NO_DUMP"]
+__all__ = ["analyze", "dumps_time", "signal_facts", "format_ranks", "NOT_JOINED", "NO_PENDING", "MISMATCH", "NO_DUMP"]
 
 NOT_JOINED = "fr_not_joined"
 NO_PENDING = "fr_no_pending"
@@ -277,3 +278,37 @@ def analyze(dumps: Sequence[Dump], unread: Iterable[int] = ()) -> list[RankSigna
             if stuck or r in peers:
                 sig.add(r, NO_DUMP, f"{head}, rank {r} wrote no dump", origin, key[0], _target(views))
     return sorted(sig.out, key=lambda s: (s.rank, s.signal, s.group or ""))
+
+
+#: a dump's file time is taken as when it was written only this long after its last entry (a
+#: dump is written when the watchdog times out); a later one is a copy's time
+_MTIME_SLACK_S = 3 * 3600
+
+
+def dumps_time(dumps: Sequence[Dump]) -> float | None:
+    """When the dumps were written, on the job's clock: the files' time where it is within a few
+    hours after the last operation they recorded (a copy has a later one), else that operation's
+    creation time; None for no dumps."""
+    times = []
+    for d in dumps:
+        last = max((e.created_ns for e in d.entries), default=0) / 1e9
+        try:
+            mtime = os.stat(d.path).st_mtime
+        except OSError:
+            mtime = None
+        if mtime is not None and (not last or last <= mtime <= last + _MTIME_SLACK_S):
+            times.append(mtime)
+        elif last:
+            times.append(last)
+    return max(times) if times else None
+
+
+def signal_facts(signals: Iterable[RankSignal], job: str, attempt: int, at: float) -> list[Fact]:
+    """The ``rank_signal`` facts of one attempt's signals (``rank_signal_fact``); a sequence
+    number past what a fact holds is left out of its fact, never the signal."""
+    out = []
+    for sig in signals:
+        if sig.seq is not None and not 0 <= sig.seq < 1 << 53:
+            sig = replace(sig, seq=None)
+        out.append(rank_signal_fact(sig, job, attempt, at))
+    return out
