@@ -46,6 +46,11 @@ def start_agent(spool: Path, log: Path, stderr) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr, cwd=str(Path(__file__).resolve().parents[2]))
 
 
+def running_lines(errlog: Path) -> int:
+    """How many agents sharing this stderr file have logged that they run (signals handled)."""
+    return errlog.read_bytes().count(b": running (")
+
+
 def state_file(spool: Path) -> Path:
     return Path(default_state_dir(str(spool), NODE)) / "state.json"
 
@@ -74,6 +79,7 @@ def test_kill_minus_nine_mid_burst_neither_loses_nor_doubles(tmp_path):
     appended = threading.Event()
     killed = threading.Condition()
     kills = kills_mid_burst = 0
+    runs_before = 0
     # The appender may run at most this many lines ahead of the kills: on a loaded machine a
     # restart (which loads the rulebook) takes seconds, and an appender on its own clock would be
     # done before the second kill; this way at least five kills land while lines keep coming.
@@ -107,6 +113,7 @@ def test_kill_minus_nine_mid_burst_neither_loses_nor_doubles(tmp_path):
                 kills += 1
                 kills_mid_burst += mid
                 killed.notify_all()
+            runs_before = running_lines(tmp_path / "agent.err")  # its forerunners are all dead
             proc = start_agent(spool, log, errlog)
         t.join()
         reader = SpoolReader(str(spool))
@@ -117,6 +124,12 @@ def test_kill_minus_nine_mid_burst_neither_loses_nor_doubles(tmp_path):
             return len(set(seen)) >= total
 
         assert wait_for(complete, timeout=60), f"only {len(set(seen))} of {total} facts arrived"
+        # the facts can all be in the spool before the last agent has even started (its forerunner
+        # wrote them): a SIGTERM before its handler is set would kill it (rc -15), so wait for its
+        # "running" line, logged once the handler is in place
+        assert wait_for(lambda: running_lines(tmp_path / "agent.err") > runs_before, timeout=60), (
+            "the last agent never ran"
+        )
         # a late double would come from the running agent: once it has exited nothing more can
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=30)
