@@ -22,6 +22,7 @@ from typing import Callable, Mapping
 
 from engine.core.incidents import ClosedIncident
 from engine.live.metrics import LogLimiter, Metrics
+from engine.live.filestate import state_of
 from engine.sources.follow import Follower, Tailed
 from engine.store import Store, StoreError
 
@@ -44,12 +45,13 @@ def head_of(t: Tailed) -> str | None:
     the file is still shorter than the fingerprint's span)."""
     from engine.sources.files import HEAD_BYTES, file_head
 
-    cached = t.meta.get("head")
+    st = state_of(t)
+    cached = st.head
     if cached is not None and cached[0] == t.inode and cached[1].startswith(f"{HEAD_BYTES}:"):
         return cached[1]  # a full-length fingerprint of this inode never changes
     head = file_head(t.path)
     if head is not None:
-        t.meta["head"] = (t.inode, head)
+        st.head = (t.inode, head)
     return head
 
 
@@ -141,7 +143,7 @@ class Batch:
         tx = self._tx
         # every followed file whose position moved since its last commit (read, rotated, handed a
         # rotated file's position, truncated): saved with the facts those bytes produced
-        moved = [t for t in self.follower.files.values() if t.meta.get("committed") != (t.inode, t.offset, t.line_no)]
+        moved = [t for t in self.follower.files.values() if state_of(t).committed != (t.inode, t.offset, t.line_no)]
         try:
             for t in moved:
                 self.store.save_offset(t.path, t.inode, t.offset, t.line_no, head_of(t))
@@ -158,7 +160,7 @@ class Batch:
             raise
         now = time.time()
         for t in moved:
-            t.meta["committed"] = (t.inode, t.offset, t.line_no)
+            state_of(t).committed = (t.inode, t.offset, t.line_no)
         if self._lines:
             self.metrics.lines.inc(self._lines)
         if self._facts:
@@ -191,7 +193,7 @@ class Batch:
         for t in list(self.follower.files.values()):
             inode, offset, line_no = committed.get(t.path, (t.inode, 0, 0))
             t.inode, t.offset, t.line_no = inode, offset, line_no
-            t.meta["committed"] = (inode, offset, line_no)
+            state_of(t).committed = (inode, offset, line_no)
             self.follower.rewind(t)
 
     def _discard(self) -> None:

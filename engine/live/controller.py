@@ -37,7 +37,7 @@ from engine.core.context import ClusterContext
 from engine.core.converter import HitConverter
 from engine.core.rete import is_registered, ruleset_definition
 from engine.live.batch import STORE_ERRORS, Batch
-from engine.live.ingest import FileIngest, SpoolIngest, clock, set_job
+from engine.live.ingest import FileIngest, FileState, SpoolIngest, clock, set_job
 from engine.live.launch import READY
 from engine.live.metrics import Gauges, LogLimiter, Metrics
 from engine.live.outage import StoreOutage
@@ -261,7 +261,7 @@ class Controller:
 
     def _follow_job_log(self, path: str, job: str, attempt: int, nodes: Sequence[str]) -> None:
         """A running job's log, named by the scheduler: followed, as that attempt's, on its nodes."""
-        t = self.follower.add(path, {"job": job, "attempt": attempt, "source": "job"})
+        t = self.follower.add(path, FileState(job=job, attempt=attempt, source="job"))
         set_job(t, job, attempt, nodes)
 
     def _scheduler_available(self, available: bool) -> None:

@@ -22,7 +22,6 @@ import math
 import os
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from engine.core.incidents import Engine
@@ -33,6 +32,7 @@ from engine.core.linefacts import StreamFacts
 from engine.core.linetime import DEFAULT_ZONE, LineClock, log_zone
 from engine.core.scanner import Scanner, scanner_for
 from engine.live.batch import STORE_ERRORS, Batch
+from engine.live.filestate import FileState, Pending, state_of
 from engine.live.metrics import LogLimiter, Metrics
 from engine.rulebook import CompiledRulebook
 from engine.sources.follow import Tailed
@@ -40,7 +40,7 @@ from engine.store import Store
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CLOCK_STEP", "PASS_SECONDS", "FileIngest", "SpoolIngest", "clock", "set_job"]
+__all__ = ["CLOCK_STEP", "PASS_SECONDS", "FileIngest", "FileState", "SpoolIngest", "clock", "set_job"]
 
 #: resolution of the engine's clock (see clock)
 CLOCK_STEP = 0.01
@@ -72,25 +72,13 @@ def clock() -> float:
 def set_job(t: Tailed, job: str, attempt: int, nodes: Sequence[str]) -> None:
     """The scheduler's word on a followed job log: whose attempt it is and where it runs (a line
     in it may speak of those nodes only)."""
-    ctx = t.meta.get("ctx")
+    ctx = state_of(t).ctx
     if ctx is None:
         return
     if ctx.job != job or ctx.attempt != attempt:
         ctx.job, ctx.attempt = job, attempt
     ctx.nodes = set(nodes)
     t.waiting = False  # claimed: read on from where it is (the follower's add marked it due)
-
-
-@dataclass
-class _Pending:
-    """What a file was given and has not all converted yet (see PASS_SECONDS)."""
-
-    hits: list[Any]
-    next: int  # the first hit not converted
-    end: tuple[int, int]  # the position after all of them
-    lines: int
-    data: bytes
-    read_pos: int  # file offset of data[0]
 
 
 class FileIngest:
@@ -130,7 +118,8 @@ class FileIngest:
 
     def on_new_file(self, t: Tailed) -> None:
         """The follower's hook for a file it starts to follow: its context and a scanner."""
-        job = t.meta.get("job")
+        st = state_of(t)
+        job = st.job
         if job is None and self.scheduled:
             # with a scheduler, a job's log is the StdOut/StdErr it names (set_job), never a file
             # named after a job: any user can write one into a followed folder. Such a file is not
@@ -140,24 +129,21 @@ class FileIngest:
             logger.info("%s: no job's log the scheduler names (yet); not read until it does", t.path)
         elif job is None:
             job = job_from_filename(os.path.basename(t.path))  # no scheduler: the name is all there is
-        source = t.meta.get("source", "job")
-        t.meta["ctx"] = FileContext(
-            path=t.path, source=source, job=job, attempt=t.meta.get("attempt"), dates=LineClock(zone=self.zone)
+        st.ctx = FileContext(
+            path=t.path, source=st.source, job=job, attempt=st.attempt, dates=LineClock(zone=self.zone)
         )
-        t.meta["committed"] = (t.inode, t.offset, t.line_no)
+        st.committed = (t.inode, t.offset, t.line_no)
         self._reset_scanner(t)
 
     def _reset_scanner(self, t: Tailed) -> None:
-        source = t.meta.get("source", "job")
-        source = source if source in _SCANNED_SOURCES else "job"
+        st = state_of(t)
+        source = st.source if st.source in _SCANNED_SOURCES else "job"
         # the patterns are compiled once per rulebook and source kind (a hyperscan database: ~0.2 s
         # for 25 patterns); each file gets a clone with its own stream state
         scanner, index_map = scanner_for(self.compiled, source)
         scanner.reset(t.offset, t.line_no)
-        t.meta["scanner"] = scanner
-        t.meta["index_map"] = index_map
-        t.meta["long_lines"] = 0
-        t.meta.pop("pending", None)  # read again from the consumed position
+        st.scanner, st.index_map, st.long_lines = scanner, index_map, 0
+        st.pending = None  # read again from the consumed position
         self.paused.pop(t.path, None)
 
     def feed(self, engine: Engine, t: Tailed, data: bytes) -> bool:
@@ -165,14 +151,15 @@ class FileIngest:
         transaction (committed in pieces when a burst of hits fills it). False when it stopped
         early because the controller is stopping: the caller rewinds the file, so that the rest
         of this read is read again (after a restart)."""
-        if t.meta.pop("reset", False) or "scanner" not in t.meta:
+        st = state_of(t)
+        if t.reset or st.scanner is None:
+            t.reset = False
             self._reset_scanner(t)
-        scanner: Scanner = t.meta["scanner"]
-        ctx: FileContext = t.meta["ctx"]
-        index_map = t.meta["index_map"]
-        stream = t.meta.get("stream")
+        scanner, ctx = st.scanner, st.ctx
+        assert scanner is not None and ctx is not None  # set by on_new_file and _reset_scanner
+        stream = st.stream
         if stream is None or stream.scanner is not scanner or stream.ctx is not ctx:
-            stream = t.meta["stream"] = StreamFacts(scanner, self.converter, ctx, index_map)
+            stream = st.stream = StreamFacts(scanner, self.converter, ctx, st.index_map)
         if data:
             hits = stream.scan(data)  # converted one by one below: a stop can come between lines
             end = scanner.position
@@ -183,11 +170,11 @@ class FileIngest:
             lines = scanner.position[1] - before[1]
             # where the old file ends, if it lives on renamed: a partial last line was judged now;
             # what may still be appended to it there gets that line's number again
-            t.meta["eof_position"] = (scanner.position[0], before[1])
+            t.eof_position = (scanner.position[0], before[1])
             end = (0, 0)
-            t.meta["reset"] = True
+            t.reset = True
         self._count_long_lines(t, scanner)
-        return self._convert(engine, t, stream, _Pending(hits, 0, end, lines, data, t.read_pos))
+        return self._convert(engine, t, stream, Pending(hits, 0, end, lines, data, t.read_pos))
 
     def resume(self, engine: Engine) -> list[Tailed]:
         """Go on converting the hits of the files paused in an earlier pass, each for at most
@@ -195,20 +182,21 @@ class FileIngest:
         (the caller rewinds them, as after ``feed`` returned False)."""
         stopped = []
         for path, t in list(self.paused.items()):
-            pending = t.meta.get("pending")
-            if pending is None or not t.held or t.meta.get("reset"):  # rewound since: read again
+            st = state_of(t)
+            pending, stream = st.pending, st.stream
+            if pending is None or stream is None or not t.held or t.reset:  # rewound since: read again
                 self.paused.pop(path, None)
-                t.meta.pop("pending", None)
+                st.pending = None
                 continue
             if self.stop.is_set():
                 break
-            if not self._convert(engine, t, t.meta["stream"], pending):
+            if not self._convert(engine, t, stream, pending):
                 stopped.append(t)
         return stopped
 
-    def _convert(self, engine: Engine, t: Tailed, stream: StreamFacts, p: _Pending) -> bool:
+    def _convert(self, engine: Engine, t: Tailed, stream: StreamFacts, p: Pending) -> bool:
         """Convert ``p``'s hits from ``p.next`` on and ingest them (see ``feed``); after
-        PASS_SECONDS of it the file is paused, the rest kept in ``t.meta['pending']``."""
+        PASS_SECONDS of it the file is paused, the rest kept in ``FileState.pending``."""
         hits, n, i = p.hits, len(p.hits), p.next
         deadline = self._monotonic() + PASS_SECONDS if p.data else math.inf  # a rotated file's end is never paused
         batch = self.batch
@@ -245,7 +233,7 @@ class FileIngest:
                 batch.count_lines(p.lines)
                 if t.held:
                     t.held = False
-                    t.meta.pop("pending", None)
+                    state_of(t).pending = None
                     self.paused.pop(t.path, None)
                 return True
             # a piece of a burst: commit up to the end of the last line ingested
@@ -256,15 +244,16 @@ class FileIngest:
                 return False
             if self._monotonic() >= deadline:  # the others' turn: the rest at the next pass
                 p.next = j
-                t.meta["pending"], t.held = p, True
+                state_of(t).pending, t.held = p, True
                 self.paused[t.path] = t
                 return True
             i = j
 
     def _count_long_lines(self, t: Tailed, scanner: Scanner) -> None:
-        cut = scanner.long_lines_cut - t.meta.get("long_lines", 0)
+        st = state_of(t)
+        cut = scanner.long_lines_cut - st.long_lines
         if cut > 0:
-            t.meta["long_lines"] = scanner.long_lines_cut
+            st.long_lines = scanner.long_lines_cut
             self.metrics.source_errors.labels(kind="file", reason="long_line").inc(cut)
             if self.limiter.ok("long:" + t.path):
                 logger.warning(

@@ -31,8 +31,8 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping
 
 from engine.sources.tail import (
     DELETED,
@@ -127,7 +127,17 @@ class Tailed:
     inode: int | None = None
     offset: int = 0  # bytes consumed from the current inode (the caller sets it)
     line_no: int = 0
-    meta: dict = field(default_factory=dict)  # the caller's context (job, attempt, scanner...)
+    #: the caller's own per-file state (the controller's ``live.filestate.FileState``): carried,
+    #: never read here
+    state: Any = None
+    #: the caller's scanner must start again at (offset, line_no): set when the file is reopened or
+    #: rewound (and by the caller after a finished old inode); the caller clears it
+    reset: bool = False
+    #: set while the empty read that ends an old inode (rotated, deleted, truncated) is handed on
+    eof_old: bool = False
+    #: the caller's answer to that read: (offset, line_no) where the old file ends, so that a file
+    #: that lives on renamed is read on from there
+    eof_position: tuple[int, int] | None = None
     gone: bool = False  # the path does not exist (deleted, not yet re-created)
     errors: int = 0  # failed opens/reads in a row (0: healthy)
     read_pos: int = 0  # file offset of the first byte of the data last yielded
@@ -255,12 +265,13 @@ class Follower:
             self._dirty.add(os.path.abspath(path))
         self.wake.set()
 
-    def add(self, path: str, meta: dict | None = None) -> Tailed:
-        """Follow one more path (e.g. a job's stdout that the scheduler named)."""
+    def add(self, path: str, state: Any = None) -> Tailed:
+        """Follow one more path (e.g. a job's stdout that the scheduler named); ``state``: the
+        caller's state for a path not followed yet (one already followed keeps its own)."""
         path = os.path.abspath(path)
         t = self.files.get(path)
         if t is None:
-            t = Tailed(path, meta=dict(meta or {}))
+            t = Tailed(path, state=state)
             saved = self.saved.pop(path, None)  # only the first time: later it is stale
             if saved is not None:
                 t.inode, t.offset, t.line_no = saved
@@ -277,8 +288,6 @@ class Follower:
             d = os.path.dirname(path)
             if not any(d.startswith(w) for w in self._watched_below):
                 self._watch_dir(d)
-        elif meta:
-            t.meta.update(meta)
         self._mark(path)
         return t
 
@@ -350,10 +359,10 @@ class Follower:
     def rewind(self, t: Tailed) -> None:
         """Read this file again from ``t.offset``/``t.line_no`` (after the caller set them back,
         e.g. to the last committed position): the open file is closed, the next read reopens it
-        and the caller's scanner is reset (``t.meta['reset']``)."""
+        and the caller's scanner is reset (``t.reset``)."""
         self._close(t)
         t.held = False
-        t.meta["reset"] = True
+        t.reset = True
         self._mark(t.path)
 
     def health(self) -> tuple[int, int]:
@@ -393,10 +402,8 @@ class Follower:
         for path, other in self._open_lru.items():
             if other is keep:
                 continue
-            if other.meta.get("busy"):
-                continue
             self._close(other)
-            other.meta["reset"] = True
+            other.reset = True
             self.stats["lru_closed"] += 1
             return True
         return False
@@ -454,14 +461,14 @@ class Follower:
         t.inode = fh.ino
         fh.pos = t.offset
         t.fh = fh
-        t.meta["reset"] = True  # the caller's scanner starts again at (offset, line_no)
+        t.reset = True  # the caller's scanner starts again at (offset, line_no)
         return True
 
     def read_ready(self, max_bytes: int = READ_BYTES) -> Iterator[tuple[Tailed, bytes]]:
         """Yield (file, bytes) for every followed file that has new data. The caller must set
         ``t.offset``/``t.line_no`` to what it consumed (the scanner's position) before the next call,
-        and reset its scanner to them when ``t.meta['reset']`` is set.
-        An empty bytes object (with ``t.meta['eof_old']`` set) means: the old inode is finished
+        and reset its scanner to them when ``t.reset`` is set.
+        An empty bytes object (with ``t.eof_old`` set) means: the old inode is finished
         (rotated, deleted or truncated); the caller flushes its last partial line.
         The caller may stop iterating at any time; what it did not get is read again later."""
         with self._lock:
@@ -518,7 +525,7 @@ class Follower:
                 data = t.fh.read(max_bytes)
             except OSError as exc:
                 self._fail(t, "read", exc)
-                t.meta["reset"] = True
+                t.reset = True
                 self._close(t)  # reopened at t.offset next time
                 return
             if data:
@@ -558,10 +565,10 @@ class Follower:
                     logger.info("%s: rotated; the old file was read to its end", t.path)
                 if gone:
                     t.gone, t.gone_since = True, time.time()
-                t.meta["eof_old"] = True
+                t.eof_old = True
                 yield t, b""
-                t.meta.pop("eof_old", None)
-                eof = t.meta.pop("eof_position", None)
+                t.eof_old = False
+                eof, t.eof_position = t.eof_position, None
                 if renamed and eof is not None and t.fh is old:
                     self._handoff[old.ino] = (old, eof[0], eof[1], time.time())
                     t.fh = None
@@ -575,10 +582,10 @@ class Follower:
             if change == TRUNCATED:
                 self.stats["truncations"] += 1
                 logger.warning("%s: truncated below byte %d; reading it again from the start", t.path, old.pos)
-                t.meta["eof_old"] = True
+                t.eof_old = True
                 yield t, b""
-                t.meta.pop("eof_old", None)
-                t.meta.pop("eof_position", None)
+                t.eof_old = False
+                t.eof_position = None
                 self._close(t)
                 t.offset, t.line_no = 0, 0
                 if self._open(t):

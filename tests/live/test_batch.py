@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from engine.live.batch import BATCH_HITS, BATCH_SECONDS, Batch
+from engine.live.filestate import state_of
 from engine.live.metrics import LogLimiter, Metrics
 from engine.sources.follow import Tailed
 from engine.store import Store
@@ -19,7 +20,7 @@ def world(tmp_path, clock):
     log = tmp_path / "slurm-1.out"
     log.write_text("line\n" * 10)
     t = Tailed(str(log), inode=log.stat().st_ino)
-    t.meta["committed"] = (t.inode, 0, 0)
+    state_of(t).committed = (t.inode, 0, 0)
     store = Store(tmp_path / "recover.db")
     announced: list[list] = []
     follower = SimpleNamespace(files={t.path: t})  # the batch reads the followed files' positions only
@@ -39,7 +40,7 @@ def test_positions_are_committed_with_their_effects(world):
     batch.commit()
     assert store.offsets()[t.path] == (t.inode, 25, 5)
     assert store.meta("effect") == "1" and store.meta("spool_offsets") == '{"n1": [7, 120, "head"]}'
-    assert t.meta["committed"] == (t.inode, 25, 5)
+    assert state_of(t).committed == (t.inode, 25, 5)
     assert (batch.lines_total, batch.facts_total) == (5, 1)
     m = batch.metrics.registry
     assert m.get_sample_value("recover_lines_total") == 5 and m.get_sample_value("recover_facts_total") == 1
@@ -56,7 +57,7 @@ def test_an_abort_rolls_back_effects_and_positions_together(world):
     batch.closed("incident 1")
     batch.abort(RuntimeError("boom"))
     assert store.meta("effect") is None and t.path not in store.offsets()
-    assert t.meta["committed"] == (t.inode, 0, 0)  # memory is ahead: the controller reads again from here
+    assert state_of(t).committed == (t.inode, 0, 0)  # memory is ahead: the controller reads again from here
     batch.begin()
     batch.closed("incident 2")
     batch.commit()
@@ -71,7 +72,7 @@ def test_back_to_the_committed_positions_after_a_rollback(tmp_path, clock):
     follower = SimpleNamespace(files={a.path: a, b.path: b}, rewind=rewound.append)
     batch = Batch(Store(":memory:"), follower, Metrics(), LogLimiter(), lambda closed: None, monotonic=clock)
     batch.back_to({a.path: (1, 400, 40)})
-    assert (a.inode, a.offset, a.line_no, a.meta["committed"]) == (1, 400, 40, (1, 400, 40))
+    assert (a.inode, a.offset, a.line_no, state_of(a).committed) == (1, 400, 40, (1, 400, 40))
     assert (b.inode, b.offset, b.line_no) == (2, 0, 0)  # nothing committed for it: from its start
     assert rewound == [a, b]  # both read again from there
 

@@ -12,6 +12,7 @@ import pytest
 
 from engine.core.context import ClusterContext
 from engine.live.batch import BATCH_HITS, Batch
+from engine.live.filestate import state_of
 from engine.live.ingest import PASS_SECONDS, FileIngest, set_job
 from engine.live.metrics import LogLimiter, Metrics
 from engine.rulebook import load_rulebook
@@ -65,7 +66,7 @@ def world(tmp_path, compiled, clock):
 
 
 def test_the_file_name_gives_the_job_until_the_scheduler_says(world):
-    ctx = world.t.meta["ctx"]
+    ctx = state_of(world.t).ctx
     assert (ctx.job, ctx.source) == ("7", "job")
     set_job(world.t, "8", 2, ["n1", "n2"])
     assert (ctx.job, ctx.attempt, ctx.nodes) == ("8", 2, {"n1", "n2"})
@@ -93,7 +94,7 @@ def test_a_stop_between_lines_commits_what_was_taken_and_leaves_the_rest(world):
 
 def test_a_cut_long_line_is_counted_and_still_scanned(world):
     engine = RecordingEngine()
-    world.t.meta["scanner"].max_line = 64
+    state_of(world.t).scanner.max_line = 64
     long_line = b"EVT 9 " + b"x" * 200 + b"\n"
     assert world.files.feed(engine, world.t, long_line)
     assert [f.attrs["n"] for f in engine.facts] == [9]
@@ -135,7 +136,7 @@ def test_a_pass_over_one_file_ends_after_pass_seconds_and_the_next_goes_on(world
     world.batch.commit()
     assert [f.attrs["n"] for f in engine.facts] == list(range(1, total + 1))  # every line once, in order
     assert passes >= total // 5
-    assert not world.files.paused and "pending" not in world.t.meta
+    assert not world.files.paused and state_of(world.t).pending is None
     assert world.store.offsets()[world.t.path] == (world.t.inode, len(world.data), total)
     assert world.batch.lines_total == total  # the read's lines counted once, when all were taken
 
@@ -144,14 +145,13 @@ def test_a_paused_file_rewound_meanwhile_is_read_again_not_resumed(world):
     engine = SlowEngine(world.clock)
     assert world.files.feed(engine, world.t, world.data)
     taken = len(engine.facts)
-    world.t.held, world.t.meta["reset"] = False, True  # what Follower.rewind does (reload, store outage)
+    world.t.held, world.t.reset = False, True  # what Follower.rewind does (reload, store outage)
     assert world.files.resume(engine) == []
-    assert len(engine.facts) == taken and not world.files.paused and "pending" not in world.t.meta
+    assert len(engine.facts) == taken and not world.files.paused and state_of(world.t).pending is None
     # read again from the consumed position: the next line is the first one not taken
     rest = world.data[world.t.offset :]
     world.t.read_pos = world.t.offset
-    world.t.meta.pop("reset")
-    world.files._reset_scanner(world.t)
+    assert world.t.reset  # still set: the next feed starts the file's scanner again at its position
     assert world.files.feed(engine, world.t, rest)
     assert engine.facts[taken].attrs["n"] == taken + 1
 

@@ -318,7 +318,8 @@ class _FollowerCaller(_Caller):
             self.follower.rescan()
             for t, data in self.follower.read_ready():
                 lines = self.lines.get(t.path)
-                if lines is None or t.meta.pop("reset", False):
+                if lines is None or t.reset:
+                    t.reset = False
                     lines = self.lines[t.path] = Lines(1 << 16, t.offset)
                 if data:
                     out += [line for _, line, _ in lines.feed(data)]
@@ -326,7 +327,7 @@ class _FollowerCaller(_Caller):
                 else:  # the old file is finished: its last line counts
                     last = lines.flush()
                     out += [last[1]] if last else []
-                    t.meta["reset"] = True
+                    t.reset = True
                 t.offset = lines.start
         return [int(line.split()[1]) for line in out]
 
