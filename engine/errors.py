@@ -6,6 +6,7 @@ needs (the CLI's error boundary catches ``RecoverError`` and prints one line, ne
     ├── RulebookError      a rulebook with errors; ``.diagnostics`` holds every one, file:line:col
     ├── FactError          a malformed fact or spool line (also a ValueError)
     ├── StoreError         the incident database cannot be opened or written
+    │   └── Fenced         a write with a stale leader term, refused by the database itself
     ├── ReteError          the rule engine refused a fact (also a RuntimeError)
     ├── PlanError          a value could not be made safe for an action template (also a ValueError)
     ├── ExplainError       no such incident (also a LookupError)
@@ -33,6 +34,7 @@ __all__ = [
     "RulebookError",
     "FactError",
     "StoreError",
+    "Fenced",
     "ReteError",
     "PlanError",
     "ExplainError",
@@ -71,6 +73,11 @@ class FactError(RecoverError, ValueError):
 
 class StoreError(RecoverError):
     """The store could not be opened or written (bad path, full disk, not a Recover database)."""
+
+
+class Fenced(StoreError):
+    """The database refused a write because its leader term is not the lease's (another
+    controller took over, or this one's lease ran out): this process must stop acting."""
 
 
 class ReteError(RecoverError, RuntimeError):

@@ -32,6 +32,7 @@ from engine.cli.common import (
 from engine.cli import rules as _rules  # noqa: F401  (registers the rules commands)
 from engine.cli import goodput as _goodput  # noqa: F401  (registers recover goodput)
 from engine.cli import dumps as _dumps  # noqa: F401  (registers recover fr-analyze)
+from engine.cli import status as _status  # noqa: F401  (registers recover status)
 
 
 app.add_typer(rules_app, name="rules")
@@ -250,6 +251,12 @@ def run(
         "exist from their start (a backfill; monitor mode only). Without it a new "
         "database starts reading them at their end: the past is not acted on.",
     ),
+    lease: float = typer.Option(
+        15.0,
+        "--lease",
+        help="Seconds the leader lease lives: one controller per database acts, the others follow "
+        "and take over within about this once the leader stops renewing it.",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the controller: follow logs, the agents' spool and the scheduler; record or act."""
@@ -301,7 +308,11 @@ def run(
         actuator_factory=actuator_factory,
         from_start=from_start,
         reloaded=reloaded,
+        lease_s=lease,
     )
+    if lease <= 0:
+        _err("--lease: the lease must live a positive number of seconds")
+        raise typer.Exit(2)
     try:
         controller = Controller(cfg, compiled)
     except StoreError as exc:

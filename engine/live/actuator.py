@@ -86,6 +86,9 @@ class Actuator:
         #: action id -> (when it first could not be told, how many times in a row)
         self._unknown: dict[int, tuple[float, int]] = {}
         self.hold_after_run = float(os.environ.get("RECOVER_TEST_HOLD_AFTER_RUN", "0") or 0)
+        #: whether this process still leads (the controller's Leadership.acting): asked again after
+        #: "started" is journaled, just before the command runs
+        self.may_act: Callable[[], bool] = lambda: True
 
     @property
     def drain_retry_for(self) -> float:
@@ -121,6 +124,11 @@ class Actuator:
         timeout = a.timeout if a is not None else 30.0
         # journal first: if we die after this line, the restart verifies before running again
         self.store.update_action(action["id"], ActionStatus.STARTED, attempt=True)
+        if not self.may_act():
+            # the lease ran out between the journal and the command (a pause): the next leader
+            # finds it started, verifies, and runs it only if its effect is absent
+            logger.error("action %s not run: this controller no longer leads", action["id"])
+            return
         result = self.adapter.run(action["argv"], timeout)
         if self.hold_after_run:  # test seam: widen the crash window between running and journaling
             time.sleep(self.hold_after_run)

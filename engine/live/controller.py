@@ -39,12 +39,14 @@ from engine.core.rete import is_registered, ruleset_definition
 from engine.live.batch import STORE_ERRORS, Batch
 from engine.live.ingest import FileIngest, FileState, SpoolIngest, clock, set_job
 from engine.live.launch import READY
-from engine.live.metrics import Gauges, LogLimiter, Metrics
+from engine.live.leader import DEFAULT_LEASE_S, Leadership
+from engine.live.metrics import Gauges, LogLimiter, Metrics, update_ha
 from engine.live.outage import StoreOutage
 from engine.live.reload import RulebookWatch, engine_refusal
 from engine.live.schedpoll import SchedulerPoll
 from engine.rulebook import CompiledRulebook, load_rulebook
 from engine.sources.follow import Follower
+from engine.errors import Fenced
 from engine.store import Store
 
 logger = logging.getLogger(__name__)
@@ -91,6 +93,9 @@ class ControllerConfig:
     scheduler_startup_wait: float = 30.0
     #: this process was restarted in place to load a changed rulebook: say so and count it once started
     reloaded: bool = False
+    #: the leader lease's time to live (seconds): one controller per store acts, the others follow
+    #: and take over within about this once it stops renewing
+    lease_s: float = DEFAULT_LEASE_S
 
 
 class Controller:
@@ -108,13 +113,16 @@ class Controller:
             scheduled = config.adapter is not None or config.scheduler not in ("none", "", None)
             self.store.set_meta("context_source", "scheduler" if scheduled else "logs")
         self.store.context = "live:scheduler" if scheduled else "live:logs"
+        self.mode = "recommend" if config.dry_run else "act"
+        # one controller per store records and acts; a second one follows (and says who leads)
+        self.leader = Leadership(self.store, config.lease_s, mode=self.mode, info=self._seen)
+        self.leader.tick()
         self.metrics = Metrics(config.metrics_port)
         self.limiter = LogLimiter()
         self.cluster = ClusterContext()
         self.stop_event = threading.Event()
         self.reload_requested = threading.Event()
         self.restart_requested = False  # a changed rulebook waits for run() to stop and return RESTART
-        self.mode = "recommend" if config.dry_run else "act"
         self.adapter = config.adapter
         if self.adapter is None and config.scheduler not in ("none", "", None):
             from scheduler_adapters.registry import get_adapter
@@ -123,6 +131,8 @@ class Controller:
         self.actuator = None
         if not config.dry_run and config.actuator_factory is not None:
             self.actuator = config.actuator_factory(self)
+            if hasattr(self.actuator, "may_act"):
+                self.actuator.may_act = self.leader.acting  # checked again just before a command runs
         self.follower = Follower(
             list(config.follow),
             poll=config.poll,
@@ -219,7 +229,7 @@ class Controller:
     def startup(self) -> None:
         """Scheduler state first (which jobs run where, the job logs it names), then the spool and
         the logs: a Xid read in the first moments after a restart finds its job."""
-        if self.sched is not None:
+        if self.sched is not None and self.leader.acting():
             self.sched.wait_first_answer(self.stop_event, self._first_poll)
         self.follower.start()
         self.follower.start_at_end = False  # files that appear from now on are new: read from their start
@@ -350,7 +360,43 @@ class Controller:
     # -- the store refusing writes -----------------------------------------------------------
     def _store_failed(self, exc: BaseException) -> None:
         self.batch.abort(exc)
+        if isinstance(exc, Fenced):  # not an outage: another controller leads now
+            logger.error("%s", exc)
+            self.leader.step_down("the database refused this controller's term")
+            return
         self.outage.failed(exc)
+
+    # -- leadership --------------------------------------------------------------------------
+    def _seen(self) -> dict:
+        """What this controller sees, for ``recover status`` (written with its heartbeat)."""
+        sched = getattr(self, "sched", None)
+        health = "none" if sched is None else ("ok" if sched.ok else "unavailable")
+        return {"scheduler": health, "scheduler_name": self.cfg.scheduler}
+
+    def _take_over(self) -> None:
+        """This controller became the leader: what it holds in memory is rebuilt from what the
+        store committed (the old leader's incidents, read positions, job states), so it neither
+        loses nor repeats a line, and the actuator resumes the journal (planned actions run,
+        started ones are verified against the scheduler before anything is redone)."""
+        self.batch.abort()
+        committed = self.store.offsets()
+        old, self.engine = self.engine, self._new_engine(self.compiled)
+        old.session.close()
+        self.engine.resume()
+        # files not followed yet start where the old leader left them; followed ones go back there
+        self.follower.saved = dict(committed)
+        self.follower.heads = self.store.offset_heads()
+        self.batch.back_to(committed)
+        if self.spool_in is not None:
+            self.spool_in.reopen()
+        if self.sched is not None:
+            self.sched.restore()
+        if self.actuator is not None:
+            self.actuator.pending = True
+        self.metrics.takeovers.inc()
+        logger.warning(
+            "took over as leader (term %s): resuming from the store's positions and journal", self.leader.term
+        )
 
     def _store_recover(self) -> bool:
         """Probe the store; when it takes writes again, rebuild what lived in memory only from
@@ -379,7 +425,12 @@ class Controller:
 
     # -- the loop ----------------------------------------------------------------------------
     def step(self) -> None:
-        """One pass: read what changed, advance time. The loop calls it every tick."""
+        """One pass: read what changed, advance time. The loop calls it every tick. A follower
+        only looks at the lease (and takes over when it can)."""
+        if self.leader.tick() == "took":
+            self._take_over()
+        if not self.leader.acting():
+            return
         lost = self.db_lost()
         if lost is not None:
             self.batch.abort()
@@ -435,6 +486,10 @@ class Controller:
             spool_ok=self.spool_in.healthy() if self.spool_in is not None else None,
             scheduler=self.adapter is not None,
         )
+        try:
+            update_ha(self.metrics, self.leader, self.store, self.sched.ok if self.sched is not None else None)
+        except STORE_ERRORS as exc:
+            logger.debug("HA gauges: %s", exc)
 
     def on_signal(self, signum: int, frame: Any = None) -> None:
         """SIGHUP reloads; SIGTERM and SIGINT stop, and a stop wins over a restart to come."""
@@ -511,6 +566,7 @@ class Controller:
             if self.sched is not None:
                 self.sched.stop()
             self.metrics.stop()
+            self.leader.release()
             self.store.close()
         if self.lost_reason:
             return 3

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Gauges", "LogLimiter", "Metrics"]
+__all__ = ["Gauges", "LogLimiter", "Metrics", "update_ha"]
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 #: errors of the same kind are logged at most this often
@@ -93,6 +93,27 @@ class Metrics:
             "recover_internal_errors_total", "Unexpected errors survived by the controller loop", registry=r
         )
         self.actions = Counter("recover_actions_total", "Actions by name and outcome", ["action", "status"], registry=r)
+        # one leader among the controllers sharing the store (engine/live/leader.py)
+        self.leader = Gauge("recover_leader", "1 while this controller holds the leader lease and may act", registry=r)
+        self.leader_term = Gauge(
+            "recover_leader_term", "The lease term this controller leads under (0: follows)", registry=r
+        )
+        self.lease_age = Gauge(
+            "recover_lease_age_seconds", "Seconds since the current leader took the lease (database clock)", registry=r
+        )
+        self.controllers = Gauge(
+            "recover_controllers",
+            "Controllers sharing this store, by role (from their heartbeats)",
+            ["role"],
+            registry=r,
+        )
+        self.takeovers = Counter("recover_leader_takeovers_total", "Times this controller took the lease", registry=r)
+        self.scheduler_healthy = Gauge(
+            "recover_scheduler_healthy", "1 when the scheduler answered this controller's last poll", registry=r
+        )
+        self.backlog = Gauge(
+            "recover_actions_backlog", "Acted actions journaled but not finished (planned, started, ...)", registry=r
+        )
         self.store_healthy.set(1)
         for reason in ("unreadable", "vanished", "read_error", "rotated", "truncated", "long_line"):
             self.source_errors.labels(kind="file", reason=reason)
@@ -189,3 +210,20 @@ class Gauges:
             if d > 0:
                 m.source_errors.labels(kind="file", reason=reason).inc(d)
                 self._file_errors[key] = v
+
+
+def update_ha(m: Metrics, leader, store, scheduler_ok: bool | None) -> None:
+    """The leader, follower and backlog gauges, from the lease and the store (every second)."""
+    m.leader.set(1 if leader.acting() else 0)
+    m.leader_term.set(leader.term or 0)
+    if scheduler_ok is not None:
+        m.scheduler_healthy.set(1 if scheduler_ok else 0)
+    lease = store.lease()
+    m.lease_age.set(max(0.0, lease.now - lease.acquired_at) if lease is not None and lease.live else 0)
+    roles = {"leader": 0, "follower": 0}
+    for c in store.controllers():
+        if c["age_s"] <= 3 * leader.ttl:  # a heartbeat older than that is a controller gone
+            roles[c["role"]] = roles.get(c["role"], 0) + 1
+    for role, n in roles.items():
+        m.controllers.labels(role=role).set(n)
+    m.backlog.set(sum(store.backlog().values()))

@@ -17,6 +17,7 @@ raises is ``StoreError``:
     incidents.py    incidents, facts, firings, job progress, reviews
     journal.py      the actions journal and ``ActionStatus``
     cursors.py      offsets and meta
+    lease.py        the leader lease (term, expiry by the database's clock) and the controllers
     aside.py        silences and the quarantine
 
 Usage::
@@ -33,12 +34,14 @@ from engine.store.aside import QUARANTINE_TEXT, AsideTables
 from engine.store.cursors import CursorTables
 from engine.store.incidents import IncidentRow, IncidentTables
 from engine.store.journal import TERMINAL, ActionsJournal, ActionStatus
+from engine.store.lease import LeaseTables, LeaseView
 from engine.store.schema import SCHEMA_VERSION
 
 __all__ = [
     "Store",
     "StoreError",
     "IncidentRow",
+    "LeaseView",
     "SCHEMA_VERSION",
     "ActionStatus",
     "TERMINAL",
@@ -46,5 +49,5 @@ __all__ = [
 ]
 
 
-class Store(IncidentTables, ActionsJournal, CursorTables, AsideTables):
+class Store(IncidentTables, ActionsJournal, CursorTables, AsideTables, LeaseTables):
     """The incident database: ``Store(path)``, ``Store(path, readonly=True)``, ``Store()`` in memory."""

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 from urllib.parse import quote
 
-from engine.errors import StoreError
-from engine.store.schema import migrate
+from engine.errors import Fenced, StoreError
+from engine.store.schema import FENCED_MESSAGE, migrate
 
-__all__ = ["Connection", "Rows"]
+__all__ = ["Connection", "Rows", "store_error"]
 
 
 class Rows:
@@ -58,6 +58,9 @@ class Connection:
         #: the logs' own lines), "live:logs" (the controller without a scheduler: the same) or
         #: "live:scheduler"; one database may hold a replay's incidents and a controller's
         self.context: str | None = None
+        #: the leader term this process writes under (``LeaseTables.acquire``), None when it holds
+        #: no lease: acted journal rows carry it, and each transaction has the database check it
+        self.term: int | None = None
         try:
             self.fresh = False
             if readonly:
@@ -102,7 +105,7 @@ class Connection:
                 cur = self.db.execute(sql, args)
                 return Rows(cur.fetchall(), cur.lastrowid, cur.rowcount)
             except sqlite3.Error as exc:
-                raise StoreError(f"{self.path}: {exc}") from None
+                raise store_error(self.path, exc) from None
 
     def flush(self) -> None:
         """Write what ``touch_incident`` and ``bump_fact`` buffered."""
@@ -161,6 +164,13 @@ def _connect_readonly(path: str) -> sqlite3.Connection:
     return sqlite3.connect(f"file:{quote(path)}?immutable=1", uri=True, check_same_thread=False, timeout=10)
 
 
+def store_error(path: str, exc: sqlite3.Error) -> StoreError:
+    """The store's one error for a failed statement; ``Fenced`` when the database refused a stale term."""
+    if FENCED_MESSAGE in str(exc):
+        return Fenced(f"{path}: this controller's leader term is no longer the lease's: the write was refused")
+    return StoreError(f"{path}: {exc}")
+
+
 class _Tx:
     """Re-entrant: only the outermost ``with`` begins and commits (or rolls back)."""
 
@@ -193,6 +203,10 @@ class _Tx:
                 if exc_type is None:
                     try:
                         st.flush()
+                        if st.term is not None:
+                            # the database checks the term under the write lock the commit holds:
+                            # a leader whose lease was taken over (or ran out) commits nothing
+                            st.db.execute("UPDATE lease SET fence = ? WHERE name = 'leader'", (st.term,))
                         st.db.execute("COMMIT")
                     except (sqlite3.Error, StoreError) as e:
                         # a failed COMMIT (disk full, I/O error) may already have rolled back
@@ -201,7 +215,7 @@ class _Tx:
                                 st.db.execute("ROLLBACK")
                             except sqlite3.Error:
                                 pass
-                        raise (e if isinstance(e, StoreError) else StoreError(f"{st.path}: {e}")) from e
+                        raise (e if isinstance(e, StoreError) else store_error(st.path, e)) from e
                 elif st.db.in_transaction:
                     try:
                         st.db.execute("ROLLBACK")

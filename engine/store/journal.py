@@ -1,5 +1,9 @@
 """The actions journal: every action planned, with its rendered argv, mode, status and
-idempotency key. The actuator moves an action along these statuses (engine/live/actuator.py)."""
+idempotency key. The actuator moves an action along these statuses (engine/live/actuator.py).
+
+Every write carries the store's leader term (``Connection.term``); once a controller has held the
+lease, the database refuses an acted row whose term is not the lease's live one (the triggers of
+schema migration 7), and the store raises ``Fenced``."""
 
 from __future__ import annotations
 
@@ -58,9 +62,9 @@ class ActionsJournal(Connection):
         """Journal an action; returns its id, or None when the idempotency key is already there."""
         now = time.time()
         cur = self._exec(
-            "INSERT INTO actions(incident, idem_key, action, target, argv, mode, status, note, created_at, updated_at) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(idem_key) DO NOTHING",
-            (incident, idem_key, action, target, json.dumps(list(argv)), mode, str(status), note, now, now),
+            "INSERT INTO actions(incident, idem_key, action, target, argv, mode, status, note, created_at, updated_at, "
+            "term) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(idem_key) DO NOTHING",
+            (incident, idem_key, action, target, json.dumps(list(argv)), mode, str(status), note, now, now, self.term),
         )
         return int(cur.lastrowid or 0) if cur.rowcount else None
 
@@ -76,7 +80,7 @@ class ActionsJournal(Connection):
     ) -> None:
         self._exec(
             "UPDATE actions SET status=?, rc=COALESCE(?, rc), output=COALESCE(?, output), verified=COALESCE(?, verified), "
-            "note=COALESCE(?, note), attempts=attempts + ?, updated_at=? WHERE id=?",
+            "note=COALESCE(?, note), attempts=attempts + ?, updated_at=?, term=? WHERE id=?",
             (
                 str(status),
                 rc,
@@ -85,13 +89,14 @@ class ActionsJournal(Connection):
                 note,
                 1 if attempt else 0,
                 time.time(),
+                self.term,
                 action_id,
             ),
         )
 
     def set_action_argv(self, action_id: int, argv: Sequence[str]) -> None:
         """The command as rendered again just before it runs (live exclusions, the outcome so far)."""
-        self._exec("UPDATE actions SET argv = ? WHERE id = ?", (json.dumps(list(argv)), action_id))
+        self._exec("UPDATE actions SET argv = ?, term = ? WHERE id = ?", (json.dumps(list(argv)), self.term, action_id))
 
     def unfinished_incidents(self) -> list[int]:
         """Incidents with an acted action not in a terminal status, in id order."""

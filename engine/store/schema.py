@@ -19,7 +19,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Callable, Sequence, Union
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate", "schema_version"]
+__all__ = ["FENCED_MESSAGE", "MIGRATIONS", "NOW_SQL", "SCHEMA_VERSION", "migrate", "schema_version"]
 
 #: a statement, or a step that needs to look at the database first
 Step = Union[str, Callable[[sqlite3.Connection], None]]
@@ -96,6 +96,45 @@ _TABLES: tuple[str, ...] = (
 )
 
 
+#: the database's clock, in Unix seconds: on SQLite the clock of the process that writes (the
+#: library runs in it); every lease decision is taken in SQL against this one expression
+NOW_SQL = "((julianday('now') - 2440587.5) * 86400.0)"
+
+#: a write with a stale term is refused here, by the database, whatever the process believes
+FENCED_MESSAGE = "recover: stale leader term"
+
+_LEASE: tuple[str, ...] = (
+    """CREATE TABLE IF NOT EXISTS lease (
+    name TEXT PRIMARY KEY,          -- 'leader'
+    holder TEXT NOT NULL,           -- host:pid:start of the controller that holds it
+    term INTEGER NOT NULL,          -- +1 at each change of holder: the fencing token
+    expires REAL NOT NULL,          -- database clock (NOW_SQL)
+    acquired_at REAL NOT NULL, renewed_at REAL NOT NULL,
+    fence INTEGER                   -- written by a leader's transaction to have its term checked
+)""",
+    """CREATE TABLE IF NOT EXISTS controllers (
+    holder TEXT PRIMARY KEY, role TEXT NOT NULL, term INTEGER, mode TEXT,
+    started_at REAL NOT NULL, seen_at REAL NOT NULL,
+    info TEXT                       -- JSON: what it sees (the scheduler's health)
+)""",
+    # an acted action is journaled and moved only under the lease's live term (once a lease exists:
+    # a store no controller ever led, a replay's or a test's, has no leader to fence)
+    f"""CREATE TRIGGER IF NOT EXISTS actions_term_insert BEFORE INSERT ON actions
+WHEN NEW.mode = 'act' AND EXISTS (SELECT 1 FROM lease WHERE name = 'leader')
+  AND NOT EXISTS (SELECT 1 FROM lease WHERE name = 'leader' AND term = NEW.term AND expires > {NOW_SQL})
+BEGIN SELECT RAISE(ABORT, '{FENCED_MESSAGE}'); END""",
+    f"""CREATE TRIGGER IF NOT EXISTS actions_term_update BEFORE UPDATE ON actions
+WHEN NEW.mode = 'act' AND EXISTS (SELECT 1 FROM lease WHERE name = 'leader')
+  AND NOT EXISTS (SELECT 1 FROM lease WHERE name = 'leader' AND term = NEW.term AND expires > {NOW_SQL})
+BEGIN SELECT RAISE(ABORT, '{FENCED_MESSAGE}'); END""",
+    # a leader's write transaction (incidents, facts, read offsets) sets lease.fence to its term
+    # before it commits: refused unless that term is the live one
+    f"""CREATE TRIGGER IF NOT EXISTS lease_fence BEFORE UPDATE OF fence ON lease
+WHEN NEW.fence IS NOT OLD.term OR OLD.expires <= {NOW_SQL}
+BEGIN SELECT RAISE(ABORT, '{FENCED_MESSAGE}'); END""",
+)
+
+
 def _add_column(table: str, column: str, decl: str) -> Callable[[sqlite3.Connection], None]:
     """``ALTER TABLE ... ADD COLUMN`` where the column is missing (see the module docstring)."""
 
@@ -121,6 +160,9 @@ MIGRATIONS: tuple[tuple[int, Sequence[Step]], ...] = (
     (5, (_add_column("incidents", "context", "TEXT"),)),
     # an incident says which policy keys gave its decision its mode (act or recommend)
     (6, (_add_column("incidents", "mode_why", "TEXT"),)),
+    # one leader, fenced: the lease row, the controllers that share the store, and the term every
+    # acted journal row carries; the triggers make the database itself refuse a stale term
+    (7, (_add_column("actions", "term", "INTEGER"), *_LEASE)),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -1,0 +1,105 @@
+"""The leader lease and its fence, on one SQLite file shared by two connections (two controllers):
+one holder at a time, a new term at each change, and a stale term refused by the database itself
+(the triggers of schema migration 7), not by the code that believes it leads."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from engine.errors import Fenced
+from engine.store import ActionStatus, Store
+
+
+@pytest.fixture
+def two(tmp_path):
+    a, b = Store(tmp_path / "r.db"), Store(tmp_path / "r.db")
+    yield a, b
+    a.close()
+    b.close()
+
+
+def _incident(store: Store) -> int:
+    with store.transaction():
+        return store.open_incident(key="job:1:0", job="1", attempt=0, node=None, at=1.0)
+
+
+def test_one_holder_and_who_it_is(two):
+    a, b = two
+    got = a.acquire("hostA:1:1", ttl=30)
+    assert got.ours and got.term == 1
+    other = b.acquire("hostB:2:2", ttl=30)
+    assert not other.ours and other.holder == "hostA:1:1" and other.term == 1 and other.left_s > 25
+    assert a.acquire("hostA:1:1", ttl=30).ours  # the holder keeps it, same term
+    assert a.lease().term == 1
+
+
+def test_expiry_by_the_database_clock_gives_the_next_term(two):
+    a, b = two
+    assert a.acquire("A", ttl=0.2).ours
+    time.sleep(0.3)
+    assert not a.renew("A", 1, ttl=30)  # ran out: not renewed, even by its holder
+    got = b.acquire("B", ttl=30)
+    assert got.ours and got.term == 2
+
+
+def test_released_lease_is_taken_at_once(two):
+    a, b = two
+    a.acquire("A", ttl=30)
+    assert a.release("A", 1)
+    assert b.acquire("B", ttl=30).term == 2
+
+
+def test_stale_term_refused_by_the_database(two):
+    """An old leader that still believes it leads (a pause) journals nothing: its insert and its
+    update are refused by the triggers, and its batch transaction by the fence at commit."""
+    a, b = two
+    inc = _incident(a)
+    a.term = a.acquire("A", ttl=0.2).term
+    aid = a.add_action(inc, "k1", "drain", "n1", ["scontrol"], "act", ActionStatus.PLANNED)
+    assert aid is not None
+    time.sleep(0.3)
+    b.term = b.acquire("B", ttl=30).term
+    assert b.term == 2
+    with pytest.raises(Fenced):
+        a.update_action(aid, ActionStatus.STARTED, attempt=True)
+    with pytest.raises(Fenced):
+        a.add_action(inc, "k2", "requeue", "1", ["scontrol"], "act", ActionStatus.PLANNED)
+    with pytest.raises(Fenced):
+        with a.transaction():
+            a.set_meta("spool_offsets", "{}")
+    assert a.meta("spool_offsets") is None  # rolled back
+    row = b.actions(inc)[0]
+    assert row["status"] == ActionStatus.PLANNED and row["attempts"] == 0
+    b.update_action(aid, ActionStatus.STARTED, attempt=True)  # the live term writes
+    assert b.actions(inc)[0]["term"] == 2
+
+
+def test_no_term_refused_once_a_lease_exists(two):
+    """A process holding no lease (a second controller that never led) cannot act either."""
+    a, b = two
+    inc = _incident(a)
+    a.term = a.acquire("A", ttl=30).term
+    with pytest.raises(Fenced):
+        b.add_action(inc, "k1", "drain", "n1", ["scontrol"], "act", ActionStatus.PLANNED)
+    # recommendations are not the leader's journal of acts: recorded by whoever holds the lease
+    assert b.add_action(inc, "k2", "drain", "n1", ["x"], "recommend", ActionStatus.RECOMMENDED) is not None
+
+
+def test_store_without_a_lease_is_unfenced(tmp_path):
+    """A store no controller ever led (replay, tools, unit tests) journals as before."""
+    s = Store(tmp_path / "r.db")
+    inc = _incident(s)
+    assert s.add_action(inc, "k1", "drain", "n1", ["x"], "act", ActionStatus.PLANNED) is not None
+    s.close()
+
+
+def test_controllers_listed(two):
+    a, b = two
+    a.heartbeat("A", "leader", 1, "act", 1.0)
+    b.heartbeat("B", "follower", None, "act", 2.0)
+    rows = {r["holder"]: r for r in a.controllers()}
+    assert rows["A"]["role"] == "leader" and rows["B"]["role"] == "follower" and rows["B"]["age_s"] < 5
+    b.forget_controller("B")
+    assert [r["holder"] for r in a.controllers()] == ["A"]
