@@ -36,13 +36,14 @@ import json
 import os
 import pickle
 import re
+import stat
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from engine.core.rank_signals import MAX_RANK
 from engine.errors import DumpRefused
 from engine.facts import clean_text
-from engine.sources.files import NOT_REGULAR, open_regular
+from engine.sources.files import NOT_REGULAR, OPEN_FLAGS, open_regular
 
 __all__ = [
     "DumpRefused",
@@ -179,9 +180,22 @@ def rank_from_name(path: str) -> int:
     return rank
 
 
-def _read_bounded(path: str, limits: Limits) -> bytes:
+def _open_at(dir_fd: int, name: str) -> tuple[int, os.stat_result]:
+    """``open_regular`` of a name inside an open folder (no link, FIFO or device either)."""
+    fd = os.open(name, OPEN_FLAGS, dir_fd=dir_fd)
     try:
-        fd, st = open_regular(path)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(0, NOT_REGULAR)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def _read_bounded(path: str, limits: Limits, dir_fd: int | None = None) -> bytes:
+    try:
+        fd, st = open_regular(path) if dir_fd is None else _open_at(dir_fd, os.path.basename(path))
     except OSError as exc:
         if exc.strerror == NOT_REGULAR:
             raise _Bad("not a regular file (a FIFO, a device or a socket is never read)") from None
@@ -391,13 +405,14 @@ def _parse(top: Any, path: str, rank: int, form: str, limits: Limits) -> Dump:
     return dump
 
 
-def read_dump(path: str, limits: Limits = Limits(), rank: int | None = None) -> Dump:
+def read_dump(path: str, limits: Limits = Limits(), rank: int | None = None, dir_fd: int | None = None) -> Dump:
     """One rank's dump, checked; raises DumpRefused with the reason. ``rank``: the rank when the
-    file name does not say it (otherwise the number the name ends in)."""
+    file name does not say it (otherwise the number the name ends in); ``dir_fd``: the folder
+    ``path`` is in, already open (the file is opened by its name there: no link on the way)."""
     try:
         if rank is not None and (isinstance(rank, bool) or not 0 <= rank <= MAX_RANK):
             raise _Bad(f"rank {rank} is out of range (at most {MAX_RANK})")
-        form, top = _decode(_read_bounded(path, limits), path)
+        form, top = _decode(_read_bounded(path, limits, dir_fd), path)
         if rank is None:  # after the content: "not a dump" says more than "no rank in the name"
             rank = rank_from_name(path)
         return _parse(top, path, rank, form, limits)
