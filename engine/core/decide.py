@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from engine.core.actions import PlannedAction, plan_actions
 from engine.core.policy import Decision, GuardContext, decide, fingerprint
 from engine.core.progress import ProgressTracker
+from engine.core.suspect_policy import with_suspects
 from engine.facts import Fact
 from engine.rulebook.compile import CompiledRulebook
 from engine.store import Store
@@ -90,10 +91,13 @@ class Decider:
         *,
         bound: tuple[str, int] | None = None,
         notes: Sequence[Mapping[str, Any]] = (),
+        suspects: Sequence[Mapping[str, Any]] = (),
     ) -> ClosedIncident:
         """Decide a settled incident, journal its plan and close it in the store. ``bound``: the
         job attempt the scheduler said held a node's incident's node (its key names none);
-        ``notes``: guards recorded with the decision's (how it was bound)."""
+        ``notes``: guards recorded with the decision's (how it was bound); ``suspects``: the
+        ranks its evidence points at (core.suspects), kept where its class names suspects
+        (policy.suspects.classes), and what they cost decided by ``core.suspect_policy``."""
         if faults:
             top = best or best_fault(faults)
             fault_class, nodes, reason, fault_id = (
@@ -113,10 +117,32 @@ class Decider:
                     self.store.save_progress(job_id, attempt or 0, p.get("step"), p.get("checkpoint"), p.get("last_at"))
             ctx = self.guard_context(incident, job_id, attempt, at)
             decision = decide(self.compiled, fault_class, nodes, reason, ctx, rule)
+            found = list(suspects) if fault_class in self.compiled.policy.suspects.classes else []
+            drain_for_diagnosis: tuple[str, ...] = ()
+            if found:
+                self.store.set_suspects(incident, found)
+                history = self.store.suspect_history(at - self.compiled.policy.suspects.window, exclude=incident)
+                decision, drain_for_diagnosis = with_suspects(self.compiled, decision, found, ctx, history)
             plan, problems = self._plan(
                 decision, incident, job_id, attempt, fault_class, reason, evidence, decision.plan
             )
             plan = [p for p in plan if (p.name, p.target) not in decision.skip_targets]
+            diagnosis: list[PlannedAction] = []
+            if drain_for_diagnosis:
+                diagnosis, more = plan_actions(
+                    self.compiled,
+                    decision.decision,
+                    incident,
+                    job_id,
+                    attempt,
+                    drain_for_diagnosis,
+                    fault_class,
+                    self.scheduler,
+                    names=["drain_suspect"],
+                    reason=reason,
+                    evidence=evidence,
+                )
+                problems = list(problems) + more
             guards = [dict(n) for n in notes] + list(decision.guards) + [{"guard": "plan", "why": p} for p in problems]
             mode = self._mode_of(decision)
             self.store.close_incident(
@@ -143,6 +169,22 @@ class Decider:
                         mode,
                         "recommended" if mode == "recommend" else "planned",
                     )
+            # a drain for diagnosis has its own autonomy (policy.autonomy.drain_suspect)
+            own = self.compiled.policy.autonomy.of("drain_suspect") or "recommend"
+            dmode = "act" if mode == "act" and own == "act" else "recommend"
+            for pa in diagnosis if mode in ("recommend", "act") and own != "observe" else ():
+                self.store.add_action(
+                    incident,
+                    pa.idem_key,
+                    pa.name,
+                    pa.target,
+                    pa.argv,
+                    dmode,
+                    "recommended" if dmode == "recommend" else "planned",
+                    note="a suspect of several jobs' collective timeouts: drained for diagnosis"
+                    + ("" if dmode == "act" else f" (policy.autonomy.drain_suspect is {own})"),
+                )
+            plan = plan + diagnosis
         return ClosedIncident(incident, key, job_id, attempt, decision, tuple(plan), tuple(problems), at)
 
     def _mode_of(self, decision: Decision) -> str:
@@ -339,7 +381,7 @@ class Decider:
         silences = {s["node"]: s["reason"] for s in self.store.silences(active_at=now)}
         # exactly the drains the blast-radius guard counts: its window is the site's, of any length
         since = now - self.compiled.policy.blast_radius.window
-        drains = [(t, w) for t, w, _ in self.store.recent_actions("drain", since)]
+        drains = [(t, w) for name in ("drain", "drain_suspect") for t, w, _ in self.store.recent_actions(name, since)]
         drains += [d for d in self._early_drains if d[1] >= since and d not in drains]
         return GuardContext(
             job=job,

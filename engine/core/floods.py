@@ -45,6 +45,14 @@ VARYING = frozenset(
 )
 #: also set aside in a job's own log: every node of the job prints the same error
 VARYING_IN_JOB_LOGS = frozenset({"node", "gpu", "device", "pci"})
+#: kept apart after all where a fact is evidence about one rank (its matcher's attrs say
+#: ``rank_evidence``): attribution compares the ranks' lines, so one rank's is no repeat of another's
+PER_RANK = frozenset({"rank", "local_rank", "seq", "node"})
+
+
+def _varying(job_log: bool, per_rank: bool) -> frozenset[str]:
+    skip = VARYING | VARYING_IN_JOB_LOGS if job_log else VARYING
+    return skip - PER_RANK if per_rank else skip
 
 
 # digit-blind on purpose (no literal digit, every class holds all digits or none), so that text
@@ -63,7 +71,7 @@ def shape_key(kind: str, attrs: Mapping[str, Any], job_log: bool) -> tuple:
     """What makes two hits the same evidence: the kind and every attribute but those that vary
     per rank, pid, address or count (and, in a job's log, per node); in free text, numbers and
     addresses do not count."""
-    skip = VARYING | VARYING_IN_JOB_LOGS if job_log else VARYING
+    skip = _varying(job_log, "rank_evidence" in attrs)
     return (kind,) + tuple(sorted((k, _shape(v)) for k, v in attrs.items() if k not in skip))
 
 
@@ -180,7 +188,7 @@ class Collapser:
         line's (``_key``)."""
         if m.emit != "log":
             return  # Xids are decoded from their words; progress is not collapsed
-        skip = VARYING | VARYING_IN_JOB_LOGS if (self.job_log or tuple(m.sources) == ("job",)) else VARYING
+        skip = _varying(self.job_log or tuple(m.sources) == ("job",), "rank_evidence" in m.attrs)
         keyed = []
         for name, raw in groups.items():
             if raw is None or raw == "":

@@ -34,6 +34,8 @@ from engine.core.derive import Derivation, view
 from engine.core.context import ClusterContext
 from engine.core.memory import Live, WorkingMemory
 from engine.core.progress import ProgressTracker
+from engine.core.rank_signals import signal_of
+from engine.core.suspects import RankEvidence, suspects
 from engine.core.rete import ReteNetwork, ReteSession
 from engine.core.timers import Timers
 from engine.facts import JOB_ACTIVE_STATES, Fact
@@ -155,6 +157,8 @@ class Engine:
         )
         #: node incidents whose fault came before the scheduler said which job ran there
         self.waits = NodeWaits()
+        #: what each rank of a job attempt said (attribution reads it when the incident closes)
+        self.ranks = RankEvidence()
 
     def resume(self) -> int:
         """After a restart: take over the incidents the store still has open, so they settle and
@@ -194,6 +198,9 @@ class Engine:
                 self.store.bump_fact(repeated.fact.id)
             return
         self.timers.saw(fact)
+        if fact.kind == "log" and fact.get("rank_evidence") is not None and fact.get("job") is not None:
+            job, attempt = str(fact.get("job")), int(fact.get("attempt") or 0)
+            self.ranks.observe(fact, self._holding(job, attempt))
         if fact.kind == "progress":
             for conclusion in self.tracker.observe(fact):
                 self._assert_chain(conclusion)
@@ -208,6 +215,8 @@ class Engine:
             self.job_states[str(fact.get("job"))] = str(fact.get("state"))
             self.tracker.job_state(str(fact.get("job")), int(fact.get("attempt") or 0), str(fact.get("state")), fact.at)
             nodes = fact.get("nodes") or ()
+            if isinstance(nodes, tuple) and nodes:  # the scheduler's node list, in its order
+                self.ranks.allocation(str(fact.get("job")), int(fact.get("attempt") or 0), nodes)
             if fact.get("state") is None or fact.get("state") in JOB_ACTIVE_STATES:
                 self.cluster.assign(
                     str(fact.get("job")), fact.get("attempt"), nodes if isinstance(nodes, tuple) else (), fact.at
@@ -233,6 +242,23 @@ class Engine:
                 return  # counted when it joins an incident
         # in an incident (or no longer live): the stored row, if any, is brought up to date
         self.store.bump_fact(flood.fact_id, delta, flood.evidence())
+
+    def _holding(self, job: str, attempt: int) -> set[str]:
+        """The nodes the cluster says the job attempt holds now."""
+        return {n for n, (j, a, _) in self.cluster.node_job.items() if j == job and (a is None or a == attempt)}
+
+    def _suspects(self, inc: _Open) -> list[dict[str, Any]]:
+        """The ranks the incident's evidence points at (core.suspects), with their nodes where
+        the attempt's rank map says so."""
+        job, attempt = inc.bound if inc.bound is not None else split_key(inc.key)
+        if job is None:
+            return []
+        signals = [s for s in (signal_of(self.live[f].fact) for f in inc.facts if f in self.live) if s is not None]
+        ranks = self.ranks.get(job, int(attempt or 0))
+        if ranks is None and not signals:
+            return []
+        found, _ = suspects(ranks, signals, max_silent=self.compiled.policy.suspects.max_silent)
+        return found
 
     def _with_job(self, fact: Fact) -> Fact:
         """A node's fact (a Xid, a counter) belongs to the job attempt running on that node then."""
@@ -501,7 +527,15 @@ class Engine:
 
     def _close(self, inc: _Open, at: float) -> ClosedIncident:
         closed = self.decider.close(
-            inc.id, inc.key, inc.faults, inc.best, at, self._evidence(inc), bound=inc.bound, notes=inc.notes
+            inc.id,
+            inc.key,
+            inc.faults,
+            inc.best,
+            at,
+            self._evidence(inc),
+            bound=inc.bound,
+            notes=inc.notes,
+            suspects=self._suspects(inc),
         )
         inc.decision = closed.decision.decision
         # its facts stay in the Rete for the cascade window, so late evidence still correlates

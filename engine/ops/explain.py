@@ -150,6 +150,11 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append(
             f"  guard:    {g.get('guard')}: {g.get('why')}" + (f" ({g['from']} -> {g['to']})" if g.get("from") else "")
         )
+    for sus in inc.get("suspects") or []:  # ranks the evidence points at (core.suspects): not verdicts
+        where = f"on {sus['node']}" if sus.get("node") else "node unknown (the rank map names none)"
+        lines.append(f"  suspect:  rank {sus.get('rank')} {where}")
+        for sig in sus.get("signals") or []:
+            lines.append(f"            {sig.get('signal')}: {sig.get('detail')}  [{sig.get('origin')}]")
     if report.get("context_source") == "logs":
         asked = {
             "replay": "a replay asks no scheduler",

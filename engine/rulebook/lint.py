@@ -253,7 +253,8 @@ class _Linter:
             self.templates(rule, scopes)
         if not wildcard:
             for m in self.log_matchers:
-                if m.id not in used:
+                # a matcher of rank evidence is read by attribution (core.suspects), not by rules
+                if m.id not in used and "rank_evidence" not in m.attrs:
                     self.warn(
                         self.book.origins.get(("matchers", m.id), (m.mark,))[-1],
                         "W-UNUSED",

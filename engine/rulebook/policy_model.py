@@ -27,6 +27,7 @@ __all__ = [
     "Isolate",
     "Hang",
     "Straggler",
+    "Suspects",
     "build_policy",
 ]
 
@@ -94,6 +95,15 @@ class Straggler:
 
 
 @dataclass(frozen=True)
+class Suspects:
+    classes: frozenset[str]  # fault classes whose incidents name suspects (collective timeouts)
+    max_silent: float  # the most of a world that may be silent for silence to be a signal
+    exclude: bool  # a restart excludes the suspects' nodes
+    drain_after: int  # suspect in this many different jobs' failed attempts within window: drain
+    window: float
+
+
+@dataclass(frozen=True)
 class Policy(Mapping[str, Any]):
     settle: float
     cascade: float
@@ -108,6 +118,7 @@ class Policy(Mapping[str, Any]):
     isolate: Isolate
     hang: Hang
     straggler: Straggler
+    suspects: Suspects
     thresholds: Mapping[str, Any]
     #: the layered document it was built from, as written (durations in seconds)
     document: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)
@@ -158,6 +169,7 @@ def build_policy(document: Mapping[str, Any]) -> tuple[Policy, list[str]]:
     top = _Reader(document, "policy.", missing)
     r, b, a = top.section("retry"), top.section("blast_radius"), top.section("autonomy")
     i, h, s, inh = top.section("isolate"), top.section("hang"), top.section("straggler"), top.section("inhibit")
+    sus = top.section("suspects")
     autonomy_doc = dict(a.doc)
     classes = autonomy_doc.pop("classes", None)
     classes = classes if isinstance(classes, Mapping) else {}
@@ -199,6 +211,13 @@ def build_policy(document: Mapping[str, Any]) -> tuple[Policy, list[str]]:
             s("warmup", int),
             s("baseline", int),
             s("slow_points", int),
+        ),
+        suspects=Suspects(
+            frozenset(str(c) for c in (sus("classes", tuple) or ())),
+            sus("max_silent", float),
+            sus("exclude", bool),
+            sus("drain_after", int),
+            sus("window", float),
         ),
         thresholds=MappingProxyType(dict(document.get("thresholds") or {})),
     )

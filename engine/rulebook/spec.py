@@ -114,6 +114,7 @@ GUARDS: Mapping[str, Obj] = {
         "observe | recommend | act; a class not named under classes recommends.",
         **{d: _MODE for d in DECISIONS},
         cancel=_MODE,
+        drain_suspect=_MODE,
         classes=MapOf(
             keys=_NAME, value=_MODE, want_text="a mapping of fault class -> observe, recommend or act", per_entry=True
         ),
@@ -139,6 +140,16 @@ GUARDS: Mapping[str, Obj] = {
         baseline=Int(),
         slow_points=Int(),
     ),
+    "suspects": _guard(
+        "Suspects of a collective timeout (ranks the evidence points at): excluded from the "
+        "restart; a node that is a suspect of failed attempts of different jobs, repeatedly, is "
+        "drained for diagnosis (its own autonomy: autonomy.drain_suspect).",
+        classes=_CLASS_NAMES,
+        max_silent=Num(),
+        exclude=Bool(),
+        drain_after=Int(),
+        window=Dur(),
+    ),
     "isolate": _guard(
         "Fatal node hardware drained and requeued at once; drain retries.",
         at_once=_CLASS_NAMES,
@@ -160,6 +171,7 @@ POLICY = Obj(
         "inhibit": GUARDS["inhibit"],
         "hang": GUARDS["hang"],
         "straggler": GUARDS["straggler"],
+        "suspects": GUARDS["suspects"],
         "thresholds": Raw(schema_={"type": "object"}),  # checked by rulebook.thresholds
         "isolate": GUARDS["isolate"],
         "distinct_lines": Int(

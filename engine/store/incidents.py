@@ -7,7 +7,7 @@ import json
 import sqlite3
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from engine.errors import StoreError
 from engine.facts import Fact
@@ -37,11 +37,14 @@ class IncidentRow:
     mode: str | None
     context: str | None = None
     mode_why: str | None = None
+    #: ranks the evidence points at: [{rank, node, signals: [{signal, detail, origin}]}] (core.suspects)
+    suspects: tuple = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = self.__dict__.copy()
         d["nodes"] = list(self.nodes)
         d["guards"] = list(self.guards)
+        d["suspects"] = list(self.suspects)
         return d
 
 
@@ -67,7 +70,16 @@ def _row_to_incident(r: sqlite3.Row) -> IncidentRow:
         # a database opened read-only is never migrated: an older one lacks these
         context=r["context"] if "context" in r.keys() else None,
         mode_why=r["mode_why"] if "mode_why" in r.keys() else None,
+        suspects=_suspects(r["suspects"]) if "suspects" in r.keys() else (),
     )
+
+
+def _suspects(raw: str | None) -> tuple:
+    try:
+        value = json.loads(raw or "[]")
+    except ValueError:
+        return ()
+    return tuple(s for s in value if isinstance(s, dict)) if isinstance(value, list) else ()
 
 
 class IncidentTables(Connection):
@@ -150,6 +162,23 @@ class IncidentTables(Connection):
                 incident,
             ),
         )
+
+    def set_suspects(self, incident: int, suspects: Sequence[Mapping[str, Any]]) -> None:
+        self._exec("UPDATE incidents SET suspects=? WHERE id=?", (json.dumps(list(suspects), sort_keys=True), incident))
+
+    def suspect_history(self, since: float, exclude: int | None = None) -> list[tuple[str, str, float]]:
+        """(job, node, closed_at) of each suspect node of incidents closed since ``since``."""
+        rows = self._exec(
+            "SELECT job, suspects, closed_at FROM incidents WHERE status = 'closed' AND closed_at >= ? "
+            "AND suspects IS NOT NULL AND suspects != '[]' AND id != ? AND job IS NOT NULL",
+            (since, exclude or -1),
+        )
+        out = []
+        for r in rows:
+            for s in _suspects(r["suspects"]):
+                if s.get("node"):
+                    out.append((str(r["job"]), str(s["node"]), float(r["closed_at"])))
+        return out
 
     def job_history(self, job: str, exclude: int | None = None) -> list[dict[str, Any]]:
         rows = self._exec(

@@ -163,6 +163,8 @@ MIGRATIONS: tuple[tuple[int, Sequence[Step]], ...] = (
     # one leader, fenced: the lease row, the controllers that share the store, and the term every
     # acted journal row carries; the triggers make the database itself refuse a stale term
     (7, (_add_column("actions", "term", "INTEGER"), *_LEASE)),
+    # an incident names its suspects: [{rank, node, signals: [{signal, detail, origin}]}] (issue 21)
+    (8, (_add_column("incidents", "suspects", "TEXT"),)),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
