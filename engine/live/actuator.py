@@ -157,7 +157,7 @@ class Actuator:
 
     def outcome(self, incident_id: int) -> str:
         """What was done, what failed and what was refused for this incident, in a few words."""
-        return paging.outcome(self.store, incident_id)
+        return paging.outcome(self.store, self.compiled, incident_id)
 
     def replan(self, inc, names: tuple[str, ...], *, job: str | None = None, attempt: int | None = None, **extra):
         """Plan some of a stored incident's actions again, with what is known now; ``job`` and
@@ -195,7 +195,7 @@ class Actuator:
         self.store.update_action(action["id"], ActionStatus.ESCALATED, note=why)
         self._count(action["action"], ActionStatus.ESCALATED)
         self.note_incident(inc, "escalated", f"{action['action']} {action['target']}: {why}")
-        if action["action"] != "notify":
+        if action["action"] != paging.page_action(self.compiled):  # not paged about with itself
             self.page(inc, f"ESCALATED: {action['action']} {action['target']}: {why}", "escalation")
 
     def _replan_and_run(self, action: dict, inc) -> bool:

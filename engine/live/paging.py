@@ -7,19 +7,29 @@ import logging
 
 from engine.core.actions import idem_key, plan_actions
 from engine.rulebook.compile import CompiledRulebook
+from engine.rulebook.model import kind_of
 from engine.store import ActionStatus, Store
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PAGE_ACTIONS", "POLICY_GUARDS", "outcome", "page"]
+__all__ = ["POLICY_GUARDS", "is_page", "outcome", "page", "page_action"]
 
-#: actions that tell people rather than change the cluster: not part of an outcome
-PAGE_ACTIONS = ("notify", "alertmanager")
 #: an incident's guards that refused part of its plan on policy grounds
 POLICY_GUARDS = ("blast_radius", "retry_budget", "no_progress", "cancelled", "silence", "autonomy")
 
 
-def outcome(store: Store, incident_id: int) -> str:
+def is_page(compiled: CompiledRulebook, name: str) -> bool:
+    """An action that tells people rather than changes the cluster (``kind: page``): no part of an
+    outcome."""
+    return kind_of(compiled.actions.get(name), name) == "page"
+
+
+def page_action(compiled: CompiledRulebook) -> str | None:
+    """The action pages are sent with: the rulebook's first of kind page (the shipped ``notify``)."""
+    return next((name for name, a in compiled.actions.items() if kind_of(a) == "page"), None)
+
+
+def outcome(store: Store, compiled: CompiledRulebook, incident_id: int) -> str:
     """What was done, what failed and what was refused for this incident, in a few words."""
     done: list[str] = []
     failed: list[str] = []
@@ -27,7 +37,7 @@ def outcome(store: Store, incident_id: int) -> str:
     waiting: list[str] = []
     skipped: list[str] = []
     for a in store.actions(incident_id):
-        if a["mode"] != "act" or a["action"] in PAGE_ACTIONS or "notify" in a["idem_key"]:
+        if a["mode"] != "act" or is_page(compiled, a["action"]) or "notify" in a["idem_key"]:
             continue
         what = f"{a['action']} {a['target']}"
         note = (a.get("note") or "").strip()
@@ -60,7 +70,8 @@ def outcome(store: Store, incident_id: int) -> str:
 def page(store: Store, compiled: CompiledRulebook, inc, why: str, tag: str, job: str | None = None) -> None:
     """Tell people (the rulebook's notify), once per incident, tag and job: journaled ``planned``,
     the actuator sends it on its next step, ahead of the action it is about."""
-    if compiled.actions.get("notify") is None:
+    name = page_action(compiled)
+    if name is None:
         return
     plan, _ = plan_actions(
         compiled,
@@ -70,11 +81,11 @@ def page(store: Store, compiled: CompiledRulebook, inc, why: str, tag: str, job:
         inc.attempt,
         inc.nodes,
         inc.fault_class or "unknown",
-        names=("notify",),
+        names=(name,),
         reason=inc.reason or "",
-        outcome=f"{why} / {outcome(store, inc.id)}",
+        outcome=f"{why} / {outcome(store, compiled, inc.id)}",
     )
     for p in plan:
         key = idem_key(inc.id, f"notify-{tag}", p.target)
-        if store.add_action(inc.id, key, "notify", p.target, p.argv, "act", ActionStatus.PLANNED, note=why) is not None:
+        if store.add_action(inc.id, key, name, p.target, p.argv, "act", ActionStatus.PLANNED, note=why) is not None:
             logger.error("incident %s: %s", inc.id, why)

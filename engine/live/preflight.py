@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
 from engine.core.actions import idem_key
 from engine.errors import NotYet, SchedulerError, StateUnknown
-from engine.live.paging import PAGE_ACTIONS
+from engine.live.paging import is_page
 from engine.live.verify import ACTIVE, base_attempt, live_job, node_named, verify_name
 from engine.store import ActionStatus
 
@@ -43,7 +43,7 @@ def preflight(act: "Actuator", action: dict, inc) -> Decision:
     check = PREFLIGHT.get(kind)
     if check is not None:
         return check(act, action, inc)
-    if kind == "none" and action["action"] in PAGE_ACTIONS or "{{ outcome }}" in _sources(act, action):
+    if kind == "none" and is_page(act.compiled, action["action"]) or "{{ outcome }}" in _sources(act, action):
         # a page says what happened so far, as of now, not as of the plan
         so_far = act.outcome(inc.id)
         act.rerender(action, inc, outcome=(f"{action['note']} / " if action.get("note") else "") + so_far)

@@ -1,7 +1,7 @@
 """Verifiers: is an action's effect there, as the scheduler tells it now?
 
-An action names its verifier in the rulebook (``verify: node_drained``); without one, its name
-picks a default (``DEFAULT_VERIFY``). A verifier answers True or False, or lets the adapter's
+An action names its verifier in the rulebook (``verify: node_drained``); without one, its kind
+(``kind: drain``) picks a default (``DEFAULT_VERIFY``). A verifier answers True or False, or lets the adapter's
 ``SchedulerError`` go up, which ``check`` turns into ``StateUnknown``: the scheduler could not
 tell, and the actuator waits rather than guess. The names are the rulebook's
 (``engine.rulebook.model.VERIFY_KINDS``, which the linter checks against); ``VERIFIERS`` holds
@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from engine.errors import SchedulerError, StateUnknown
 from engine.rulebook.compile import CompiledRulebook
+from engine.rulebook.model import kind_of
 
 __all__ = [
     "ACTIVE",
@@ -32,18 +33,17 @@ __all__ = [
     "verify_name",
 ]
 
-#: the verifier of an action whose rulebook entry names none
+#: the verifier of an action whose rulebook entry names none, by the action's kind
 DEFAULT_VERIFY = {
     "drain": "node_drained",
     "requeue": "job_requeued",
     "exclude": "job_excluded",
     "hold": "job_held",
-    "keep_held": "job_held",
     "release": "job_released",
     "resume": "node_resumed",
     "cancel": "job_cancelled",
-    "notify": "none",
-    "alertmanager": "none",
+    "page": "none",
+    "other": "none",
 }
 #: job states in which it holds its nodes
 ACTIVE = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED")
@@ -150,9 +150,11 @@ VERIFIERS: dict[str, Callable[[Any, dict, Any], bool]] = {
 
 
 def verify_name(compiled: CompiledRulebook, action: dict) -> str:
-    """The verifier the action is checked with: its rulebook entry's, or its name's default."""
+    """The verifier the action is checked with: its rulebook entry's, or its kind's default."""
     a = compiled.actions.get(action["action"])
-    return (a.verify if a is not None and a.verify else None) or DEFAULT_VERIFY.get(action["action"], "none")
+    return (a.verify if a is not None and a.verify else None) or DEFAULT_VERIFY.get(
+        kind_of(a, action["action"]), "none"
+    )
 
 
 def check(adapter, compiled: CompiledRulebook, action: dict, inc) -> bool:

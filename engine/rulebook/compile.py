@@ -13,7 +13,16 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from engine.rulebook.conditions import aliases_used, references, resolve
 from engine.rulebook.policy_model import Policy, build_policy
-from engine.rulebook.model import BUILTIN_FAULT_CLASSES, DECISIONS, Diagnostic, FaultClass, Rule, Rulebook, frozen
+from engine.rulebook.model import (
+    BUILTIN_FAULT_CLASSES,
+    DECISIONS,
+    Diagnostic,
+    FaultClass,
+    Rule,
+    Rulebook,
+    frozen,
+    kind_of,
+)
 from engine.rulebook.patterns import check_pattern
 from engine.rulebook.templating import jinja_env
 from engine.rulebook.yamlmarks import Mark
@@ -99,6 +108,7 @@ class CompiledAction:
     verify: str | None
     timeout: float
     mark: Mark
+    kind: str = "other"  # model.ACTION_KINDS: declared, or taken from the name (model.kind_of)
 
 
 @dataclass(frozen=True, eq=False)  # identity: the scanners of a rulebook are cached on it (weakly)
@@ -318,7 +328,14 @@ def compile_rulebook(
             ok = False
         if ok:
             actions[name] = CompiledAction(
-                name, tuple(argv), action.per, action.scheduler, action.verify, action.timeout, action.mark
+                name,
+                tuple(argv),
+                action.per,
+                action.scheduler,
+                action.verify,
+                action.timeout,
+                action.mark,
+                kind_of(action),
             )
 
     # the policy's defaults are the shipped rules/50-policy.yaml, always loaded (see load_rulebook);

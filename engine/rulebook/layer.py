@@ -62,6 +62,7 @@ _ACTION_FIELDS = {
     "verify": ("verify",),
     "timeout": ("timeout",),
     "description": ("description",),
+    "kind": ("kind",),
     "override": (),
 }
 

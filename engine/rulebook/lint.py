@@ -23,7 +23,7 @@ from typing import Any, Iterator, Mapping
 from jinja2 import nodes as jn
 
 from engine.rulebook.conditions import AllOf, AnyOf, Cmp, ListRef, MacroRef
-from engine.rulebook.model import BUILTIN_FAULT_CLASSES, VERIFY_KINDS, Diagnostic, Matcher, Rulebook
+from engine.rulebook.model import BUILTIN_FAULT_CLASSES, VERIFY_KINDS, Diagnostic, Matcher, Rulebook, kind_of
 from engine.rulebook.templating import jinja_env
 from engine.rulebook.yamlmarks import Mark
 
@@ -350,6 +350,14 @@ class _Linter:
 
     def actions(self) -> None:
         for name, action in self.book.actions.items():
+            if action.kind is None:
+                # an older rulebook: still loaded, its kind taken from the name (the shipped names)
+                self.warn(
+                    self.book.origins.get(("actions", name), (action.mark,))[-1],
+                    "W-ACTION-KIND",
+                    f"action {name}: no kind; taken as {kind_of(action)!r} from its name",
+                    "declare it: kind: page | drain | resume | requeue | exclude | hold | release | cancel | other",
+                )
             if action.verify and action.verify != "none" and action.verify not in VERIFY_KINDS:
                 self.err(
                     self.book.origins.get(("actions", name), (action.mark,))[-1],

@@ -21,6 +21,9 @@ __all__ = [
     "SOURCES",
     "EMITS",
     "VERIFY_KINDS",
+    "ACTION_KINDS",
+    "KIND_BY_NAME",
+    "kind_of",
     "Diagnostic",
     "Matcher",
     "Condition",
@@ -44,6 +47,34 @@ EMITS = ("log", "xid", "progress", "context")
 VERIFY_KINDS = frozenset(
     {"node_drained", "node_resumed", "job_requeued", "job_excluded", "job_held", "job_released", "job_cancelled"}
 )
+
+#: what an action does, declared by its ``kind:`` (rules/40-actions.yaml): the engine treats an
+#: action by its kind (which verifier checks it by default, whether it pages people), never by
+#: its name, so a site's ``drain_gpu`` of kind drain is a drain. ``other``: a site's own command,
+#: checked by its exit status alone unless it names a ``verify:``
+ACTION_KINDS = ("page", "drain", "resume", "requeue", "exclude", "hold", "release", "cancel", "other")
+#: the kind of an action written before ``kind:`` existed, from its name (the shipped names): such
+#: a rulebook still loads, with a warning that names the kind taken (lint W-ACTION-KIND)
+KIND_BY_NAME = {
+    "notify": "page",
+    "alertmanager": "page",
+    "drain": "drain",
+    "resume": "resume",
+    "requeue": "requeue",
+    "exclude": "exclude",
+    "hold": "hold",
+    "keep_held": "hold",
+    "release": "release",
+    "cancel": "cancel",
+}
+
+
+def kind_of(action: Any, name: str = "") -> str:
+    """The kind of an action (a model ``Action`` or a compiled one; None: only ``name`` is known):
+    declared, or (an older rulebook) taken from its name."""
+    if action is not None and action.kind:
+        return str(action.kind)
+    return KIND_BY_NAME.get(action.name if action is not None else name, "other")
 
 
 def frozen(value: Any) -> Any:
@@ -134,6 +165,7 @@ class Action:
     verify: str | None = None
     timeout: float = 30.0
     description: str = ""
+    kind: str | None = None  # one of ACTION_KINDS; None: not written (see kind_of)
 
 
 @dataclass(frozen=True)

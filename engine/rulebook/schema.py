@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.rulebook.conditions import parse_where
 from engine.rulebook.model import (
+    ACTION_KINDS,
     DECISIONS,
     EMITS,
     SOURCES,
@@ -363,6 +364,15 @@ class _Checker:
         if per not in ("job", "node"):
             self.err(mark_of(node, "per"), "E-VALUE", f"action {name}: per must be job or node")
         timeout = self.duration(node, "timeout", f"action {name}")
+        kind = node.get("kind")
+        if kind is not None and kind not in ACTION_KINDS:
+            self.err(
+                mark_of(node, "kind"),
+                "E-VALUE",
+                f"action {name}: unknown kind {kind!r}",
+                f"one of: {', '.join(ACTION_KINDS)}",
+            )
+            kind = None
         return Action(
             name=name,
             argv=tuple(str(a) for a in argv),
@@ -372,6 +382,7 @@ class _Checker:
             verify=self.typed(node, "verify", (str,), f"action {name}", default=None),
             timeout=timeout if timeout is not None else 30.0,
             description=self.typed(node, "description", (str,), f"action {name}", default="") or "",
+            kind=kind if isinstance(kind, str) else None,
         )
 
     def policy(self, node: Any, marks: dict) -> dict:

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from engine.facts import DECISIONS
 from engine.rulebook.conditions import OPS
-from engine.rulebook.model import EMITS, SOURCES
+from engine.rulebook.model import ACTION_KINDS, EMITS, SOURCES
 from engine.rulebook.spec_types import (
     ALIAS_PATTERN,
     DUR_PATTERN,
@@ -334,6 +334,11 @@ ITEMS: Mapping[str, Obj] = {
             ),
             "scheduler": Raw(schema_={"type": "string", "default": "slurm"}),
             "per": Raw(schema_={"enum": ["job", "node"], "default": "job"}),
+            "kind": Enum(
+                values=ACTION_KINDS,
+                description="What the action does: page, drain, resume, requeue, exclude, hold, release, cancel, "
+                "or other (a site's own command). The engine treats actions by kind, never by name.",
+            ),
             "verify": Str(),
             "timeout": Dur(),
             "description": Str(),
