@@ -8,6 +8,9 @@
     follow = ["/shared/logs/*.out"]
     no_defaults = false
     fr_dump_max_bytes = 67108864   # a flight-recorder dump larger than this is refused unread
+    fr_dump_dir = "/scratch/fr/{job}/"   # live: where a job's dumps are, if it prints no prefix
+    fr_dump_dirs = ["/scratch/fr"]       # live: the folders a printed prefix may point into
+    fr_dump_wait = 120                   # live: seconds to wait for the dumps after a timeout
     [autonomy]                 # per decision kind: observe | recommend | act
     isolate_and_restart = "recommend"
     restart = "act"
@@ -42,6 +45,9 @@ KEYS = {
     "no_defaults": bool,
     "autonomy": dict,
     "fr_dump_max_bytes": int,
+    "fr_dump_dir": str,
+    "fr_dump_dirs": list,
+    "fr_dump_wait": (int, float),
 }
 AUTONOMY = ("observe", "recommend", "act")
 
@@ -58,6 +64,11 @@ class Settings:
     autonomy: dict[str, str] = field(default_factory=dict)
     #: the size bound on one flight-recorder dump (engine.sources.flight_recorder.Limits)
     fr_dump_max_bytes: int = 64 << 20
+    #: live: the site's folder of a job's dumps ("{job}" in it), the folders a prefix a job prints
+    #: may point into, and the seconds to wait for the dumps (engine.live.frdumps)
+    fr_dump_dir: str | None = None
+    fr_dump_dirs: list[str] = field(default_factory=list)
+    fr_dump_wait: float = 120.0
 
 
 def load_settings(path: str | None = None, env: dict[str, str] | None = None) -> Settings:
@@ -75,9 +86,16 @@ def load_settings(path: str | None = None, env: dict[str, str] | None = None) ->
             if key not in KEYS:
                 raise ConfigError(f"{path}: unknown key {key!r} (known: {', '.join(KEYS)})")
             if not isinstance(value, KEYS[key]):
-                raise ConfigError(f"{path}: {key} must be a {KEYS[key].__name__}")
+                kind = KEYS[key]
+                raise ConfigError(f"{path}: {key} must be a {kind.__name__ if isinstance(kind, type) else 'number'}")
             if key == "fr_dump_max_bytes" and (isinstance(value, bool) or value <= 0):
                 raise ConfigError(f"{path}: fr_dump_max_bytes must be a positive number of bytes")
+            if key == "fr_dump_wait" and (isinstance(value, bool) or not 0 < value <= 3600):
+                raise ConfigError(f"{path}: fr_dump_wait must be seconds in (0, 3600]")
+            if key in ("fr_dump_dir", "fr_dump_dirs") and not all(
+                isinstance(v, str) and os.path.isabs(v) for v in ([value] if isinstance(value, str) else value)
+            ):
+                raise ConfigError(f"{path}: {key} must be absolute paths")
             if key in ("rules", "follow") and not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{path}: {key} must be a list of strings")
             setattr(s, key, value)

@@ -309,6 +309,9 @@ def run(
         from_start=from_start,
         reloaded=reloaded,
         lease_s=lease,
+        fr_dump_dir=_settings().fr_dump_dir,
+        fr_dump_dirs=_settings().fr_dump_dirs,
+        fr_dump_wait=_settings().fr_dump_wait,
     )
     if lease <= 0:
         _err("--lease: the lease must live a positive number of seconds")

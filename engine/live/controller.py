@@ -36,6 +36,7 @@ from engine.core.incidents import ClosedIncident, Engine
 from engine.core.context import ClusterContext
 from engine.core.converter import HitConverter
 from engine.core.rete import is_registered, ruleset_definition
+from engine.live.frdumps import DumpWatch
 from engine.live.batch import STORE_ERRORS, Batch
 from engine.live.ingest import FileIngest, FileState, SpoolIngest, clock, set_job
 from engine.live.launch import READY
@@ -93,6 +94,11 @@ class ControllerConfig:
     scheduler_startup_wait: float = 30.0
     #: this process was restarted in place to load a changed rulebook: say so and count it once started
     reloaded: bool = False
+    #: flight-recorder dumps (engine.live.frdumps): the site's folder for a job's dumps ("{job}" in
+    #: it), the folders a prefix a job prints may point into, and how long to wait for them
+    fr_dump_dir: str | None = None
+    fr_dump_dirs: Sequence[str] = ()
+    fr_dump_wait: float = 120.0
     #: the leader lease's time to live (seconds): one controller per store acts, the others follow
     #: and take over within about this once it stops renewing
     lease_s: float = DEFAULT_LEASE_S
@@ -180,6 +186,7 @@ class Controller:
         self.outage = StoreOutage(self.store.path, self.metrics, self.limiter)
         self.gauges = Gauges(self.metrics)
         self.lost_reason: str | None = None
+        self.frdumps = DumpWatch(config.fr_dump_dir, config.fr_dump_dirs, wait_s=config.fr_dump_wait)
 
     # -- what tests and tools look at ----------------------------------------------------------
     @property
@@ -273,6 +280,7 @@ class Controller:
         """A running job's log, named by the scheduler: followed, as that attempt's, on its nodes."""
         t = self.follower.add(path, FileState(job=job, attempt=attempt, source="job"))
         set_job(t, job, attempt, nodes)
+        self.frdumps.job_log(job, attempt, path)
 
     def _scheduler_available(self, available: bool) -> None:
         if self.actuator is not None and hasattr(self.actuator, "available"):
@@ -465,6 +473,7 @@ class Controller:
                 if self.sched is not None:
                     self.sched.poll(clock(), self.engine)
                 self.batch.begin()
+                self.frdumps.step(self.engine, self.batch, clock())  # never waits: see live.frdumps
                 self.engine.advance(clock())
             self.batch.commit()
         except STORE_ERRORS as exc:
