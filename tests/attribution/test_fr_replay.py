@@ -124,3 +124,17 @@ def test_fr_analyze_lists_the_signals(tmp_path: Path) -> None:
     res = runner.invoke(app, ["fr-analyze", str(fr)])
     assert "rank 7 fr_not_joined: pg 0 (default_pg) seq 42 all_reduce" in res.stdout
     assert "8 dump(s) read, 1 rank(s) named" in res.stdout
+
+
+def test_the_dumps_name_the_suspect_in_explain(tmp_path: Path) -> None:
+    """With a21's attribution (core.suspects), the dump's signal is the incident's suspect: rank 7,
+    with its evidence (no node: replay has no allocation to map ranks onto)."""
+    fr = _dumps(tmp_path / "fr")
+    db = str(tmp_path / "r.db")
+    res = runner.invoke(app, ["replay", "--db", db, "--json", str(_log(tmp_path)), str(fr)])
+    [inc] = _incidents(res.stdout)
+    res = runner.invoke(app, ["explain", "--db", db, str(inc["id"]), "--json"])
+    assert res.exit_code == 0, res.output
+    suspects = json.loads(res.stdout)["incident"]["suspects"]
+    assert [(s["rank"], [g["signal"] for g in s["signals"]]) for s in suspects] == [(7, ["fr_not_joined"])]
+    assert suspects[0]["signals"][0]["origin"].endswith("nccl_trace_rank_7")
