@@ -312,6 +312,7 @@ def run(
         fr_dump_dir=_settings().fr_dump_dir,
         fr_dump_dirs=_settings().fr_dump_dirs,
         fr_dump_wait=_settings().fr_dump_wait,
+        fr_dump_max_bytes=_settings().fr_dump_max_bytes,
     )
     if lease <= 0:
         _err("--lease: the lease must live a positive number of seconds")

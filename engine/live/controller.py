@@ -37,6 +37,7 @@ from engine.core.context import ClusterContext
 from engine.core.converter import HitConverter
 from engine.core.rete import is_registered, ruleset_definition
 from engine.live.frdumps import DumpWatch
+from engine.sources.flight_recorder import Limits
 from engine.live.batch import STORE_ERRORS, Batch
 from engine.live.ingest import FileIngest, FileState, SpoolIngest, clock, set_job
 from engine.live.launch import READY
@@ -99,6 +100,7 @@ class ControllerConfig:
     fr_dump_dir: str | None = None
     fr_dump_dirs: Sequence[str] = ()
     fr_dump_wait: float = 120.0
+    fr_dump_max_bytes: int = 64 << 20
     #: the leader lease's time to live (seconds): one controller per store acts, the others follow
     #: and take over within about this once it stops renewing
     lease_s: float = DEFAULT_LEASE_S
@@ -186,7 +188,12 @@ class Controller:
         self.outage = StoreOutage(self.store.path, self.metrics, self.limiter)
         self.gauges = Gauges(self.metrics)
         self.lost_reason: str | None = None
-        self.frdumps = DumpWatch(config.fr_dump_dir, config.fr_dump_dirs, wait_s=config.fr_dump_wait)
+        self.frdumps = DumpWatch(
+            config.fr_dump_dir,
+            config.fr_dump_dirs,
+            wait_s=config.fr_dump_wait,
+            limits=Limits(max_bytes=config.fr_dump_max_bytes),
+        )
 
     # -- what tests and tools look at ----------------------------------------------------------
     @property

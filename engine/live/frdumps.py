@@ -40,6 +40,15 @@ HEAD_BYTES = 1 << 20
 TIMEOUT_CLASSES = frozenset({"nccl_timeout"})
 #: how often a waiting folder is listed
 POLL_S = 0.5
+#: job attempts remembered (their logs, whether their dumps were looked for): the oldest go first
+MAX_REMEMBERED = 20000
+
+
+def _remember(table: dict, key, value) -> None:
+    table.pop(key, None)
+    table[key] = value
+    while len(table) > MAX_REMEMBERED:
+        del table[next(iter(table))]
 
 
 def printed_in_log(path: str) -> str | None:
@@ -74,7 +83,7 @@ class DumpWatch:
         self.site_dir, self.allowed = site_dir, list(allowed)
         self.wait_s, self.settle_s, self.limits = wait_s, settle_s, limits
         self.logs: dict[tuple[str, int], str] = {}
-        self.seen: set[tuple[str, int]] = set()
+        self.seen: dict[tuple[str, int], float] = {}  # insertion-ordered: bounded by age
         self.waits: dict[tuple[str, int], DumpWait] = {}
         self.polled: dict[tuple[str, int], float] = {}
         self.results: queue.Queue = queue.Queue()
@@ -87,7 +96,7 @@ class DumpWatch:
 
     def job_log(self, job: str, attempt: int, path: str) -> None:
         """The log the scheduler named for a job attempt (where a printed prefix is looked for)."""
-        self.logs[(job, attempt)] = path
+        _remember(self.logs, (job, attempt), path)
 
     def _place(self, job: str, attempt: int) -> Place | None:
         log = self.logs.get((job, attempt))
@@ -112,7 +121,7 @@ class DumpWatch:
                 continue
             if inc.best is None or inc.best.get("fault_class") not in TIMEOUT_CLASSES:
                 continue
-            self.seen.add((job, attempt))
+            _remember(self.seen, (job, attempt), now)
             place = self._place(job, attempt)
             if place is not None:
                 settle = min(self.settle_s, self.wait_s / 4)  # a short wait settles sooner

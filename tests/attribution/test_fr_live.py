@@ -165,3 +165,13 @@ def test_the_settings(tmp_path: Path) -> None:
         (tmp_path / "bad.toml").write_text(bad + "\n")
         with pytest.raises(ConfigError):
             load_settings(str(tmp_path / "bad.toml"), env={})
+
+
+def test_what_the_watch_remembers_is_bounded(monkeypatch) -> None:
+    from engine.live import frdumps
+
+    monkeypatch.setattr(frdumps, "MAX_REMEMBERED", 3)
+    watch = frdumps.DumpWatch(site_dir="/scratch/fr/{job}/")
+    for job in range(10):
+        watch.job_log(str(job), 0, f"/logs/{job}.out")
+    assert list(watch.logs) == [("7", 0), ("8", 0), ("9", 0)]
