@@ -144,14 +144,12 @@ class _NoClasses(pickle.Unpickler):
 
 
 def sniff(head: bytes) -> str | None:
-    """PICKLE, JSON or None, by a file's first bytes: a pickle protocol 2-5 header followed by a
-    dict, or a JSON object that names the dump's keys near its start (PyTorch's JSON starts
-    with its keys in order: entries, nccl_comm_state, pg_config, pg_status, version)."""
-    if len(head) >= 3 and head[0] == 0x80 and 2 <= head[1] <= 5:
-        rest = head[2:]
-        if rest[:1] == b"\x95":  # protocol 4+ FRAME: 8 bytes of length first
-            rest = rest[9:]
-        return PICKLE if rest[:1] in (b"}", b"(", b"]") else None
+    """PICKLE, JSON or None, by a file's first bytes: a pickle protocol 2-5 header (no text log
+    starts with byte 0x80, a UTF-8 continuation byte), or a JSON object that names the dump's keys
+    near its start (``dump_json`` writes its keys sorted: entries, nccl_comm_state, pg_config,
+    pg_status, version). What a pickle holds is the loader's to check, not the sniffer's."""
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        return PICKLE
     text = head.lstrip()
     if text[:1] != b"{":
         return None

@@ -236,6 +236,8 @@ def test_named_fields_in_reasons(tmp_path: Path) -> None:
     dump["entries"][1]["state"] = "exploded"
     path.write_bytes(encode(dump, "pickle"))
     assert "entries[1].state" in _refused(path)
+    path.write_bytes(pickle.dumps([1, 2], protocol=2))  # a pickle, but of no dump
+    assert _refused(path) == "dump: expected a mapping, got list"
 
 
 def test_deep_nesting_is_refused(tmp_path: Path) -> None:
@@ -271,8 +273,13 @@ def test_sniffed_by_content_not_by_name(tmp_path: Path) -> None:
     assert sniff(encode(job.dump(0), "pickle")[:512]) == PICKLE
     assert sniff(encode(job.dump(0), "json")[:512]) == JSON
     assert sniff(pickle.dumps(job.dump(0), protocol=5)[:512]) == PICKLE
-    for text in (b"[rank0]: NCCL watchdog timeout\n", b'{"level": "info"}', b"\x80\x02cos\nsystem\n", b""):
+    for text in (b"[rank0]: NCCL watchdog timeout\n", b'{"level": "info"}', b"\x80\x01", b"", b"\x80"):
         assert sniff(text) is None
+    # a pickle that starts with a class is sniffed as a pickle, and its loading refuses it
+    assert sniff(b"\x80\x02cos\nsystem\n") == PICKLE
+    path = tmp_path / "trace_0"
+    path.write_bytes(b"\x80\x02cos\nsystem\nX\x02\x00\x00\x00id\x85R.")
+    assert _refused(path) == "pickle names a class (os.system): a dump holds none"
 
 
 def test_one_bad_file_among_good_ones(tmp_path: Path) -> None:
