@@ -492,10 +492,11 @@ def demo(
         (r for r in result.incidents if r.decision == "isolate_and_restart"),
         result.incidents[0] if result.incidents else None,
     )
-    if pick is not None:
+    attributed = next((r for r in result.incidents if r.suspects), None)  # a timeout with its suspect
+    for shown in [r for r in (pick, attributed) if r is not None and (r is pick or r.id != pick.id)]:
         typer.echo("")
-        typer.echo(f"$ recover explain {pick.id} --db {db}")
-        typer.echo(render_text(build(store, pick.id)))
+        typer.echo(f"$ recover explain {shown.id} --db {db}")
+        typer.echo(render_text(build(store, shown.id)))
     typer.echo("")
     typer.echo(f"Recommendations were recorded, nothing was executed. Explore: recover incidents --db {db}")
     hint = path_hint()

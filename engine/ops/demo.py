@@ -155,7 +155,19 @@ def _node_down(w, job, node):
 
 
 def _nccl_watchdog(w, job, node):
-    _nccl_timeout(w, job, node)
+    """An attributed timeout: four ranks on the job's node, one of which stopped (it prints
+    nothing more); its peers time out on the collective it never joined. Attribution names it,
+    and the restart excludes its node (policy.suspects)."""
+    w.job_log(
+        job,
+        *(
+            f"{node}:{5100 + r}:{5190 + r} [{r}] NCCL INFO comm 0x55d4a{r} rank {r} nranks 4 cudaDev {r} "
+            f"nvmlDev {r} busId {18 + r}000 commId 0x5ae77eb5 - Init COMPLETE"
+            for r in range(4)
+        ),
+    )
+    for rank in (0, 1, 2):
+        _nccl_timeout(w, job, node, rank)
 
 
 def _nan(w, job, node):
@@ -279,6 +291,8 @@ def run_demo(db: str, jobs: int = 6, seed: int = 7, timeout: float = 50.0, keep:
     plan = [
         (rng.choices(comps, weights)[0], j, n) for j, n in victims[: max(1, len(victims) - 1)]
     ]  # one job stays healthy
+    if plan and not any(comp == "nccl_watchdog_timeout" for comp, _, _ in plan):
+        plan[-1] = ("nccl_watchdog_timeout", plan[-1][1], plan[-1][2])  # always one attributed timeout
 
     def workload() -> None:
         step = 0

@@ -48,3 +48,14 @@ def test_demo_finds_every_injected_failure(tmp_path):
             assert drains | down == set(r.nodes)  # drained, unless already down
         else:
             assert not drains
+    # one collective timeout is always attributed: its stopped rank's node is a suspect, and the
+    # restart excludes it without a drain (issue 21)
+    timeouts = [
+        r for (comp, job, _), r in ((i, by_job[i[1]]) for i in result.injected) if comp == "nccl_watchdog_timeout"
+    ]
+    assert timeouts, result.injected
+    attributed = timeouts[0]
+    node = next(n for comp, j, n in result.injected if j == attributed.job)
+    assert [(s["rank"], s["node"]) for s in attributed.suspects] == [(3, node)]
+    assert attributed.decision == "restart" and attributed.nodes == (node,)
+    assert {a["action"] for a in store.actions(attributed.id)} == {"requeue", "exclude"}
