@@ -79,3 +79,29 @@ def test_follower_takes_over_without_losing_or_repeating_a_line(tmp_path: Path, 
             c.follower.stop()
             c.leader.release()
             c.store.close()
+
+
+def test_a_leader_whose_lease_ran_out_after_started_runs_nothing(tmp_path: Path) -> None:
+    """The pause can fall between the journal's 'started' and the command: the actuator asks
+    again whether it leads, and leaves the action 'started' for the next leader to verify."""
+    from engine.live.actuator import Actuator
+    from engine.store import ActionStatus, Store
+
+    class Adapter:
+        ran: list = []
+
+        def run(self, argv, timeout=30.0):
+            self.ran.append(argv)
+            raise AssertionError("a command ran without the lease")
+
+    res = load_rulebook(defaults=True)
+    store = Store(tmp_path / "r.db")
+    with store.transaction():
+        inc = store.open_incident(key="job:1:0", job="1", attempt=0, node=None, at=1.0)
+        aid = store.add_action(inc, "k", "drain", "n1", ["scontrol", "update"], "act", ActionStatus.PLANNED)
+    act = Actuator(store, Adapter(), res.compiled)
+    act.may_act = lambda: False
+    act._run(store.actions(inc)[0])
+    row = store.actions(inc)[0]
+    assert row["id"] == aid and row["status"] == ActionStatus.STARTED and Adapter.ran == []
+    store.close()
