@@ -126,6 +126,7 @@ class Leadership:
                     self.mode,
                     self.started_at,
                     seen,
+                    forget_after=10 * self.ttl,  # a controller not heard of for that long is gone
                 )
             except StoreError as exc:
                 logger.debug("heartbeat: %s", exc)

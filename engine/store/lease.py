@@ -170,11 +170,21 @@ class LeaseTables(Connection):
         super().close()
 
     def heartbeat(
-        self, holder: str, role: str, term: int | None, mode: str, started_at: float, info: str | None = None
+        self,
+        holder: str,
+        role: str,
+        term: int | None,
+        mode: str,
+        started_at: float,
+        info: str | None = None,
+        forget_after: float | None = None,
     ) -> None:
-        """This controller is alive, as leader or follower (``recover status`` lists them)."""
+        """This controller is alive, as leader or follower (``recover status`` lists them); those
+        not heard of for ``forget_after`` seconds (killed, their host gone) leave the list."""
 
         def beat(db: sqlite3.Connection) -> None:
+            if forget_after is not None:
+                db.execute(f"DELETE FROM controllers WHERE seen_at < {NOW_SQL} - ?", (forget_after,))
             db.execute(
                 "INSERT INTO controllers(holder, role, term, mode, started_at, seen_at, info) "
                 f"VALUES (?, ?, ?, ?, ?, {NOW_SQL}, ?) ON CONFLICT(holder) DO UPDATE SET role = excluded.role, "

@@ -103,3 +103,11 @@ def test_controllers_listed(two):
     assert rows["A"]["role"] == "leader" and rows["B"]["role"] == "follower" and rows["B"]["age_s"] < 5
     b.forget_controller("B")
     assert [r["holder"] for r in a.controllers()] == ["A"]
+
+
+def test_controllers_not_heard_of_are_forgotten(two):
+    a, b = two
+    b.heartbeat("B", "follower", None, "act", 1.0)
+    time.sleep(0.3)
+    a.heartbeat("A", "leader", 1, "act", 1.0, forget_after=0.2)  # B was killed: not listed
+    assert [r["holder"] for r in a.controllers()] == ["A"]

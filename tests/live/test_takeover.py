@@ -94,7 +94,7 @@ def test_a_leader_whose_lease_ran_out_after_started_runs_nothing(tmp_path: Path)
             self.ran.append(argv)
             raise AssertionError("a command ran without the lease")
 
-    res = load_rulebook(defaults=True)
+    res = load_rulebook([str(write_rules(tmp_path / "rules.yaml", tmp_path))], defaults=False)
     store = Store(tmp_path / "r.db")
     with store.transaction():
         inc = store.open_incident(key="job:1:0", job="1", attempt=0, node=None, at=1.0)
