@@ -181,7 +181,7 @@ def rules_eval(
     from engine.ops.corpus_split import check_split, find_manifest, load_manifest, side_report, split_cases
 
     compiled = _load_or_exit(paths or [], no_defaults)
-    cases, problems = load_cases(corpus, known_labels=compiled.policy.get("decisions", {}).keys())
+    cases, problems = load_cases(corpus, known_labels=compiled.policy.decisions.keys())
     mpath = manifest_path or find_manifest(corpus)
     manifest = None
     if mpath is not None:

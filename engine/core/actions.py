@@ -123,7 +123,7 @@ def plan_actions(
         {str(n) for n in (excluded if excluded is not None else clean_nodes) if NODE_RE.match(str(n))}
     )
     job_ok = job is not None and JOB_RE.match(str(job)) is not None
-    names = list(names if names is not None else compiled.policy["plans"].get(decision, ()))
+    names = list(names if names is not None else compiled.policy.plans.get(decision, ()))
     fault_reason = safe_reason(reason or "") or "-"
     said = (
         safe_reason(

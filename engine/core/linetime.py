@@ -35,7 +35,7 @@ import functools
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Mapping
+from typing import Any
 
 from engine.rulebook.zones import check_zone, zone as _zone
 
@@ -91,9 +91,9 @@ _SLACK = 86400.0
 _HALF_YEAR = 183 * 86400.0
 
 
-def log_zone(policy: Mapping[str, Any] | None) -> str:
-    """The zone a rulebook's policy reads stamps without one in (``policy.log_timezone``)."""
-    value = (policy or {}).get("log_timezone")
+def log_zone(value: str | None) -> str:
+    """The zone stamps without one are read in: a rulebook's ``policy.log_timezone`` (the typed
+    ``Policy.log_timezone``) when it names one, else DEFAULT_ZONE."""
     return value if isinstance(value, str) and check_zone(value) is None else DEFAULT_ZONE
 
 

@@ -204,7 +204,7 @@ def replay_inputs(
         collected.append((at, -2, context_seq[0], ("context", job, att, nodes)))
 
     converter.on_context = on_context
-    zone = log_zone(compiled.policy)
+    zone = log_zone(compiled.policy.log_timezone)
     for index, inp in enumerate(inputs):
         ctx = FileContext(
             path=inp.name,

@@ -129,7 +129,7 @@ class Agent:
         self.poll_interval, self.tick, self.nvml_retry_s, self.fsync = poll_interval, tick, nvml_retry_s, fsync
         self.rulebook = rulebook if rulebook is not None else default_rulebook()
         self.fixed_thresholds = thresholds is not None  # given by the caller: a reload leaves them
-        self.thresholds = thresholds if thresholds is not None else (self.rulebook.policy.get("thresholds") or None)
+        self.thresholds = thresholds if thresholds is not None else (self.rulebook.policy.thresholds or None)
         self.rules, self.defaults = (list(rules) if rules is not None else None), defaults
         self.reload_check_s = reload_check_s
         self.watch: Any = None
@@ -388,7 +388,7 @@ class Agent:
         try:
             # everything new is built before anything is swapped: a failure here changes nothing
             lines = {name: src.lines_for(compiled) for name, src in self.kernel_sources.items()}
-            thresholds = self.thresholds if self.fixed_thresholds else (compiled.policy.get("thresholds") or None)
+            thresholds = self.thresholds if self.fixed_thresholds else (compiled.policy.thresholds or None)
             if self.poller is not None:
                 self.poller.use_thresholds(thresholds)
         except Exception as exc:

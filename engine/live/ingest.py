@@ -113,7 +113,7 @@ class FileIngest:
         follower rewinds it)."""
         self.converter = HitConverter(list(compiled.matchers), self.cluster, clock=clock)
         self.converter.scheduler = self.scheduled  # only the scheduler says which job runs where
-        self.zone = log_zone(compiled.policy)  # stamps without a zone: the rulebook's one rule
+        self.zone = log_zone(compiled.policy.log_timezone)  # stamps without a zone: the rulebook's one rule
         self.compiled = compiled
 
     def on_new_file(self, t: Tailed) -> None:

@@ -53,11 +53,8 @@ def preflight(act: "Actuator", action: dict, inc) -> Decision:
 def autonomy_of(act: "Actuator", name: str) -> str | None:
     """An action's own autonomy (``policy.autonomy.cancel``), where the policy sets one."""
     policy = act.compiled.policy
-    plans = policy.get("plans") or {}
-    cfg = policy.get("autonomy") or {}
-    level = cfg.get(name) if name not in plans else None  # rules/50-policy.yaml sets cancel
-    # autonomy.classes is the fault classes' grants, never an action's
-    return level if isinstance(level, str) else None
+    # rules/50-policy.yaml sets cancel; autonomy.classes is the fault classes' grants, never an action's
+    return policy.autonomy.of(name) if name not in policy.plans else None
 
 
 def _sources(act: "Actuator", action: dict) -> str:

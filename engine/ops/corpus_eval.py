@@ -104,7 +104,7 @@ def source_key(source: str, repo: str | None = None) -> tuple[str, str]:
 
 def isolating_decisions(compiled: CompiledRulebook) -> frozenset[str]:
     """Decisions whose plan takes a node out of service: a per-node action other than resume."""
-    plans = compiled.policy.get("plans", {})
+    plans = compiled.policy.plans
     return frozenset(
         d
         for d, plan in plans.items()
@@ -115,7 +115,7 @@ def isolating_decisions(compiled: CompiledRulebook) -> frozenset[str]:
 def node_scoped_classes(compiled: CompiledRulebook) -> frozenset[str]:
     """Fault classes the rulebook isolates a node for: the node is the cause."""
     iso = isolating_decisions(compiled)
-    return frozenset(fc for fc, d in compiled.policy.get("decisions", {}).items() if d in iso)
+    return frozenset(fc for fc, d in compiled.policy.decisions.items() if d in iso)
 
 
 @dataclass(frozen=True)
@@ -353,7 +353,7 @@ def evaluate_case(
         result = replay_inputs(
             [Input(name, lambda: [data], STREAM_SOURCES[case.stream])], compiled, store, network=network
         )
-        got, rules = _strongest(store, result.incidents, compiled.policy.get("priorities", {}))
+        got, rules = _strongest(store, result.incidents, compiled.policy.priorities)
         iso = isolating_decisions(compiled) if isolating is None else isolating
         nodes, classes, took = _isolations(store, result.incidents, iso)
         return CaseResult(case, got, len(result.incidents), rules, "", nodes, classes, took)

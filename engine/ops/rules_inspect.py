@@ -89,12 +89,12 @@ def effective_rulebook(compiled: CompiledRulebook) -> dict[str, Any]:
         {
             "name": n,
             "description": fc.description,
-            "decision": compiled.policy["decisions"].get(n, fc.decision),
-            "priority": compiled.policy["priorities"].get(n, fc.priority),
+            "decision": compiled.policy.decisions.get(n, fc.decision),
+            "priority": compiled.policy.priorities.get(n, fc.priority),
             "retry": fc.retry,
             "plan": list(fc.plan) if fc.plan is not None else None,
             # what the class itself is granted (policy.autonomy.classes); its decision kind's applies too
-            "autonomy": (dict(compiled.policy.get("autonomy") or {}).get("classes") or {}).get(n, "recommend"),
+            "autonomy": compiled.policy.autonomy.classes.get(n, "recommend"),
             **_origin(book, "fault_classes", n),
         }
         for n, fc in book.fault_classes.items()
@@ -156,8 +156,9 @@ def effective_rulebook(compiled: CompiledRulebook) -> dict[str, Any]:
     ]
     policy = []
     # every key is set by a file: the defaults are the shipped rules/50-policy.yaml, loaded always
-    for key in compiled.policy:
-        value = compiled.policy.get(key)
+    document = compiled.policy.document  # the policy as written (layered), for showing
+    for key in document:
+        value = document.get(key)
         marks = book.origins.get(("policy", key), ())
         policy.append(
             {
@@ -287,7 +288,7 @@ def explain_line(
         source=source,
         job=job,
         nodes={node} if node else set(),
-        dates=LineClock(zone=log_zone(compiled.policy)),
+        dates=LineClock(zone=log_zone(compiled.policy.log_timezone)),
     )
     hits = []
     for hit in scanner.feed(data) + scanner.flush():

@@ -210,7 +210,7 @@ def _undated(compiled: CompiledRulebook, test: RuleTest, origins: set[str], toda
     """The lines of the test's inputs that gave a fact and have no time of their own, read in
     order with the same clock replay reads them with (linetime.py)."""
     out: list[str] = []
-    zone = log_zone(compiled.policy)
+    zone = log_zone(compiled.policy.log_timezone)
     for inp in test.inputs:
         dates = LineClock(zone=zone, not_after=today)
         for n, line in enumerate(inp.lines.split("\n"), 1):

@@ -7,9 +7,9 @@ from the rulebook: the shipped rules/50-policy.yaml is loaded before a site's fi
 defaults live. A value still missing after layering (the shipped file edited, or a rulebook built
 without it) is a compile error naming the key, never a number written here or in the core.
 
-A ``Policy`` also reads as the mapping it was built from (``policy["plans"]``, ``.get("autonomy")``)
-for the readers that print the policy as written or have not moved to the attributes yet
-(``recover rules show``, the live actuator and agent); the core reads attributes only.
+A ``Policy`` also reads as the mapping it was built from (``policy["plans"]``), for printing the
+policy as written (``recover rules show``) and for tests; the engine reads attributes only
+(tests/rules/test_policy_typed_readers.py checks that).
 """
 
 from __future__ import annotations
@@ -120,6 +120,8 @@ class Policy(Mapping[str, Any]):
     straggler: Straggler
     suspects: Suspects
     thresholds: Mapping[str, Any]
+    #: the zone of stamps without one (``core.linetime.log_zone`` checks it); None: not set
+    log_timezone: str | None = None
     #: the layered document it was built from, as written (durations in seconds)
     document: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)
 
@@ -220,5 +222,6 @@ def build_policy(document: Mapping[str, Any]) -> tuple[Policy, list[str]]:
             sus("window", float),
         ),
         thresholds=MappingProxyType(dict(document.get("thresholds") or {})),
+        log_timezone=zone if isinstance(zone := document.get("log_timezone"), str) else None,
     )
     return Policy(**values, document=document), missing

@@ -4,7 +4,7 @@ The values live in the rulebook (``rules/15-gpu-thresholds.yaml`` and a site's f
 module only knows their names and shapes, checks them where they are written (file:line:col),
 and resolves the values for one GPU model::
 
-    values = thresholds_for(compiled.policy["thresholds"], "NVIDIA H100 80GB HBM3")
+    values = thresholds_for(compiled.policy.thresholds, "NVIDIA H100 80GB HBM3")
 """
 
 from __future__ import annotations

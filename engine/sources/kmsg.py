@@ -86,7 +86,7 @@ class KernelLineFacts:
         from engine.core.scanner import scanner_for  # replay's own selection and compiled scanner, not a copy
 
         self.node = node
-        self.zone = log_zone(compiled.policy)  # the one rule for stamps without a zone, as in replay
+        self.zone = log_zone(compiled.policy.log_timezone)  # the one rule for stamps without a zone, as in replay
         scanner, index_map = scanner_for(compiled, "kernel")
         ctx = FileContext(path=path, source="kernel", nodes={node})
         # the scan -> fact loop replay and the controller share; floods are the controller's to collapse

@@ -43,7 +43,7 @@ def default_thresholds() -> dict[str, Any]:
     """The shipped rulebook's ``policy.thresholds`` (rules/15-gpu-thresholds.yaml)."""
     from engine.sources.kmsg import default_rulebook
 
-    return dict(default_rulebook().policy.get("thresholds") or {})
+    return dict(default_rulebook().policy.thresholds)
 
 
 class _Lost(Exception):
