@@ -25,6 +25,9 @@ from typing import Callable, Protocol, Sequence, runtime_checkable
 from engine.errors import SchedulerError, SchedulerUnavailable
 from engine.facts import JOB_ACTIVE_STATES
 
+#: job states after which it will not run again by itself (``JobInfo.ended``)
+ENDED_STATES = frozenset({"CANCELLED", "COMPLETED", "FAILED"})
+
 __all__ = [
     "JobInfo",
     "NodeInfo",
@@ -64,6 +67,24 @@ class JobInfo:
     required_nodes: tuple[str, ...] = ()  # nodes the job asked for by name (-w); never excluded
     gpus: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (node, GPU indexes the job holds there)
     detailed: bool = False  # required_nodes and gpus were read (the adapter's job_detail)
+
+    # What the scheduler's words mean, said here (the adapters' side) so that the engine asks
+    # questions of a job instead of reading Slurm's state names and reasons itself.
+    @property
+    def active(self) -> bool:
+        """It holds its nodes (running, completing, configuring or suspended)."""
+        return self.state in JOB_ACTIVE_STATES
+
+    @property
+    def held(self) -> bool:
+        """Held by a user or an admin: it will not start until released (Slurm's reason
+        JobHeldUser / JobHeldAdmin)."""
+        return "held" in (self.reason or "").lower()
+
+    @property
+    def ended(self) -> bool:
+        """Cancelled, completed or failed: it will not run again unless someone requeues it."""
+        return self.state in ENDED_STATES
 
     def gpus_on(self, node: str) -> tuple[int, ...] | None:
         """The GPU indexes this job holds on ``node``; None when not known."""

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Tuple
 from engine.core.actions import idem_key
 from engine.errors import NotYet, SchedulerError, StateUnknown
 from engine.live.paging import is_page
-from engine.live.verify import ACTIVE, base_attempt, live_job, node_named, verify_name
+from engine.live.verify import base_attempt, live_job, node_named, verify_name
 from engine.store import ActionStatus
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def _sources(act: "Actuator", action: dict) -> str:
 def _pre_cancel(act: "Actuator", action: dict, inc) -> Decision:
     job = action["target"]
     live = live_job(act.adapter, job)
-    if live is None or live.state not in ACTIVE:
+    if live is None or not live.active:
         return ActionStatus.SKIPPED, f"job {job} already ended: nothing to free"
     if live.attempt != base_attempt(action, inc):
         return ActionStatus.SKIPPED, f"job {job} runs a newer attempt ({live.attempt}): not cancelled"
@@ -85,7 +85,7 @@ def _pre_requeue(act: "Actuator", action: dict, inc) -> Decision:
             f"refused: job {job} opted out of requeue (--no-requeue, Requeue=0); it was not requeued",
         )
     if live.attempt > base:
-        on_bad = sorted(set(live.nodes) & bad) if live.state in ACTIVE else []
+        on_bad = sorted(set(live.nodes) & bad) if live.active else []
         note = f"already restarted by Slurm or a person (attempt {base} -> {live.attempt}); not requeued again"
         if on_bad:
             key = f"{idem_key(inc.id, 'requeue', job)}@{live.attempt}"
@@ -124,9 +124,7 @@ def _shared_nodes(act: "Actuator", action: dict, inc, live) -> Decision:
     is not known, requeue none of them blindly, and name and tell every one."""
     job = action["target"]
     try:
-        others = [
-            j for j in act.adapter.jobs() if j.job_id != job and j.state in ACTIVE and set(j.nodes) & set(inc.nodes)
-        ]
+        others = [j for j in act.adapter.jobs() if j.job_id != job and j.active and set(j.nodes) & set(inc.nodes)]
     except SchedulerError as exc:
         raise StateUnknown(str(exc)) from exc
     if not others:

@@ -7,8 +7,9 @@ tell, and the actuator waits rather than guess. The names are the rulebook's
 (``engine.rulebook.model.VERIFY_KINDS``, which the linter checks against); ``VERIFIERS`` holds
 one implementation per name.
 
-What Slurm says in words (its "held" reasons, its job state names, the messages of a
-slurmctld that does not answer) is read here and nowhere else in the actuator.
+What a job's state and reason mean (active, held, ended) is the adapter's to say
+(``JobInfo.active``, ``.held``, ``.ended``); the messages of a slurmctld that does not answer
+are still read here (``unreachable``), and nowhere else in the actuator.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from engine.rulebook.compile import CompiledRulebook
 from engine.rulebook.model import kind_of
 
 __all__ = [
-    "ACTIVE",
     "DEFAULT_VERIFY",
     "VERIFIERS",
     "base_attempt",
@@ -45,8 +45,6 @@ DEFAULT_VERIFY = {
     "page": "none",
     "other": "none",
 }
-#: job states in which it holds its nodes
-ACTIVE = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED")
 #: what a Slurm command prints when slurmctld does not answer: not a verdict on the command
 _UNREACHABLE = re.compile(
     r"Unable to contact slurm controller|Socket timed out|Could not establish a configuration|"
@@ -94,10 +92,6 @@ def excluded_in(action: dict) -> set[str] | None:
     return None
 
 
-def _held(job) -> bool:
-    return "held" in (job.reason or "").lower()
-
-
 def _v_node_drained(adapter, action: dict, inc) -> bool:
     n = node_named(adapter, action["target"])
     return bool(n and n.drained and f"incident {inc.id}" in (n.reason or ""))
@@ -125,17 +119,17 @@ def _v_job_excluded(adapter, action: dict, inc) -> bool:
 
 def _v_job_held(adapter, action: dict, inc) -> bool:
     j = live_job(adapter, action["target"])
-    return bool(j and j.state == "PENDING" and _held(j))
+    return bool(j and j.state == "PENDING" and j.held)
 
 
 def _v_job_released(adapter, action: dict, inc) -> bool:
     j = live_job(adapter, action["target"])
-    return bool(j and not _held(j))
+    return bool(j and not j.held)
 
 
 def _v_job_cancelled(adapter, action: dict, inc) -> bool:
     j = live_job(adapter, action["target"])
-    return j is None or j.state in ("CANCELLED", "COMPLETED", "FAILED")
+    return j is None or j.ended
 
 
 VERIFIERS: dict[str, Callable[[Any, dict, Any], bool]] = {
