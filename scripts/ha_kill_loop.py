@@ -67,8 +67,17 @@ def one_run(i: int, slurm: SlurmAdapter, rng: random.Random) -> dict:
         procs["c"] = start(h, "c")  # the service manager restarts it: two controllers again
         wait_for("the plan to complete", lambda: h.incidents() and h.all_handled(), LEASE_S + 10 + 30)
         out["complete_after_kill_s"] = round(time.monotonic() - killed, 1)
-        rows = h.query("SELECT action, status, term FROM actions WHERE mode = 'act'")
+        # this run's job only: the controllers follow every job the scheduler lists, and on a shared
+        # cluster another job's incident is not this run's
+        rows = h.query(
+            "SELECT a.action, a.target FROM actions a JOIN incidents i ON i.id = a.incident "
+            "WHERE a.mode = 'act' AND i.job = ?",
+            job,
+        )
         names = [r[0] for r in rows]
+        out["other_jobs_acted_on"] = sorted(
+            {r[0] for r in h.query("SELECT DISTINCT i.job FROM incidents i WHERE i.job != ?", job)}
+        )
         out["doubled"] = sorted({n for n in names if names.count(n) > 1})
         out["attempt"] = (j := h.slurm.job(job)) and j.attempt
         out["ok"] = not out["doubled"] and out["attempt"] == 1 and out["complete_after_kill_s"] <= LEASE_S + 10

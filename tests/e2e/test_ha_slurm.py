@@ -59,8 +59,13 @@ def log_of(h: Harness, name: str) -> str:
     return (h.tmp / f"{name}.log").read_text(errors="replace")
 
 
-def terms(h: Harness) -> list[tuple[str, str, int | None, int]]:
-    return h.query("SELECT action, status, term, attempts FROM actions WHERE mode = 'act' ORDER BY id")
+def terms(h: Harness, job: str) -> list[tuple[str, str, int | None, int]]:
+    """The acted journal of ``job``'s incidents: (action, status, term, attempts)."""
+    return h.query(
+        "SELECT a.action, a.status, a.term, a.attempts FROM actions a JOIN incidents i ON i.id = a.incident "
+        "WHERE a.mode = 'act' AND i.job = ? ORDER BY a.id",
+        job,
+    )
 
 
 def lease_term(h: Harness) -> int:
@@ -82,7 +87,7 @@ def test_leader_killed_between_drain_and_requeue_the_follower_completes_the_plan
     h.wait_known(job)
     h.inject_xid(bad)
     wait_for("the drain to run", lambda: h.node(bad).drained, 40)
-    assert [r[:2] for r in terms(h) if r[0] == "drain"] == [("drain", "started")]
+    assert [r[:2] for r in terms(h, job) if r[0] == "drain"] == [("drain", "started")]
     a.send_signal(signal.SIGKILL)
     a.wait(timeout=10)
     killed = time.monotonic()
@@ -90,7 +95,7 @@ def test_leader_killed_between_drain_and_requeue_the_follower_completes_the_plan
     took = time.monotonic() - killed
     again = wait_for("job running again", lambda: (j := h.running(job)) and j.attempt >= 1 and j, 30)
     assert again.attempt == 1 and bad not in again.nodes  # requeued once, without the bad node
-    rows = terms(h)
+    rows = terms(h, job)
     by_action: dict[str, list] = {}
     for r in rows:
         by_action.setdefault(r[0], []).append(r)
@@ -118,13 +123,13 @@ def test_leader_paused_past_its_lease_never_acts_when_resumed(h):
     try:
         wait_for("the follower to take over", lambda: lease_term(h) == 2, LEASE_S + 10)
         wait_for("the new leader to complete the plan", h.all_handled, 20)
-        before = terms(h)
+        before = terms(h, job)
         paused_log = len(log_of(h, "a"))
     finally:
         a.send_signal(signal.SIGCONT)
     wait_for("the old leader to step down", lambda: "leader lease lost" in log_of(h, "a")[paused_log:], 15)
     after = log_of(h, "a")[paused_log:]
     assert "act incident=" not in after.replace("incident=%s", ""), after  # ran nothing once resumed
-    assert terms(h) == before  # and journaled nothing: its write of the drain's result was refused
+    assert terms(h, job) == before  # and journaled nothing: its write of the drain's result was refused
     assert [r[0] for r in before].count("drain") == 1 and [r[0] for r in before].count("requeue") == 1
     assert h.slurm.job(job).attempt == 1
