@@ -92,6 +92,8 @@ class Flood:
     nodes: set[str] = field(default_factory=set)
     ranks: set[int] = field(default_factory=set)
     raw_seen: set = field(default_factory=set, repr=False)  # (node, rank) as written, already seen
+    #: (host, peer, origin) of repeats that name a transport peer (attribution: core.suspects)
+    peers: set[tuple[str, str, str]] = field(default_factory=set, repr=False)
 
     @property
     def at(self) -> float:
@@ -103,6 +105,9 @@ class Flood:
             self.nodes.add(str(node))
         if isinstance(rank, int) and len(self.ranks) < FLOOD_SEEN_MAX and "rank" in attrs:
             self.ranks.add(rank)
+        peer = attrs.get("peer")
+        if node is not None and isinstance(peer, str) and len(self.peers) < FLOOD_SEEN_MAX:
+            self.peers.add((str(node), peer[:80], self.last_origin))
 
     def evidence(self) -> dict[str, Any]:
         """What the store keeps next to the first line: the last one, and who repeated it."""

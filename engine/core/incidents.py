@@ -198,9 +198,14 @@ class Engine:
                 self.store.bump_fact(repeated.fact.id)
             return
         self.timers.saw(fact)
-        if fact.kind == "log" and fact.get("rank_evidence") is not None and fact.get("job") is not None:
+        if fact.kind == "log" and fact.get("job") is not None:
             job, attempt = str(fact.get("job")), int(fact.get("attempt") or 0)
-            self.ranks.observe(fact, self._holding(job, attempt))
+            if fact.get("rank_evidence") is not None:
+                self.ranks.observe(fact, self._holding(job, attempt))
+            if isinstance(fact.get("peer"), str) and isinstance(fact.get("node"), str):
+                self.ranks.peer(
+                    job, attempt, str(fact.get("node")), str(fact.get("peer")), fact.origin, self._holding(job, attempt)
+                )
         if fact.kind == "progress":
             for conclusion in self.tracker.observe(fact):
                 self._assert_chain(conclusion)
@@ -235,6 +240,10 @@ class Engine:
         flood.applied = flood.count
         self.stats["flooded"] += delta
         live = self.live.get(flood.fact_id)
+        if live is not None and flood.peers and live.fact.get("job") is not None:
+            job, attempt = str(live.fact.get("job")), int(live.fact.get("attempt") or 0)
+            for host, peer, origin in flood.peers:  # the hosts that repeated it, each with its peer
+                self.ranks.peer(job, attempt, host, peer, origin, self._holding(job, attempt))
         if live is not None:
             live.count += delta
             live.flood = flood

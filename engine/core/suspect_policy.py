@@ -24,7 +24,7 @@ __all__ = ["with_suspects"]
 
 
 def _ranks_on(found: Sequence[Mapping[str, Any]], node: str) -> str:
-    return ",".join(str(s["rank"]) for s in found if s.get("node") == node)
+    return ",".join(str(s["rank"]) for s in found if s.get("node") == node and s.get("rank") is not None) or "-"
 
 
 def with_suspects(

@@ -13,6 +13,8 @@ signals of other sources (``rank_signal`` facts: flight-recorder dumps) and name
   timeout (a stopped or dead process says least), when at most ``max_silent`` of the world is
   silent (more is a log that holds only some ranks' output, not a culprit);
 - ``watchdog_stuck``: a rank whose watchdog hung in a CUDA/NCCL call, when the minority;
+- ``peer_common``: the node whose address (its NCCL bootstrap line) the transport errors of at
+  least two other hosts of the job name as their peer (a node, with no one rank);
 - any rank signal a source gave.
 
 Each suspect carries its own signals, and a node only where the attempt's rank map (confirmed by
@@ -65,6 +67,9 @@ class AttemptRanks:
     alloc: tuple[str, ...] = ()
     tasks_per_node: str | None = None
     dropped: int = 0  # ranks past MAX_RANKS_KEPT
+    #: transport errors: peer address -> the hosts that reported an error with it (and a line)
+    peers: dict[str, dict[str, str]] = field(default_factory=dict)
+    addrs: dict[str, set[str]] = field(default_factory=dict)  # address -> the hosts whose bootstrap named it
 
 
 def _int(v: Any) -> int | None:
@@ -103,13 +108,18 @@ class RankEvidence:
         """A log fact whose matcher marks it ``rank_evidence``; ``alloc``: the nodes the cluster
         says the attempt holds now (kept when the scheduler's ordered list is not known)."""
         kind, job, rank = fact.get("rank_evidence"), fact.get("job"), _int(fact.get("rank"))
-        if kind is None or job is None or rank is None or rank > MAX_RANK:
+        if kind is None or job is None:
             return
         a = self._of(str(job), int(fact.get("attempt") or 0))
         if not a.alloc:
             known = sorted(alloc, key=_natural)
             if known:
                 a.alloc = tuple(known)
+        if kind == "addr":  # the address a host's bootstrap line names (the host prefix: ``node``)
+            self._transport(a, "addr", fact.get("node"), fact.get("addr"), fact.origin)
+            return
+        if rank is None or rank > MAX_RANK:
+            return
         if kind == "comm":
             nranks = _int(fact.get("nranks"))
             if nranks is None or nranks > MAX_RANK or rank >= nranks:
@@ -141,6 +151,47 @@ class RankEvidence:
         if kind == "dump" and sender is not None and sender <= MAX_RANK and sender not in a.reports:
             if len(a.reports) < MAX_RANKS_KEPT:  # the rank that sent the dump signal timed out
                 a.reports[sender] = _Report(sender, {"timeout"}, origin=fact.origin, pg=rep.pg)
+
+    def peer(self, job: str, attempt: int, host: str, peer: str, origin: str, alloc: Iterable[str] = ()) -> None:
+        """A transport error that ``host`` (a node of the job, as the line converter allowed it)
+        got from ``peer`` (an address, as printed); repeats of one line come here from its flood."""
+        a = self._of(job, attempt)
+        if not a.alloc:
+            a.alloc = tuple(sorted(alloc, key=_natural))
+        self._transport(a, "peer", host, peer, origin)
+
+    @staticmethod
+    def _transport(a: AttemptRanks, kind: str, host: Any, raw: Any, origin: str) -> None:
+        if not isinstance(host, str) or not isinstance(raw, str):
+            return
+        addr = raw.split("<", 1)[0].strip()[:64]
+        if not addr:
+            return
+        if kind == "addr":
+            if addr in a.addrs or len(a.addrs) < MAX_RANKS_KEPT:
+                a.addrs.setdefault(addr, set()).add(host)
+        elif addr in a.peers or len(a.peers) < MAX_RANKS_KEPT:
+            reporters = a.peers.setdefault(addr, {})
+            if len(reporters) < 64:
+                reporters.setdefault(host, origin)
+
+
+def _common_peer(ranks: AttemptRanks) -> tuple[str, str, dict[str, str]] | None:
+    """(node, address, reporters) of the one peer that transport errors from at least two other
+    hosts of the job name, where its address is a node's of the allocation by its bootstrap line."""
+    named = {addr: {h: o for h, o in rep.items()} for addr, rep in ranks.peers.items()}
+    best = sorted(((len(rep), addr) for addr, rep in named.items()), reverse=True)
+    if not best or best[0][0] < 2 or (len(best) > 1 and best[1][0] == best[0][0]):
+        return None
+    addr = best[0][1]
+    hosts = ranks.addrs.get(addr, set())
+    if len(hosts) != 1:
+        return None  # no host, or several hosts, say they use it
+    node = next(iter(hosts))
+    if node not in ranks.alloc:
+        return None
+    reporters = {h: o for h, o in named[addr].items() if h != node}
+    return (node, addr, reporters) if len(reporters) >= 2 else None
 
 
 def _natural(name: str) -> tuple:
@@ -174,7 +225,8 @@ def suspects(
     rank_map: RankMap | None = None,
 ) -> tuple[list[dict[str, Any]], RankMap]:
     """The suspects of one attempt: ``[{rank, node, signals: [{signal, detail, origin}]}]``, at
-    most MAX_SUSPECTS, lowest rank first; and the rank map their nodes came from."""
+    most MAX_SUSPECTS, lowest rank first (a node the transport errors point at has rank None);
+    and the rank map their nodes came from."""
     ranks = ranks or AttemptRanks()
     found: dict[int, list[dict[str, str]]] = {}
 
@@ -210,9 +262,30 @@ def suspects(
         rank_map = build_rank_map(ranks.alloc, ranks.tasks_per_node, world, printed)
         if any(h == "?" for h in ranks.printed.values()) and rank_map.trusted:
             rank_map = RankMap(rank_map.alloc, why="a rank's lines name two hosts: the map names no node")
-    out = []
+    out: list[dict[str, Any]] = []
     for rank in sorted(found)[:MAX_SUSPECTS]:
         out.append({"rank": rank, "node": rank_map.node_of(rank), "signals": found[rank]})
+    common = _common_peer(ranks)
+    if common is not None and len(out) < MAX_SUSPECTS:
+        node, addr, reporters = common
+        # a node, not a rank: the transport errors of its peers name its address
+        out.append(
+            {
+                "rank": None,
+                "node": node,
+                "signals": [
+                    {
+                        "signal": "peer_common",
+                        "detail": clean_text(
+                            f"{len(reporters)} hosts ({', '.join(sorted(reporters)[:4])}) got transport errors "
+                            f"from peer {addr}, the address {node}'s bootstrap line names",
+                            240,
+                        ),
+                        "origin": clean_text(next(iter(reporters.values())), 240),
+                    }
+                ],
+            }
+        )
     return out, rank_map
 
 

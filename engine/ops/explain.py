@@ -152,7 +152,8 @@ def render_text(report: dict[str, Any]) -> str:
         )
     for sus in inc.get("suspects") or []:  # ranks the evidence points at (core.suspects): not verdicts
         where = f"on {sus['node']}" if sus.get("node") else "node unknown (the rank map names none)"
-        lines.append(f"  suspect:  rank {sus.get('rank')} {where}")
+        who = f"rank {sus['rank']}" if sus.get("rank") is not None else "a node (no one rank)"
+        lines.append(f"  suspect:  {who} {where}")
         for sig in sus.get("signals") or []:
             lines.append(f"            {sig.get('signal')}: {sig.get('detail')}  [{sig.get('origin')}]")
     if report.get("context_source") == "logs":

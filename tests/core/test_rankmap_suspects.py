@@ -142,3 +142,64 @@ def test_hostile_numbers_are_ignored():
     ev.observe(_log(1, "comm", node="n1", nranks=10**12))
     a = ev.get("7", 0)
     assert a is None or (not a.reports and a.world is None)
+
+
+class _Peers:
+    """The engine's way in for transport errors: RankEvidence.peer."""
+
+    def __init__(self, ev):
+        self.ev = ev
+
+    def observe(self, fact):
+        self.ev.peer("7", 0, fact.get("node"), fact.get("peer"), fact.origin)
+
+
+def _peer(host, peer, job="7"):
+    return Fact.make("log", {"job": job, "attempt": 0, "node": host, "peer": peer}, 100.0, f"slurm-7.out:{host}")
+
+
+def _addr(host, addr):
+    return Fact.make(
+        "log",
+        {"rank_evidence": "addr", "job": "7", "attempt": 0, "node": host, "addr": addr},
+        99.0,
+        f"slurm-7.out:b{host}",
+    )
+
+
+def test_the_node_common_to_the_failing_pairs_is_a_suspect():
+    ev = RankEvidence()
+    ev.allocation("7", 0, ("n1", "n2", "n3"))
+    for h, a in (("n1", "10.0.0.1"), ("n2", "10.0.0.2"), ("n3", "10.0.0.3")):
+        ev.observe(_addr(h, a))
+    _Peers(ev).observe(_peer("n1", "10.0.0.2<33092>"))
+    _Peers(ev).observe(_peer("n3", "10.0.0.2<41000>"))
+    _Peers(ev).observe(_peer("n2", "10.0.0.1<5000>"))  # the bad node names some peer of its own
+    found, _ = suspects(ev.get("7", 0))
+    assert [(s["rank"], s["node"], s["signals"][0]["signal"]) for s in found] == [(None, "n2", "peer_common")]
+
+
+@pytest.mark.parametrize(
+    "addrs",
+    [
+        (("n1", "10.0.0.1"), ("n3", "10.0.0.3")),  # nobody's bootstrap names the address
+        (("n2", "10.0.0.2"), ("n9", "10.0.0.2")),  # two hosts claim it
+        (("n9", "10.0.0.2"),),  # a host outside the allocation claims it
+    ],
+)
+def test_a_peer_address_no_single_node_of_the_allocation_owns_names_no_node(addrs):
+    ev = RankEvidence()
+    ev.allocation("7", 0, ("n1", "n2", "n3"))
+    for h, a in addrs:
+        ev.observe(_addr(h, a))
+    _Peers(ev).observe(_peer("n1", "10.0.0.2<1>"))
+    _Peers(ev).observe(_peer("n3", "10.0.0.2<2>"))
+    assert suspects(ev.get("7", 0))[0] == []
+
+
+def test_one_reporter_is_not_enough():
+    ev = RankEvidence()
+    ev.allocation("7", 0, ("n1", "n2"))
+    ev.observe(_addr("n2", "10.0.0.2"))
+    _Peers(ev).observe(_peer("n1", "10.0.0.2<1>"))
+    assert suspects(ev.get("7", 0))[0] == []
