@@ -40,6 +40,7 @@ def test_exported_members_are_the_documented_ones():
         "config",
         "cache",
         "hostlist",
+        "clock",
     }
     assert public - modules == EXPECTED
 
