@@ -236,6 +236,12 @@ def rules_eval(
             f"accuracy: {report.accuracy:.1%} ({report.right}/{report.total}); healthy cases with an incident: "
             f"{len(report.healthy_with_incident)} of {sum(r.case.label == HEALTHY for r in report.results)}"
         )
+        share = report.weak_right / report.right if report.right else 0.0
+        typer.echo(
+            f"weak evidence (a class's keyword, nothing specific): {report.weak_right} of {report.right} "
+            f"right answers ({share:.1%}); "
+            + ", ".join(f"{_SIDE_NAMES[s]} {st['weak_right']}/{st['right']}" for s, st in sides.items())
+        )
     code = 0
     if floor(minimum) is not None and report.accuracy < floor(minimum):
         _err(f"accuracy {report.accuracy:.1%} is below --min {floor(minimum):.1%}")

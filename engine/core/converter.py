@@ -131,6 +131,8 @@ class HitConverter:
         digits apart: repeats of a shape already seen then take a shortcut (``Collapser.fast``)
         that gives the same answer."""
         m = self.matchers[index]
+        if m.unless and any(u in line for u in m.unless):
+            return None  # a weak keyword on a line that is no error line (an INFO line)
         collapse, blank = self.collapse, self.blank
         if blank is not None and collapse is not None:
             out = collapse.fast(self, index, m, groups, line, line_no, ctx, before, blank)

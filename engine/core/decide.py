@@ -116,7 +116,8 @@ class Decider:
                 if p:
                     self.store.save_progress(job_id, attempt or 0, p.get("step"), p.get("checkpoint"), p.get("last_at"))
             ctx = self.guard_context(incident, job_id, attempt, at)
-            decision = decide(self.compiled, fault_class, nodes, reason, ctx, rule)
+            weak = next((str(f.get("keyword") or "") for f in faults if f.id == fault_id and f.get("weak")), None)
+            decision = decide(self.compiled, fault_class, nodes, reason, ctx, rule, weak=weak)
             found = list(suspects) if fault_class in self.compiled.policy.suspects.classes else []
             drain_for_diagnosis: tuple[str, ...] = ()
             if found:
@@ -219,7 +220,7 @@ class Decider:
         )
 
     def wants_at_once(self, fault: Fact) -> bool:
-        return fault.get("fault_class") in self.at_once and bool(fault.get("nodes"))
+        return fault.get("fault_class") in self.at_once and bool(fault.get("nodes")) and not fault.get("weak")
 
     def isolate_now(
         self,

@@ -79,6 +79,15 @@ class StreamFacts:
         self._checkpoints = frozenset(i for i in self._progress if names is None or "checkpoint" in names(i))
         self._sampler: dict[int, ProgressSampler] = {}
         self._last_of: dict[int, int] = {}  # progress matcher -> offset of its last hit in this batch
+        # weak-evidence matchers (scanner numbering): their hits are thinned, see _weak_hits
+        # (a weak matcher's quiet strings as bytes: a line holding one is no error line)
+        self._weak = {
+            i: tuple(q.encode() for q in converter.matchers[j].unless)
+            for i, j in enumerate(index_map)
+            if converter.matchers[j].attrs.get("weak") is True
+        }
+        self._all_progress = frozenset(i for i, j in enumerate(index_map) if converter.matchers[j].emit == "progress")
+        self._weak_said: set[int] = set()  # weak matchers that gave a hit since the last progress line
 
     def scan(self, data: bytes) -> list[Any]:
         """Scan a chunk; its hits are then converted one by one with ``item`` (the controller
@@ -92,10 +101,38 @@ class StreamFacts:
         return self._last_hits(self.scanner.flush())
 
     def _last_hits(self, hits: list[Any]) -> list[Any]:
+        if self._weak:
+            hits = self._weak_hits(hits)
         if self._progress:
             progress = self._progress
             self._last_of = {h.matcher: h.offset for h in hits if h.matcher in progress}
         return hits
+
+    def _weak_hits(self, hits: list[Any]) -> list[Any]:
+        """A class's keyword is evidence only where nothing specific spoke: a weak hit on a line
+        that a specific matcher also hit is dropped (the line is explained), so is one on a quiet
+        line (an INFO line), and of each class only the first hit since the last progress line is
+        kept (what a keyword may decide is how the job ended; a flood of one error line gives one).
+        Hits come in line order, so the lines a specific matcher hit are known per batch."""
+        weak = self._weak
+        if not any(h.matcher in weak for h in hits):
+            if self._weak_said and any(h.matcher in self._all_progress for h in hits):
+                self._weak_said.clear()
+            return hits
+        explained = {h.offset for h in hits if h.matcher not in weak}
+        said, progress = self._weak_said, self._all_progress
+        out = []
+        for h in hits:
+            if h.matcher in progress:
+                said.clear()
+            elif h.matcher in weak:
+                if h.offset in explained or h.matcher in said:
+                    continue
+                if any(q in h.line for q in weak[h.matcher]):
+                    continue
+                said.add(h.matcher)
+            out.append(h)
+        return out
 
     def _before(self, hit: Any) -> bytes | None:
         """The bytes since the last hit looked at, up to BEFORE_BYTES: where an untimestamped

@@ -110,7 +110,11 @@ def decide(
     reason: str,
     ctx: GuardContext | None = None,
     rule: str | None = None,
+    *,
+    weak: str | None = None,
 ) -> Decision:
+    """``weak``: the keyword, when the fault was reached only through weak evidence (a class's
+    keyword, rules/25-weak-evidence.yaml): a node-scoped class is then recommended, never acted on."""
     ctx = ctx or GuardContext()
     policy = compiled.policy
     decision = policy.decisions.get(fault_class, "restart")
@@ -239,6 +243,12 @@ def decide(
     else:
         plan = tuple(policy.plans.get(decision, ()))
     autonomy, why = granted(compiled, decision, fault_class)
+    if weak is not None and autonomy == "act" and policy.decisions.get(fault_class) == "isolate_and_restart":
+        # a keyword alone never takes a node out of service, nor restarts around one unseen
+        autonomy = "recommend"
+        why = (
+            f"weak evidence only (keyword {weak!r}) for {fault_class}, a node-scoped class: recommended, never acted on"
+        )
     if ctx.forced_mode == "recommend":
         why = f"monitor mode (--dry-run): recommended only; in act mode: {autonomy}, {why}"
         autonomy = "recommend" if autonomy == "act" else autonomy

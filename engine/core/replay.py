@@ -95,10 +95,14 @@ def scan_chunks(
             yield item
 
 
-def log_end(inp: "Input", last: Fact | None, tail_progress: bool) -> Fact | None:
+def log_end(inp: "Input", last: Fact | None, tail_progress: bool, weak: Fact | None = None) -> Fact | None:
     """The end of a whole job log, as a fact: what its job printed last was progress (the job went
     on after any error it logged) or not (it ended on its failure). Only replay knows where a log
-    ends; live, the scheduler's job state says that a job ended."""
+    ends; live, the scheduler's job state says that a job ended.
+
+    ``weak``: the last weak-evidence hit (a class's keyword, engine/rulebook/weak.py) after the
+    last progress; its class and keyword ride on the fact, so that a keyword the job printed
+    before it went on training never decides how the log ended."""
     if last is None or inp.source not in ("job", "any") or last.get("job") is None:
         return None
     attrs = {
@@ -106,6 +110,10 @@ def log_end(inp: "Input", last: Fact | None, tail_progress: bool) -> Fact | None
         "attempt": int(last.get("attempt") or 0),
         "tail": "progress" if tail_progress else "failure",
     }
+    if weak is not None and not tail_progress:
+        attrs["weak_class"] = weak.get("weak_class")
+        attrs["keyword"] = weak.get("keyword")
+        attrs["evidence"] = str(weak.get("text") or "")[:300]
     return Fact.make("log_end", attrs, last.at, f"{inp.name}:end")
 
 
@@ -219,6 +227,7 @@ def replay_inputs(
             cluster.assign(ctx.job, ctx.attempt, ctx.nodes, 0.0)
         scanner, index_map = scanner_for(compiled, inp.source)
         last: Fact | None = None
+        weak: Fact | None = None
         tail_progress = False
         seq = -1
         try:
@@ -227,12 +236,16 @@ def replay_inputs(
                 collected.append((item.at, index, seq, item))
                 if isinstance(item, Fact):
                     last = item
+                    if item.kind == "progress":
+                        weak = None
+                    elif item.kind == "log" and item.get("weak"):
+                        weak = item
                 tail_progress = isinstance(item, Fact) and item.kind == "progress"
         except OSError as exc:
             logger.error("%s: cannot read: %s", inp.name, exc.strerror or exc)
             result.unreadable.append(inp.name)
             continue
-        end = log_end(inp, last, tail_progress)
+        end = log_end(inp, last, tail_progress, weak)
         if end is not None:
             collected.append((end.at, index, seq + 1, end))
         result.files += 1

@@ -147,6 +147,8 @@ class CaseResult:
     isolated_for: tuple[str, ...] = ()
     #: an incident took an isolating decision (with or without a node to act on)
     isolating: bool = False
+    #: the answer came from the weak-evidence layer: the winning fault was a class's keyword
+    weak: bool = False
 
     @property
     def right(self) -> bool:
@@ -172,6 +174,11 @@ class EvalReport:
     @property
     def misses(self) -> list[CaseResult]:
         return [r for r in self.results if not r.right]
+
+    @property
+    def weak_right(self) -> int:
+        """Right answers that the weak-evidence layer gave (a class's keyword, nothing specific)."""
+        return sum(r.right and r.weak for r in self.results)
 
     @property
     def healthy_with_incident(self) -> list[CaseResult]:
@@ -212,6 +219,13 @@ class EvalReport:
             "right": self.right,
             "accuracy": round(self.accuracy, 4),
             "healthy_with_incident": [r.case.id for r in self.healthy_with_incident],
+            # the share of right answers reached through weak evidence only
+            "weak_evidence": {
+                "right": self.weak_right,
+                "of_right": self.right,
+                "share": round(self.weak_right / self.right, 4) if self.right else None,
+                "answered": sum(r.weak for r in self.results),
+            },
             "per_class": self.per_class(),
             "confusion": {k: dict(v) for k, v in self.confusion().items()},
             "misses": [
@@ -315,17 +329,21 @@ def load_cases(paths: Iterable[str], known_labels: Iterable[str] | None = None) 
     return cases, problems
 
 
-def _strongest(store: Store, incidents, priorities) -> tuple[str, tuple[str, ...]]:
-    best: tuple[int, float, str, tuple[str, ...]] | None = None
+def _strongest(store: Store, incidents, priorities) -> tuple[str, tuple[str, ...], bool]:
+    """The answer (class of the strongest incident), the rules fired in it, and whether its
+    winning fault came from the weak-evidence layer (a fault marked weak)."""
+    best: tuple[int, float, str, tuple[str, ...], int] | None = None
     for inc in incidents:
         row = store.incident(inc.id)
         fc = row.fault_class or "unknown"
-        key = (-int(priorities.get(fc, 0)), inc.at, fc, tuple(store.rules_fired(inc.id)))
+        key = (-int(priorities.get(fc, 0)), inc.at, fc, tuple(store.rules_fired(inc.id)), inc.id)
         if best is None or key[:2] < best[:2]:
             best = key
     if best is None:
-        return HEALTHY, ()
-    return best[2], best[3]
+        return HEALTHY, (), False
+    row = store.incident(best[4])
+    weak = bool(row.fault_fact) and any(f.id == row.fault_fact and f.get("weak") for f, _, _ in store.facts(best[4]))
+    return best[2], best[3], weak
 
 
 def _isolations(store: Store, incidents, isolating: frozenset[str]) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
@@ -353,10 +371,10 @@ def evaluate_case(
         result = replay_inputs(
             [Input(name, lambda: [data], STREAM_SOURCES[case.stream])], compiled, store, network=network
         )
-        got, rules = _strongest(store, result.incidents, compiled.policy.priorities)
+        got, rules, weak = _strongest(store, result.incidents, compiled.policy.priorities)
         iso = isolating_decisions(compiled) if isolating is None else isolating
         nodes, classes, took = _isolations(store, result.incidents, iso)
-        return CaseResult(case, got, len(result.incidents), rules, "", nodes, classes, took)
+        return CaseResult(case, got, len(result.incidents), rules, "", nodes, classes, took, weak)
     except Exception as exc:  # one case that breaks the pipeline is a miss with its reason, not the end of the run
         return CaseResult(case, "error", 0, (), f"{type(exc).__name__}: {exc}")
     finally:

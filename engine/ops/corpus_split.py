@@ -263,6 +263,8 @@ def side_report(
             "cases": len(rs),
             "right": right,
             "accuracy": round(right / len(rs), 4) if rs else None,
+            # right answers the weak-evidence layer gave (a class's keyword, nothing specific)
+            "weak_right": sum(r.right and r.weak for r in rs),
             "sources": len(per_source),
             "healthy": sum(r.case.label == HEALTHY for r in rs),
             # stricter than EvalReport.healthy_with_incident: any incident, whatever accept allows

@@ -86,9 +86,15 @@ def build(store: Store, incident_id: int) -> dict[str, Any]:
 
     root = chain(inc.fault_fact) if inc.fault_fact else None
     other_faults = [f for f in facts if f["kind"] == "fault" and f["id"] != inc.fault_fact]
+    won = (root or {}).get("fact", {}).get("attrs", {})
+    # the winning fault was reached through a class's keyword only (rules/25-weak-evidence.yaml)
+    weak = (
+        {"keyword": str(won.get("keyword") or ""), "fault_class": won.get("fault_class")} if won.get("weak") else None
+    )
     return {
         "incident": inc.to_dict(),
         "chain": root,
+        "weak": weak,
         "other_faults": other_faults,
         "facts": facts,
         "firings": [{k: v for k, v in fr.items()} for fr in firings],
@@ -146,6 +152,12 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append(f"  mode:     {inc['mode']}: {inc['mode_why']}")
     if inc.get("reason"):
         lines.append(f"  why:      {inc['reason']}")
+    if report.get("weak"):
+        w = report["weak"]
+        lines.append(
+            f"  evidence: weak evidence: keyword {w['keyword']!r} of class {w['fault_class']} "
+            "(no specific matcher explained the failure)"
+        )
     for g in inc.get("guards") or []:
         lines.append(
             f"  guard:    {g.get('guard')}: {g.get('why')}" + (f" ({g['from']} -> {g['to']})" if g.get("from") else "")

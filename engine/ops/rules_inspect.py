@@ -291,8 +291,13 @@ def explain_line(
         dates=LineClock(zone=log_zone(compiled.policy.log_timezone)),
     )
     hits = []
-    for hit in scanner.feed(data) + scanner.flush():
+    raw = scanner.feed(data) + scanner.flush()
+    # as StreamFacts does: a class's keyword is no evidence on a line a specific matcher explains
+    explained = any(not matchers[index_map[h.matcher]].attrs.get("weak") for h in raw)
+    for hit in raw:
         m = matchers[index_map[hit.matcher]]
+        if explained and m.attrs.get("weak"):
+            continue
         fact = converter.convert(
             index_map[hit.matcher], hit.groups, hit.line.decode("utf-8", errors="replace"), hit.line_no, ctx
         )

@@ -25,6 +25,7 @@ from engine.rulebook.model import (
 )
 from engine.rulebook.patterns import check_pattern
 from engine.rulebook.templating import jinja_env
+from engine.rulebook.weak import QUIET_LIST
 from engine.rulebook.yamlmarks import Mark
 
 if TYPE_CHECKING:
@@ -384,6 +385,8 @@ def compile_rulebook(
                     )
                 )
 
+    if any(m.unless for m in book.matchers):
+        used_lists.add(QUIET_LIST)  # read by the weak-evidence matchers (engine/rulebook/weak.py)
     for name in book.lists:
         if name not in used_lists:
             diags.append(

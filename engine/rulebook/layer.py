@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 from engine.rulebook.model import Diagnostic, FileModel, Rulebook, frozen
+from engine.rulebook.weak import QUIET_LIST, WEAK_PREFIX, weak_matchers
 from engine.rulebook.yamlmarks import Mark
 
 __all__ = ["layer"]
@@ -53,6 +54,7 @@ _FAULT_CLASS_FIELDS = {
     "priority": ("priority",),
     "retry": ("retry",),
     "plan": ("plan",),
+    "keywords": ("keywords",),
     "override": (),
 }
 _ACTION_FIELDS = {
@@ -219,6 +221,21 @@ def layer(files: Sequence[FileModel]) -> tuple[Rulebook, list[Diagnostic]]:
                 tests.pop(t.name, None)
                 disabled_tests[t.name] = t.mark
 
+    for m in weak_matchers(
+        fault_classes, lists.get(QUIET_LIST, ())
+    ):  # the keywords of each class, as one ordinary matcher
+        if m.id in matchers:
+            diags.append(
+                Diagnostic(
+                    origins[("matchers", m.id)][0],
+                    "E-DUP-ID",
+                    f"matcher {m.id!r} is the weak-evidence matcher of fault class {m.id[len(WEAK_PREFIX) :]!r}",
+                    "name it otherwise; the class's keywords are that matcher",
+                )
+            )
+            continue
+        matchers[m.id] = m
+        note("matchers", m.id, m.mark)
     book = Rulebook(
         files=tuple(f.path for f in files),
         lists=MappingProxyType(lists),

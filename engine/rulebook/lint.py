@@ -231,6 +231,10 @@ class _Linter:
                         if cmp.attr == "matcher" and cmp.op in ("eq", "in")
                         for v in _values(cmp, self.book)
                     ]
+                    if not names:
+                        # no matcher named, but a constant a matcher declares (weak: true): the
+                        # condition can match only the matchers that declare it so
+                        names = self.matchers_with(cond.where)
                     used.update(str(n) for n in names)
                     wildcard = wildcard or not names
                 if scope is not None:
@@ -261,6 +265,20 @@ class _Linter:
                         f"matcher {m.id!r} is never used: no rule's condition names it",
                         "add a rule, or enabled: false",
                     )
+
+    def matchers_with(self, where: Any) -> list[str]:
+        """The log matchers a condition naming no matcher can match, where it requires an
+        attribute some matchers declare as a constant (``weak: true``): those whose constant
+        agrees. Empty (any matcher) when it requires no such attribute."""
+        declared = {a for m in self.log_matchers for a in m.attrs}
+        fixed = [
+            (cmp.attr, cmp.value)
+            for cmp, _via, required in _walk(where, self.book)
+            if required and cmp.op == "eq" and cmp.attr in declared
+        ]
+        if not fixed:
+            return []
+        return [m.id for m in self.log_matchers if all(a in m.attrs and m.attrs[a] == v for a, v in fixed)]
 
     def templates(self, rule, scopes: Mapping[str, tuple[frozenset[str], frozenset[str]] | None]) -> None:
         for key, value in rule.then_attrs.items():

@@ -114,6 +114,8 @@ class FaultClass:
     # the actions this class's decision runs, instead of the decision kind's plan (policy.plans):
     # an observe class that pages, without paging every other observe class
     plan: tuple[str, ...] | None = None
+    # weak evidence: error tokens that put an unexplained failure in this class (weak.<name>)
+    keywords: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,9 @@ class Matcher:
     types: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     sample: bool = False
     enabled: bool = True
+    # a hit on a line that holds any of these strings is no hit (the weak-evidence matchers: a
+    # keyword on an INFO line is no error line); set by engine/rulebook/weak.py, not in YAML
+    unless: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -416,7 +416,12 @@ class _Checker:
         if plan is not None and not all(isinstance(n, str) for n in plan):
             self.err(mark_of(node, "plan"), "E-TYPE", f"{what}: plan must be a list of action names")
             plan = None
+        keywords = self.typed(node, "keywords", (list,), what, default=())
+        if not all(isinstance(k, str) and k.strip() for k in keywords):
+            self.err(mark_of(node, "keywords"), "E-TYPE", f"{what}: keywords must be a list of non-empty strings")
+            keywords = ()
         return FaultClass(
+            keywords=tuple(k.strip() for k in keywords),
             name=name,
             description=self.typed(node, "description", (str,), what, required=ov is None, default="") or "",
             decision=decision,

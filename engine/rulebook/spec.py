@@ -401,6 +401,11 @@ ITEMS: Mapping[str, Obj] = {
                 item=Str(),
                 description="The actions this class's decision runs, instead of policy.plans of its decision.",
             ),
+            "keywords": ListOf(
+                item=Str(pattern=r".*\S"),
+                description="Weak evidence: error tokens (words or phrases, any case) that put an otherwise "
+                "unexplained failure in this class; compiled into the matcher weak.<class>.",
+            ),
             "override": Override(),
         },
         any_of=(("description", "decision", "priority"), ("override",)),

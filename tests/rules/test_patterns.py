@@ -144,6 +144,23 @@ def hits(line: str, source: str = "any") -> dict[str, dict]:
     return out
 
 
+@lru_cache(maxsize=None)
+def _weak_matchers() -> tuple:
+    """The weak-evidence matchers (a class's keywords, compiled after layering; not in the YAML)."""
+    from engine.rulebook import require_rulebook
+
+    return tuple(
+        (m.attrs["weak_class"], re2.compile(("(?i)" if m.ignore_case else "") + m.pattern), m.unless)
+        for m in require_rulebook().matchers
+        if m.attrs.get("weak")
+    )
+
+
+def weak_classes(line: str) -> set[str]:
+    """The classes whose keywords a line holds (not on a quiet line): how a log ends on it."""
+    return {fc for fc, rx, unless in _weak_matchers() if rx.search(line) and not any(u in line for u in unless)}
+
+
 def symptom_of_hit(mid: str, groups: dict) -> tuple[str, str] | None:
     m = book()[1][mid]
     if m.get("emit", "log") in ("progress", "context"):
@@ -721,6 +738,7 @@ def test_positive_cases_carry_their_evidence(t):
     any_error = False
     for inp in t["input"]:
         for line in inp["lines"].splitlines():
+            found |= weak_classes(line)  # a keyword the log ends on (rules/25-weak-evidence.yaml)
             for mid, groups in hits(line, inp.get("source", "any")).items():
                 s = symptom_of_hit(mid, groups)
                 if s is None:
