@@ -142,3 +142,25 @@ def test_rules_eval_reports_the_share_of_right_answers_the_keywords_gave():
     assert out == {"right": 1, "of_right": 2, "share": 0.5, "answered": 1}
     json.dumps(out)
     assert evaluate_case(compiled, cases[1], ReteNetwork(compiled)).weak is False
+
+
+def test_a_flood_of_one_keyword_gives_one_weak_fact_until_progress():
+    """Thinning (StreamFacts): of each class, only the first hit since the last progress line is
+    a fact, so a job that prints the same unexplained error line 2,000 times costs one fact; a
+    progress line re-arms it. Without the thinning there would be 2,000 weak facts."""
+    compiled = require_rulebook()
+    line = "send to 10.1.2.3:29500 failed: Broken pipe\n"
+    progress = (
+        " iteration      200/  100000 | consumed samples:        51200 | elapsed time per iteration (ms): 950.1 |\n"
+    )
+    other = "ERROR rendezvous: network is unreachable (host 10.0.0.5)\n"
+    _, _, facts = _replay(compiled, line * 2000 + other + progress + other)
+    weak = [f for f in facts if f.kind == "log" and f.get("weak")]
+    assert [f.get("keyword") for f in weak] == ["Broken pipe", "network is unreachable"]
+
+
+def test_a_keyword_on_a_line_a_specific_matcher_explains_is_no_fact():
+    compiled = require_rulebook()
+    _, _, facts = _replay(compiled, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    logs = [f for f in facts if f.kind == "log"]
+    assert logs and not any(f.get("weak") for f in logs)
