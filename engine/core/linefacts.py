@@ -68,12 +68,9 @@ class StreamFacts:
         self._collapse = Collapser(ctx.source == "job") if collapse else None
         self._looked = scanner.position[0]  # stream offset up to which earlier bytes were looked at
         self._data, self._base = b"", 0
-        # progress matchers (scanner numbering) whose lines are sampled, see ProgressSampler
-        self._progress = (
-            frozenset(i for i, j in enumerate(index_map) if converter.matchers[j].emit == "progress")
-            if sample
-            else frozenset()
-        )
+        # progress matchers (scanner numbering); those whose lines are sampled, see ProgressSampler
+        self._all_progress = frozenset(i for i, j in enumerate(index_map) if converter.matchers[j].emit == "progress")
+        self._progress = self._all_progress if sample else frozenset()
         # progress matchers with a checkpoint group (scanner numbering): their lines that name one are kept
         names = getattr(scanner, "group_names", None)
         self._checkpoints = frozenset(i for i in self._progress if names is None or "checkpoint" in names(i))
@@ -86,7 +83,6 @@ class StreamFacts:
             for i, j in enumerate(index_map)
             if converter.matchers[j].attrs.get("weak") is True
         }
-        self._all_progress = frozenset(i for i, j in enumerate(index_map) if converter.matchers[j].emit == "progress")
         self._weak_said: set[int] = set()  # weak matchers that gave a hit since the last progress line
 
     def scan(self, data: bytes) -> list[Any]:
