@@ -10,7 +10,8 @@ Flow of one fact::
 
 This module holds ``Engine`` (what callers use) and the incident lifecycle: which incident a
 derived fact joins, when one opens, settles and closes, and what late evidence of a closed one
-does. The rest is in its own module: ``memory`` (working memory, repeats, retraction),
+does. The rest is in its own module: ``open_incident`` (one open incident: its key, facts,
+evidence and suspects), ``memory`` (working memory, repeats, retraction),
 ``timers`` (``for:`` and ``absent_for:``), ``derive`` (a firing's conclusion), ``decide``
 (guards, decision and plan when an incident closes, fatal hardware at once), ``bind`` (a
 node's incident waiting for the scheduler to say which job attempt held the node: ``to_ask``,
@@ -25,7 +26,6 @@ from __future__ import annotations
 import functools
 import logging
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from engine.core.bind import NodeWaits, Wait, bound_note
@@ -33,9 +33,9 @@ from engine.core.decide import ClosedIncident, Decider, best_fault, rank, split_
 from engine.core.derive import Derivation, view
 from engine.core.context import ClusterContext
 from engine.core.memory import Live, WorkingMemory
+from engine.core.open_incident import OpenIncident, incident_key
 from engine.core.progress import ProgressTracker
-from engine.core.rank_signals import signal_of
-from engine.core.suspects import RankEvidence, suspects
+from engine.core.suspects import RankEvidence
 from engine.core.rete import ReteNetwork, ReteSession
 from engine.core.timers import Timers
 from engine.facts import JOB_ACTIVE_STATES, Fact
@@ -52,36 +52,6 @@ REDERIVED_RECORDED = 64
 
 #: (rule, {alias: fact id}, id of the fact it derived)
 Firing = tuple[CompiledRule, dict[str, str], str]
-
-
-def incident_key(attrs: Mapping[str, Any]) -> str | None:
-    job = attrs.get("job")
-    if job is not None:
-        return f"job:{job}:{int(attrs.get('attempt') or 0)}"
-    node = attrs.get("node")
-    if node is not None:
-        return f"node:{node}"
-    return None
-
-
-@dataclass
-class _Open:
-    id: int
-    key: str
-    opened_at: float
-    last_at: float
-    faults: list[Fact] = field(default_factory=list)
-    facts: set[str] = field(default_factory=set)
-    best: Fact | None = None
-    closed_at: float | None = None
-    fault_ids: set[str] = field(default_factory=set)  # of ``faults``
-    #: the job attempt the scheduler said held the node of a node's incident (see ``core.bind``)
-    bound: tuple[str, int] | None = None
-    notes: list[dict[str, Any]] = field(default_factory=list)  # guards to record when it closes
-    decision: str | None = None  # once closed
-
-    def __post_init__(self) -> None:
-        self.fault_ids.update(f.id for f in self.faults)
 
 
 def _then_flush(method: Callable[..., None]) -> Callable[..., None]:
@@ -144,8 +114,8 @@ class Engine:
         self.timers = Timers(compiled)
         self.memory.on_retract = self.timers.forget
         self.live: dict[str, Live] = self.memory.live
-        self.open: dict[str, _Open] = {}
-        self.recent: dict[str, _Open] = {}  # closed, still gathering their cascade
+        self.open: dict[str, OpenIncident] = {}
+        self.recent: dict[str, OpenIncident] = {}  # closed, still gathering their cascade
         self.pending: dict[str, deque[tuple[Fact, list[Firing]]]] = {}  # warnings waiting for an incident
         self.tracker = ProgressTracker(policy)
         self._last_due = float("-inf")
@@ -167,7 +137,7 @@ class Engine:
         for row in self.store.incidents(status="open"):
             facts = [f for f, _, _ in self.store.facts(row.id)]
             faults = [f for f in facts if f.kind == "fault"]
-            inc = self.open[row.key] = _Open(
+            inc = self.open[row.key] = OpenIncident(
                 row.id,
                 row.key,
                 row.opened_at,
@@ -256,18 +226,8 @@ class Engine:
         """The nodes the cluster says the job attempt holds now."""
         return {n for n, (j, a, _) in self.cluster.node_job.items() if j == job and (a is None or a == attempt)}
 
-    def _suspects(self, inc: _Open) -> list[dict[str, Any]]:
-        """The ranks the incident's evidence points at (core.suspects), with their nodes where
-        the attempt's rank map says so."""
-        job, attempt = inc.bound if inc.bound is not None else split_key(inc.key)
-        if job is None:
-            return []
-        signals = [s for s in (signal_of(self.live[f].fact) for f in inc.facts if f in self.live) if s is not None]
-        ranks = self.ranks.get(job, int(attempt or 0))
-        if ranks is None and not signals:
-            return []
-        found, _ = suspects(ranks, signals, max_silent=self.compiled.policy.suspects.max_silent)
-        return found
+    def _suspects(self, inc: OpenIncident) -> list[dict[str, Any]]:
+        return inc.suspects(self.live, self.ranks, self.compiled.policy.suspects.max_silent)
 
     def _with_job(self, fact: Fact) -> Fact:
         """A node's fact (a Xid, a counter) belongs to the job attempt running on that node then."""
@@ -390,7 +350,7 @@ class Engine:
             return
         if inc is None:
             first = derived.get("job")
-            inc = _Open(
+            inc = OpenIncident(
                 self.store.open_incident(
                     key,
                     str(first) if first is not None else None,
@@ -419,7 +379,7 @@ class Engine:
                     return key
         return None
 
-    def _attach(self, inc: _Open, fact: Fact, firings: list[Firing]) -> None:
+    def _attach(self, inc: OpenIncident, fact: Fact, firings: list[Firing]) -> None:
         first_firing: int | None = None
         for cr, matched_ids, asserted in firings:
             for fid in matched_ids.values():
@@ -458,7 +418,7 @@ class Engine:
         self.store.touch_incident(inc.id, fact.at)
 
     # -- the scheduler's answer: which job held a node's incident's node -----------------------
-    def _wait_for_job(self, inc: _Open, at: float) -> None:
+    def _wait_for_job(self, inc: OpenIncident, at: float) -> None:
         """A fault (at ``at``) of a node's incident with no job: which job attempt held the node
         is asked of the scheduler (the caller: ``to_ask``), never guessed (see ``core.bind``)."""
         kind, _, node = inc.key.partition(":")
@@ -517,24 +477,10 @@ class Engine:
         if inc.best is not None and self.decider.wants_at_once(inc.best):
             self.decider.isolate_now(inc.id, inc.key, inc.best, lambda: self._evidence(inc), bound=inc.bound)
 
-    def _evidence(self, inc: _Open) -> dict[str, Any]:
-        """The incident's evidence for action templates: its earliest line, how many, which nodes."""
-        lives = sorted(
-            (self.live[f] for f in inc.facts if f in self.live and self.live[f].fact.kind not in ("symptom", "fault")),
-            key=lambda lv: lv.fact.at,
-        )
-        first = next(
-            (
-                lv.fact.get("text") or lv.fact.get("evidence")
-                for lv in lives
-                if lv.fact.get("text") or lv.fact.get("evidence")
-            ),
-            None,
-        )
-        nodes = {str(lv.fact.get("node")) for lv in lives if lv.fact.get("node")}
-        return {"first_line": str(first) if first else None, "count": sum(lv.count for lv in lives), "nodes": nodes}
+    def _evidence(self, inc: OpenIncident) -> dict[str, Any]:
+        return inc.evidence(self.live)
 
-    def _close(self, inc: _Open, at: float) -> ClosedIncident:
+    def _close(self, inc: OpenIncident, at: float) -> ClosedIncident:
         closed = self.decider.close(
             inc.id,
             inc.key,
@@ -558,7 +504,7 @@ class Engine:
                 logger.exception("incident %s: close callback failed", inc.id)
         return closed
 
-    def _retract_all(self, inc: _Open) -> None:
+    def _retract_all(self, inc: OpenIncident) -> None:
         for fid in list(inc.facts):
             self.memory.retract(fid)
 
