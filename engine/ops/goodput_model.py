@@ -23,6 +23,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from engine.errors import RecoverError
+
 __all__ = [
     "SECONDS_PER_DAY",
     "ModelError",
@@ -37,7 +39,7 @@ __all__ = [
 SECONDS_PER_DAY = 86400.0
 
 
-class ModelError(ValueError):
+class ModelError(RecoverError, ValueError):
     """An input the model cannot use (not a finite number, or out of its range)."""
 
 

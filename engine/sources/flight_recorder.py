@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from engine.core.rank_signals import MAX_RANK
-from engine.errors import DumpRefused
+from engine.errors import DumpRefused, RecoverError
 from engine.facts import clean_text
 from engine.sources.files import NOT_REGULAR, OPEN_FLAGS, open_regular
 
@@ -123,11 +123,11 @@ class Dump:
     entries: list[Entry] = field(default_factory=list)
 
 
-class _Bad(Exception):
+class _Bad(RecoverError):
     """A field that is not what the format says (turned into DumpRefused with the path)."""
 
 
-class _ClassRefused(pickle.UnpicklingError):
+class _ClassRefused(RecoverError, pickle.UnpicklingError):
     pass
 
 

@@ -13,7 +13,7 @@ as ``backend`` (``pynvml`` by default; the test double is ``engine.sources.fake_
 """
 
 from __future__ import annotations
-from engine.errors import NvmlUnavailable
+from engine.errors import NvmlUnavailable, RecoverError
 
 import logging
 import time
@@ -46,7 +46,7 @@ def default_thresholds() -> dict[str, Any]:
     return dict(default_rulebook().policy.thresholds)
 
 
-class _Lost(Exception):
+class _Lost(RecoverError):
     def __init__(self, state: str, error: str) -> None:
         super().__init__(state)
         self.state, self.error = state, error
