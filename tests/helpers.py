@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -125,3 +126,19 @@ def host_zone(request: Any):
         else:
             os.environ["TZ"] = before
         time.tzset()
+
+
+#: the packages whose modules the structural tests read (layering, module size, exception tree)
+PACKAGES = ("engine", "scheduler_adapters")
+
+
+def package_modules(root: Path, packages: tuple[str, ...] = PACKAGES) -> Iterator[tuple[str, Path, bool]]:
+    """(dotted name, path, is a package's __init__) of every module of ``packages`` under ``root``, in
+    path order."""
+    for pkg in packages:
+        for path in sorted((root / pkg).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            is_pkg = parts[-1] == "__init__"
+            if is_pkg:
+                parts.pop()
+            yield ".".join(parts), path, is_pkg

@@ -12,26 +12,17 @@ import importlib
 from pathlib import Path
 
 from engine.errors import RecoverError
+from tests.helpers import package_modules
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("engine", "scheduler_adapters")
 #: built-in exceptions that may be raised directly (see the module docstring)
 ALLOWED_BUILTINS = {"ValueError", "TypeError", "OSError", "RuntimeError", "AttributeError", "NotImplementedError"}
-
-
-def _modules(root: Path):
-    for pkg in PACKAGES:
-        for path in sorted((root / pkg).rglob("*.py")):
-            parts = list(path.relative_to(root).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            yield ".".join(parts), path
 
 
 def exception_classes(root: Path) -> list[tuple[str, str]]:
     """(module, class) of every class whose bases name an exception, by the AST."""
     found = []
-    for mod, path in _modules(root):
+    for mod, path, _ in package_modules(root):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ClassDef):
                 names = [ast.unparse(b).split(".")[-1] for b in node.bases]
@@ -71,7 +62,7 @@ def test_every_exception_class_derives_from_recover_error():
 
 def test_builtins_are_raised_only_from_the_list():
     extra = {}
-    for mod, path in _modules(ROOT):
+    for mod, path, _ in package_modules(ROOT):
         names = raised_builtins(path.read_text(encoding="utf-8")) - ALLOWED_BUILTINS
         if names:
             extra[mod] = sorted(names)

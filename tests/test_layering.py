@@ -12,20 +12,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.helpers import package_modules
+
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("engine", "scheduler_adapters")
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:
-    mods: dict[str, tuple[Path, bool]] = {}
-    for pkg in PACKAGES:
-        for path in (ROOT / pkg).rglob("*.py"):
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
-            is_pkg = parts[-1] == "__init__"
-            if is_pkg:
-                parts.pop()
-            mods[".".join(parts)] = (path, is_pkg)
-    return mods
+    return {name: (path, is_pkg) for name, path, is_pkg in package_modules(ROOT)}
 
 
 def _type_checking_nodes(tree: ast.AST) -> set[int]:

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.helpers import package_modules
+
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 600
 
 
 def oversized(root: Path, limit: int = LIMIT) -> list[tuple[str, int]]:
     found = []
-    for pkg in ("engine", "scheduler_adapters"):
-        for path in sorted((root / pkg).rglob("*.py")):
-            n = len(path.read_text(encoding="utf-8").splitlines())
-            if n > limit:
-                found.append((str(path.relative_to(root)), n))
+    for _, path, _ in package_modules(root):
+        n = len(path.read_text(encoding="utf-8").splitlines())
+        if n > limit:
+            found.append((str(path.relative_to(root)), n))
     return found
 
 
