@@ -39,6 +39,8 @@ _SPEED = (
     ("it_per_s", -1.0),
     ("samples_per_s", -1.0),
     ("iter_s", 1.0),
+    ("gflops", -1.0),
+    ("gb_per_s", -1.0),
 )
 
 
@@ -122,6 +124,13 @@ class ProgressTracker:
             v = fact.get(name)
             if isinstance(v, int) and (getattr(a, name) is None or v > getattr(a, name)):
                 setattr(a, name, v)
+        peer = fact.get("peer")
+        if peer is not None:
+            # one of several like units (a GPU, a worker) printing its own speed: compared with
+            # the others, not with the job's own past
+            cost = _cost(fact)
+            if cost is not None:
+                return self._peers(str(job), attempt, a, str(peer), cost, fact)
         st = fact.get("step_time")
         who = fact.get("node") or (f"rank{fact.get('rank')}" if fact.get("rank") is not None else None)
         if isinstance(st, (int, float)) and who is not None:
@@ -198,11 +207,54 @@ class ProgressTracker:
             "peer_step_time": round(typical, 6),
             "slow_for_s": round(fact.at - since, 3),
         }
-        if fact.get("node"):
+        if who.startswith("peer:"):
+            # a unit the job's own text named: the job is slow, no node is taken from its words
+            attrs.update(
+                scope="job",
+                peer=who.rsplit(":", 1)[1],
+                evidence=f"{fact.get('matcher') or 'progress'}: unit {who.rsplit(':', 1)[1]} at x{ratio:.2f} its peers for {fact.at - since:.0f}s",
+            )
+        elif fact.get("node"):
             attrs["node"] = fact.get("node")
         else:
             attrs["rank"] = fact.get("rank")
         return [Fact.make("slow_node", attrs, fact.at, "straggler-tracker")]
+
+    def _peers(self, job: str, attempt: int, a: _Attempt, peer: str, cost: float, fact: Fact) -> list[Fact]:
+        """A unit that prints its own speed (``peer``: a GPU index, a worker) against the others.
+
+        A ``final`` point is a measurement's result (a benchmark's one figure per GPU): once
+        ``min_peers`` + 1 units reported, the one ``factor`` x slower than the median of the rest
+        is slow at once. Other points are running speeds: like a node's step time, the unit must
+        stay slow for ``duration`` (``_straggler``'s rule)."""
+        cfg = self.straggler
+        key = f"peer:{fact.get('matcher') or '-'}:{peer}"
+        if not fact.get("final"):
+            return self._straggler(job, attempt, a, key, cost, fact)
+        a.times.setdefault(key, deque(maxlen=cfg.window)).append(cost)
+        mine = {k: statistics.median(v) for k, v in a.times.items() if k.startswith(key.rsplit(":", 1)[0] + ":") and v}
+        if len(mine) < cfg.min_peers + 1:
+            return []
+        for k, c in mine.items():
+            rest = [v for kk, v in mine.items() if kk != k]
+            typical = statistics.median(rest)
+            if typical <= 0 or k in a.reported_slow or c < cfg.factor * typical:
+                continue
+            a.reported_slow.add(k)
+            who = k.rsplit(":", 1)[1]
+            attrs = {
+                "job": job,
+                "attempt": attempt,
+                "scope": "job",
+                "peer": who,
+                "ratio": round(c / typical, 3),
+                "step_time": round(c, 6),
+                "peer_step_time": round(typical, 6),
+                "peers": len(mine),
+                "evidence": f"{fact.get('matcher') or 'progress'}: unit {who} at x{c / typical:.2f} the cost of its {len(rest)} peers",
+            }
+            return [Fact.make("slow_node", attrs, fact.at, "straggler-tracker")]
+        return []
 
     def bound_for(self, a: _Attempt) -> tuple[float | None, bool]:
         if self.hang.bound:

@@ -114,6 +114,54 @@ def test_a_short_slowdown_is_not_a_straggler(make_engine):
     assert e.closed == []
 
 
+# -- units that print their own speed (peer): compared with each other --------------------------
+
+
+def _slow(e, facts):
+    out = []
+    for f in facts:
+        out += e.tracker.observe(f)
+    return [f for f in out if f.kind == "slow_node"]
+
+
+def test_a_benchmark_result_far_below_its_peers_is_slow_at_once_and_names_no_node(make_engine):
+    e = make_engine()
+    results = {"0": 6698.4, "1": 19148.1, "2": 19239.4, "3": 19256.4}  # the slow one printed first
+    facts = [prog(0.0, 0, node="dgx1", peer=g, gflops=v, final=True, matcher="bench") for g, v in results.items()]
+    slow = _slow(e, facts)
+    assert [(f.get("peer"), f.get("scope"), f.get("node")) for f in slow] == [("0", "job", None)]
+    # reported once three units are in (min_peers 2): against the median cost of units 1 and 2
+    assert slow[0].get("ratio") == pytest.approx(2.865, abs=0.005)
+    assert slow[0].get("peers") == 3
+
+
+def test_benchmark_results_within_the_factor_or_too_few_peers_are_not_slow(make_engine):
+    e = make_engine()
+    close = [prog(0.0, 0, peer=str(g), gflops=v, final=True, matcher="b") for g, v in enumerate((18000, 19000, 13000))]
+    assert _slow(e, close) == []  # 19000/13000 = 1.46 < 1.5
+    e2 = make_engine()
+    two = [prog(0.0, 0, job="8", peer=str(g), gflops=v, final=True, matcher="b") for g, v in enumerate((6000, 19000))]
+    assert _slow(e2, two) == []  # min_peers 2: three units needed
+
+
+def test_a_running_unit_must_stay_slow_for_the_duration(make_engine):
+    e = make_engine()  # duration 120 s in RULES
+    facts = []
+    for step in range(30):
+        for g in "0123":
+            facts.append(prog(step * 10.0, step, peer=g, samples_per_s=400.0 if g == "2" else 1000.0, matcher="m"))
+    slow = _slow(e, facts)
+    assert [(f.get("peer"), f.get("scope")) for f in slow] == [("2", "job")]
+    assert slow[0].get("slow_for_s") >= 120
+    e2 = make_engine()
+    short = [
+        prog(s * 10.0, s, job="7", peer=g, samples_per_s=400.0 if (g == "2" and s < 5) else 1000.0, matcher="m")
+        for s in range(30)
+        for g in "0123"
+    ]
+    assert _slow(e2, short) == []
+
+
 # -- a job compared with its own baseline (no per-node timings), through the shipped matchers ----
 
 import calendar  # noqa: E402

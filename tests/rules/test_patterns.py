@@ -167,8 +167,13 @@ def symptom_of_hit(mid: str, groups: dict) -> tuple[str, str] | None:
         return None
     if mid in XID_MATCHERS:
         return xid_symptom(groups)
-    if mid == "nvswitch_sxid":
-        return ("nvlink_error", "fatal") if groups.get("fatality") == "Fatal" else ("nvlink_warning", "warning")
+    if mid == "nvswitch_sxid":  # symptom.nvswitch_fatal: the driver's word, its severity, or the code
+        fatal = (
+            groups.get("fatality") == "Fatal"
+            or groups.get("severity") == "1"
+            or int(groups.get("sxid", -1)) in set(book()[0]["sxid_fatal"])
+        )
+        return ("nvlink_error", "fatal") if fatal else ("nvlink_warning", "warning")
     return symptom_of_matcher().get(mid)
 
 
@@ -740,6 +745,10 @@ def test_positive_cases_carry_their_evidence(t):
         for line in inp["lines"].splitlines():
             found |= weak_classes(line)  # a keyword the log ends on (rules/25-weak-evidence.yaml)
             for mid, groups in hits(line, inp.get("source", "any")).items():
+                if book()[1][mid].get("emit") == "progress":
+                    # speeds, aggregated by the progress tracker into a slow_node: no one line
+                    # is the evidence, the series is
+                    found.add("straggler")
                 s = symptom_of_hit(mid, groups)
                 if s is None:
                     continue
