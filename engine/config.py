@@ -27,7 +27,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -36,7 +36,7 @@ else:  # pragma: no cover - Python 3.10
 
 __all__ = ["Settings", "ConfigError", "load_settings", "autonomy_overlay"]
 
-KEYS = {
+KEYS: dict[str, type | tuple[type, ...]] = {
     "db": str,
     "rules": list,
     "spool": str,
@@ -71,8 +71,9 @@ class Settings:
     fr_dump_wait: float = 120.0
 
 
-def load_settings(path: str | None = None, env: dict[str, str] | None = None) -> Settings:
-    env = os.environ if env is None else env
+def load_settings(path: str | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    if env is None:
+        env = os.environ
     path = path or env.get("RECOVER_CONFIG") or ("recover.toml" if Path("recover.toml").is_file() else None)
     s = Settings(path=path)
     if path:
@@ -85,8 +86,9 @@ def load_settings(path: str | None = None, env: dict[str, str] | None = None) ->
         for key, value in data.items():
             if key not in KEYS:
                 raise ConfigError(f"{path}: unknown key {key!r} (known: {', '.join(KEYS)})")
-            if not isinstance(value, KEYS[key]):
-                kind = KEYS[key]
+            # Any: the checks below test each key's value further, so this one must not narrow it
+            kind: Any = KEYS[key]
+            if not isinstance(value, kind):
                 raise ConfigError(f"{path}: {key} must be a {kind.__name__ if isinstance(kind, type) else 'number'}")
             if key == "fr_dump_max_bytes" and (isinstance(value, bool) or value <= 0):
                 raise ConfigError(f"{path}: fr_dump_max_bytes must be a positive number of bytes")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from typing import List, Optional
+from typing import List, Optional, overload
 from pathlib import Path
 
 import typer
@@ -131,6 +131,14 @@ def _setup_logging(verbose: bool = False) -> None:
     )
 
 
+@overload
+def _since(text: str) -> float: ...
+
+
+@overload
+def _since(text: None) -> None: ...
+
+
 def _since(text: Optional[str]) -> Optional[float]:
     if text is None:
         return None
@@ -148,11 +156,8 @@ def _since(text: Optional[str]) -> Optional[float]:
         return (d if d.tzinfo else d.replace(tzinfo=timezone.utc)).timestamp()
     except ValueError:
         pass
-    ago = (
-        parse_duration(text[:-1] + "h") * 24
-        if text.endswith("d") and parse_duration(text[:-1] + "h") is not None
-        else parse_duration(text)
-    )
+    hours = parse_duration(text[:-1] + "h") if text.endswith("d") else None
+    ago = hours * 24 if hours is not None else parse_duration(text)
     if ago is None:
         _err(f"{text!r}: not a date, a number of seconds or a duration")
         raise typer.Exit(2)

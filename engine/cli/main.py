@@ -99,7 +99,7 @@ def replay(
         if bar is not None:
             bar.stop()
     for closed in result.incidents:
-        row = store.incident(closed.id)
+        row = store.require_incident(closed.id)
         rules_fired = store.rules_fired(closed.id)
         if json_out:
             typer.echo(
@@ -493,7 +493,7 @@ def demo(
         result.incidents[0] if result.incidents else None,
     )
     attributed = next((r for r in result.incidents if r.suspects), None)  # a timeout with its suspect
-    for shown in [r for r in (pick, attributed) if r is not None and (r is pick or r.id != pick.id)]:
+    for shown in [r for r in (pick, attributed) if r is not None and (pick is None or r is pick or r.id != pick.id)]:
         typer.echo("")
         typer.echo(f"$ recover explain {shown.id} --db {db}")
         typer.echo(render_text(build(store, shown.id)))

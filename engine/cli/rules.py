@@ -243,14 +243,13 @@ def rules_eval(
             + ", ".join(f"{_SIDE_NAMES[s]} {st['weak_right']}/{st['right']}" for s, st in sides.items())
         )
     code = 0
-    if floor(minimum) is not None and report.accuracy < floor(minimum):
-        _err(f"accuracy {report.accuracy:.1%} is below --min {floor(minimum):.1%}")
+    least, least_holdout = floor(minimum), floor(min_holdout)
+    if least is not None and report.accuracy < least:
+        _err(f"accuracy {report.accuracy:.1%} is below --min {least:.1%}")
         code = 1
     frozen = sides.get("holdout")
-    if floor(min_holdout) is not None and frozen is not None and (frozen["accuracy"] or 0.0) < floor(min_holdout):
-        _err(
-            f"frozen holdout accuracy {(frozen['accuracy'] or 0.0):.1%} is below --min-holdout {floor(min_holdout):.1%}"
-        )
+    if least_holdout is not None and frozen is not None and (frozen["accuracy"] or 0.0) < least_holdout:
+        _err(f"frozen holdout accuracy {(frozen['accuracy'] or 0.0):.1%} is below --min-holdout {least_holdout:.1%}")
         code = 1
     raise typer.Exit(code)
 

@@ -476,7 +476,7 @@ def run_agent(
     agent = Agent(node, spool_dir, kernel_log, kmsg, nvml, poll_interval, nvml_backend, state_dir, **options)
     stop = stop_event if stop_event is not None else threading.Event()
     reload_requested = reload_event if reload_event is not None else threading.Event()
-    restore_signals: dict[int, Any] = {}
+    restore_signals: dict[signal.Signals, Any] = {}
     if stop_event is None and threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             restore_signals[sig] = signal.signal(sig, lambda *_: stop.set())

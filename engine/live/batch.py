@@ -18,7 +18,8 @@ import json
 import logging
 import sqlite3
 import time
-from typing import Callable, Mapping
+from contextlib import AbstractContextManager
+from typing import Any, Callable, Mapping
 
 from engine.core.incidents import ClosedIncident
 from engine.live.metrics import LogLimiter, Metrics
@@ -73,7 +74,7 @@ class Batch:
         self.limiter = limiter
         self._on_commit = on_commit
         self._monotonic = monotonic
-        self._tx = None
+        self._tx: AbstractContextManager[Any] | None = None  # Store.transaction(), entered
         self._started = 0.0
         self.hits = 0
         self._lines = 0

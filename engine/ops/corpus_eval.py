@@ -334,14 +334,14 @@ def _strongest(store: Store, incidents, priorities) -> tuple[str, tuple[str, ...
     winning fault came from the weak-evidence layer (a fault marked weak)."""
     best: tuple[int, float, str, tuple[str, ...], int] | None = None
     for inc in incidents:
-        row = store.incident(inc.id)
+        row = store.require_incident(inc.id)
         fc = row.fault_class or "unknown"
         key = (-int(priorities.get(fc, 0)), inc.at, fc, tuple(store.rules_fired(inc.id)), inc.id)
         if best is None or key[:2] < best[:2]:
             best = key
     if best is None:
         return HEALTHY, (), False
-    row = store.incident(best[4])
+    row = store.require_incident(best[4])
     weak = bool(row.fault_fact) and any(f.id == row.fault_fact and f.get("weak") for f, _, _ in store.facts(best[4]))
     return best[2], best[3], weak
 

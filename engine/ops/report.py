@@ -21,7 +21,7 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from engine.facts import SOURCE_KINDS
 from engine.ops.review import ReviewError, latest_reviews, parse_time
@@ -208,7 +208,7 @@ def _timeline(items: list[dict[str, Any]]) -> dict[str, Any]:
     first = datetime.fromisoformat(bucket(min(times))).date()
     last = datetime.fromisoformat(bucket(max(times))).date()
     step = timedelta(days=7 if weekly else 1)
-    buckets = []
+    buckets: list[str] = []
     d = first
     while d <= last and len(buckets) < 2000:
         buckets.append(d.isoformat())
@@ -283,7 +283,7 @@ def build_report(
                 "verdict": verdict,
                 "latency_s": latency,
                 "disagreement": None
-                if verdict != "disagree"
+                if review is None or verdict != "disagree"
                 else {
                     "incident": row.id,
                     "job": row.job,
@@ -364,14 +364,14 @@ def print_report(rep: Mapping[str, Any], width: int = 120) -> None:
         + (f"; {t['open_not_counted']} open incident(s) not counted" if t["open_not_counted"] else "")
     )
 
-    def table(title: str, groups: list[Mapping[str, Any]], first: str, extra: str | None = None) -> None:
+    def table(title: str, groups: Sequence[Mapping[str, Any]], first: str, extra: str | None = None) -> None:
         tab = Table(title=title, title_justify="left")
         for col in (first, "incidents", "reviewed", "agree", "disagree", "agreement", "latency p50 / p90"):
             tab.add_column(col, justify="left" if col == first else "right")
         if extra:
             tab.add_column(extra)
         for g in groups:
-            cells = [
+            cells: list[Text | str] = [
                 Text(str(g["key"])),
                 str(g["incidents"]),
                 str(g["reviewed"]),

@@ -131,7 +131,7 @@ def reevaluate(book: CompiledRulebook, inc: IncidentRow, facts: Sequence[Fact]) 
         result = replay_inputs([], book, mem, job=inc.job, attempt=inc.attempt, nodes=nodes, extra_facts=evidence)
         verdicts = []
         for closed in result.incidents:
-            row = mem.incident(closed.id)
+            row = mem.require_incident(closed.id)
             rule = next((f.get("rule") for f, _, _ in mem.facts(closed.id) if f.id == row.fault_fact), None)
             verdicts.append(Verdict(str(row.fault_class), str(row.decision), tuple(sorted(row.nodes)), rule))
     finally:

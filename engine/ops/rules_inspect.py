@@ -308,7 +308,8 @@ def explain_line(
                 "emit": m.emit,
                 "description": m.description,
                 "groups": {k: v for k, v in hit.groups.items() if v not in (None, "")},
-                "fact": None if fact is None else {"kind": fact.kind, "attrs": _plain(fact.attrs)},
+                # a Flood (a repeat folded into an earlier fact) needs a collapser, which this converter has not
+                "fact": {"kind": fact.kind, "attrs": _plain(fact.attrs)} if isinstance(fact, Fact) else None,
             }
         )
 
@@ -359,7 +360,7 @@ def explain_line(
         )
     incidents = []
     for closed in result.incidents:
-        row = store.incident(closed.id)
+        row = store.require_incident(closed.id)
         incidents.append(
             {
                 "id": closed.id,

@@ -72,7 +72,7 @@ class _RuleErrors(logging.Handler):
 
 
 def _incident_summary(store: Store, closed) -> dict[str, Any]:
-    row = store.incident(closed.id)
+    row = store.require_incident(closed.id)
     return {
         "id": closed.id,
         "job": row.job,
@@ -134,9 +134,14 @@ def run_one(
     return outcome
 
 
+def _chunks(data: bytes) -> Callable[[], list[bytes]]:
+    """A test input's text as the one chunk a replayed stream reads."""
+    return lambda: [data]
+
+
 def _run_one(compiled: CompiledRulebook, test: RuleTest, network: ReteNetwork, seen: set[str] | None) -> TestOutcome:
     store = Store(":memory:")
-    inputs = [Input(i.file, (lambda b=i.lines.encode("utf-8"): [b]), i.source) for i in test.inputs]
+    inputs = [Input(i.file, _chunks(i.lines.encode("utf-8")), i.source) for i in test.inputs]
     # a stamp without a year is put in the latest year that is not after today (as a file is
     # placed by its mtime in replay): the lines of a test are in the past of whoever runs it
     today = time.time()
@@ -225,7 +230,7 @@ def select_tests(
     """The tests whose name contains any of ``patterns`` or matches it as a regex (all when
     none), among those written in ``only_files`` when given."""
     files = set(only_files) if only_files is not None else None
-    regexes = []
+    regexes: list[re.Pattern[str] | None] = []
     for p in patterns:
         try:
             regexes.append(re.compile(p, re.IGNORECASE))

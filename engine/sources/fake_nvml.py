@@ -76,11 +76,11 @@ class FakeGpu:
             key = (0 if link is None else link, kind)
             self.nvlink_errors[key] = self.nvlink_errors.get(key, 0) + by
             return
-        attr, key = _COUNTER_FIELDS[counter]
-        if key is None:
+        attr, index = _COUNTER_FIELDS[counter]
+        if index is None:
             setattr(self, attr, getattr(self, attr) + by)
         else:
-            getattr(self, attr)[key] += by
+            getattr(self, attr)[index] += by
 
     def not_supported(self, *functions: str) -> None:
         for fn in functions:

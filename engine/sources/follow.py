@@ -32,7 +32,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Generator, Iterator, Mapping
 
 from engine.sources.tail import (
     DELETED,
@@ -48,6 +48,7 @@ from engine.sources.tail import (
 )
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver, ObservedWatch
 from watchdog.observers.polling import PollingObserver
 
 logger = logging.getLogger(__name__)
@@ -194,10 +195,10 @@ class Follower:
         self._dirty: set[str] = set()
         self._lock = threading.Lock()
         self.wake = threading.Event()
-        self._observer = None
+        self._observer: BaseObserver | None = None
         self._watched: set[str] = set()
         self._watched_below: list[str] = []
-        self._watches: dict[str, tuple[object, int, bool]] = {}  # folder -> (watch, its inode, recursive)
+        self._watches: dict[str, tuple[ObservedWatch, int, bool]] = {}  # folder -> (watch, its inode, recursive)
         # inodes of rotated files (renamed away, still linked) that were read to a known position:
         # {inode: (open file, offset, line_no, since)}. The open file keeps the inode number from
         # being re-used, so a path that turns out to be that inode (a glob that matches rotated
@@ -220,14 +221,15 @@ class Follower:
 
     # -- watching ----------------------------------------------------------------------------
     def start(self) -> None:
-        self._observer = PollingObserver(timeout=self.poll) if self.poll else Observer()
+        observer = PollingObserver(timeout=self.poll) if self.poll else Observer()
+        self._observer = observer
         for g in self.globs:
             self._watch_dir(glob_base(g), recursive=_recursive(g))
         for path in list(self.files):  # handed in before the start (the scheduler's first answer)
             d = os.path.dirname(path)
             if not any(d.startswith(w) for w in self._watched_below):
                 self._watch_dir(d)
-        self._observer.start()
+        observer.start()
         self.rescan()
 
     def stop(self) -> None:
@@ -319,6 +321,9 @@ class Follower:
 
     def _check_watches(self) -> None:
         """A watched folder that was removed (or replaced) is watched again once it is back."""
+        observer = self._observer
+        if observer is None:  # not started: nothing is watched yet
+            return
         for directory, (watch, ino, recursive) in list(self._watches.items()):
             try:
                 same = os.stat(directory).st_ino == ino
@@ -328,7 +333,7 @@ class Follower:
                 continue
             logger.info("%s: the watched folder was removed or replaced; watching it again when it is there", directory)
             try:
-                self._observer.unschedule(watch)
+                observer.unschedule(watch)
             except (KeyError, OSError, ValueError) as exc:  # the watch may be gone with its folder already
                 logger.debug("%s: unschedule: %s", directory, exc)
             del self._watches[directory]
@@ -464,7 +469,7 @@ class Follower:
         t.reset = True  # the caller's scanner starts again at (offset, line_no)
         return True
 
-    def read_ready(self, max_bytes: int = READ_BYTES) -> Iterator[tuple[Tailed, bytes]]:
+    def read_ready(self, max_bytes: int = READ_BYTES) -> Generator[tuple[Tailed, bytes], None, None]:
         """Yield (file, bytes) for every followed file that has new data. The caller must set
         ``t.offset``/``t.line_no`` to what it consumed (the scanner's position) before the next call,
         and reset its scanner to them when ``t.reset`` is set.

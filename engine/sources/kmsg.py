@@ -221,7 +221,7 @@ class _KmsgReader:
                 self._record(raw, out)
         return out
 
-    def _record(self, raw: bytes, out: list) -> None:
+    def _record(self, raw: bytes | bytearray, out: list) -> None:
         if not raw or raw[:1] in (b" ", b"\t"):
             return  # dictionary continuation line (" SUBSYSTEM=pci")
         text = raw[:LINE_MAX].decode("utf-8", "replace")
@@ -371,12 +371,12 @@ class KernelLogSource:
                 for ino, gen, offset, raw in self._file.read():
                     self.lines_read += 1
                     text = raw.decode("utf-8", "replace")
-                    at = dates.time(text)
-                    if at is None:  # undated: the line dated before it, as replay does; else now
-                        at = dates.ref
+                    stamp = dates.time(text)
+                    if stamp is None:  # undated: the line dated before it, as replay does; else now
+                        stamp = dates.ref
                     origin = f"{self._file.path}:{self._line_number(ino, gen, offset, len(raw))}"
                     fid = _line_id("file", self.node, ino, gen, offset, hashlib.blake2b(raw, digest_size=8).hexdigest())
-                    facts.extend(self.lines.feed(text, now if at is None else at, origin, fid))
+                    facts.extend(self.lines.feed(text, now if stamp is None else stamp, origin, fid))
         except Exception:  # a source must never take the agent down
             logger.exception("%s: unexpected error while reading", self.name)
         return facts

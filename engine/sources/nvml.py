@@ -99,7 +99,9 @@ class NvmlPoller:
         expected_gpus: int | None = None,
     ) -> None:
         if backend is None:
-            import pynvml as backend  # noqa: N813 - the module is the backend
+            import pynvml  # the module is the backend
+
+            backend = pynvml
         self.node = node
         self.nv = backend
         self.thresholds = self._thresholds(thresholds)

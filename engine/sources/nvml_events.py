@@ -34,7 +34,9 @@ class NvmlEventWatcher:
 
     def __init__(self, node: str, backend: Any = None) -> None:
         if backend is None:
-            import pynvml as backend  # noqa: N813
+            import pynvml
+
+            backend = pynvml
         self.node = node
         self.nv = backend
         self._set = None

@@ -307,9 +307,10 @@ class SpoolReader:
             self.stats["duplicates"] += 1
             return
         if node:
-            fact = self._trusted(fact, node)
-            if fact is None:
+            trusted = self._trusted(fact, node)
+            if trusted is None:
                 return
+            fact = trusted
         self._ids[fact.id] = None
         if len(self._ids) > self.window:
             self._ids.popitem(last=False)

@@ -192,6 +192,14 @@ class IncidentTables(Connection):
         r = self._exec("SELECT * FROM incidents WHERE id = ?", (incident,)).fetchone()
         return _row_to_incident(r) if r else None
 
+    def require_incident(self, incident: int) -> IncidentRow:
+        """The incident with this id, which must exist (one this store just opened or was
+        told of): a missing row is a ``StoreError``, never a ``None`` to trip on later."""
+        row = self.incident(incident)
+        if row is None:
+            raise StoreError(f"{self.path}: no incident {incident}")
+        return row
+
     def incidents(
         self, status: str | None = None, since: float | None = None, newest: int | None = None
     ) -> list[IncidentRow]:

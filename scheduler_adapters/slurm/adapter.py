@@ -175,10 +175,10 @@ class SlurmAdapter:
             if "Invalid job id" in result.stderr:
                 return None
             _raise_failed(argv, result)
-        records = scontrol_records(result.stdout)
-        if not records and any(line.startswith("JobId=") for line in result.stdout.splitlines()):
+        parsed = scontrol_records(result.stdout)
+        if not parsed and any(line.startswith("JobId=") for line in result.stdout.splitlines()):
             raise CommandFailed(argv, _with_stderr(result, "its record is ambiguous (see the warning logged)"))
-        return _job_from_scontrol(records[0][0], records[0][1]) if records else None
+        return _job_from_scontrol(parsed[0][0], parsed[0][1]) if parsed else None
 
     def jobs_on(self, nodes: Iterable[str]) -> list[JobInfo]:
         """The job attempts that hold any of ``nodes`` right now (running, completing,
