@@ -34,6 +34,7 @@ from engine.core.derive import Derivation, view
 from engine.core.context import ClusterContext
 from engine.core.memory import Live, WorkingMemory
 from engine.core.open_incident import OpenIncident, incident_key
+from engine.core.ledger import JobLedger
 from engine.core.progress import ProgressTracker
 from engine.core.suspects import RankEvidence
 from engine.core.rete import ReteNetwork, ReteSession
@@ -118,6 +119,7 @@ class Engine:
         self.recent: dict[str, OpenIncident] = {}  # closed, still gathering their cascade
         self.pending: dict[str, deque[tuple[Fact, list[Firing]]]] = {}  # warnings waiting for an incident
         self.tracker = ProgressTracker(policy)
+        self.ledger = JobLedger(store)  # job states and progress, kept for the goodput report
         self._last_due = float("-inf")
         self.closed: list[ClosedIncident] = []
         self.node_states: dict[str, dict[str, Any]] = {}
@@ -177,6 +179,7 @@ class Engine:
                     job, attempt, str(fact.get("node")), str(fact.get("peer")), fact.origin, self._holding(job, attempt)
                 )
         if fact.kind == "progress":
+            self.ledger.progress(fact)
             for conclusion in self.tracker.observe(fact):
                 self._assert_chain(conclusion)
             return
@@ -188,6 +191,7 @@ class Engine:
             }
         if fact.kind == "job" and fact.get("job") is not None:
             self.job_states[str(fact.get("job"))] = str(fact.get("state"))
+            self.ledger.job(fact)
             self.tracker.job_state(str(fact.get("job")), int(fact.get("attempt") or 0), str(fact.get("state")), fact.at)
             nodes = fact.get("nodes") or ()
             if isinstance(nodes, tuple) and nodes:  # the scheduler's node list, in its order

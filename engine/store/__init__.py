@@ -2,6 +2,7 @@
 
 Tables: incidents, facts (with origins), firings (rule id, rulebook file:line, matched facts,
 what was asserted), actions (the journal: rendered argv, mode, status, idempotency key),
+job_events and progress (each job attempt's scheduler states and progress, for goodput),
 offsets (where each followed source was read up to), quarantine (inputs whose handling failed,
 with the error: kept aside so that one poison line never stops the rest), meta.
 
@@ -19,6 +20,7 @@ raises is ``StoreError``:
     cursors.py      offsets and meta
     lease.py        the leader lease (term, expiry by the database's clock) and the controllers
     aside.py        silences and the quarantine
+    history.py      job attempts' scheduler states and progress facts (the goodput report's)
 
 Usage::
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 from engine.errors import StoreError
 from engine.store.aside import QUARANTINE_TEXT, AsideTables
 from engine.store.cursors import CursorTables
+from engine.store.history import JobHistoryTables
 from engine.store.incidents import IncidentRow, IncidentTables
 from engine.store.journal import TERMINAL, ActionsJournal, ActionStatus
 from engine.store.lease import LeaseTables, LeaseView
@@ -49,5 +52,5 @@ __all__ = [
 ]
 
 
-class Store(IncidentTables, ActionsJournal, CursorTables, AsideTables, LeaseTables):
+class Store(IncidentTables, ActionsJournal, CursorTables, AsideTables, LeaseTables, JobHistoryTables):
     """The incident database: ``Store(path)``, ``Store(path, readonly=True)``, ``Store()`` in memory."""

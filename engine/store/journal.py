@@ -78,9 +78,12 @@ class ActionsJournal(Connection):
         note: str | None = None,
         attempt: bool = False,
     ) -> None:
+        now = time.time()
+        # issued_at: when it was last started, i.e. when its command was about to run (goodput)
         self._exec(
             "UPDATE actions SET status=?, rc=COALESCE(?, rc), output=COALESCE(?, output), verified=COALESCE(?, verified), "
-            "note=COALESCE(?, note), attempts=attempts + ?, updated_at=?, term=? WHERE id=?",
+            "note=COALESCE(?, note), attempts=attempts + ?, updated_at=?, term=?, "
+            "issued_at=CASE WHEN ? THEN ? ELSE issued_at END WHERE id=?",
             (
                 str(status),
                 rc,
@@ -88,8 +91,10 @@ class ActionsJournal(Connection):
                 None if verified is None else int(verified),
                 note,
                 1 if attempt else 0,
-                time.time(),
+                now,
                 self.term,
+                int(str(status) == ActionStatus.STARTED.value),
+                now,
                 action_id,
             ),
         )

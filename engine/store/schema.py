@@ -165,6 +165,26 @@ MIGRATIONS: tuple[tuple[int, Sequence[Step]], ...] = (
     (7, (_add_column("actions", "term", "INTEGER"), *_LEASE)),
     # an incident names its suspects: [{rank, node, signals: [{signal, detail, origin}]}] (issue 21)
     (8, (_add_column("incidents", "suspects", "TEXT"),)),
+    # goodput (issue 23, docs/goodput.md): the job state changes the controller saw, when each
+    # acted action was last started, and what a job attempt's progress says beyond its last step
+    (
+        9,
+        (
+            """CREATE TABLE IF NOT EXISTS job_events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    job TEXT NOT NULL, attempt INTEGER NOT NULL,
+    state TEXT NOT NULL,        -- the scheduler's: PENDING RUNNING COMPLETED FAILED NODE_FAIL ...
+    at REAL NOT NULL,           -- engine time of the poll that saw it (wall time live)
+    nodes TEXT NOT NULL DEFAULT '[]', reason TEXT, origin TEXT
+)""",
+            "CREATE INDEX IF NOT EXISTS job_events_job ON job_events(job, attempt, at)",
+            _add_column("actions", "issued_at", "REAL"),
+            _add_column("progress", "first_at", "REAL"),
+            _add_column("progress", "first_step", "INTEGER"),
+            _add_column("progress", "checkpoint_at", "REAL"),
+            _add_column("progress", "step_time", "REAL"),
+        ),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
