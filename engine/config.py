@@ -11,6 +11,7 @@
     fr_dump_dir = "/scratch/fr/{job}/"   # live: where a job's dumps are, if it prints no prefix
     fr_dump_dirs = ["/scratch/fr"]       # live: the folders a printed prefix may point into
     fr_dump_wait = 120                   # live: seconds to wait for the dumps after a timeout
+    gpus_per_node = 8                    # recover goodput: GPUs on each node (docs/goodput.md)
     [autonomy]                 # per decision kind: observe | recommend | act
     isolate_and_restart = "recommend"
     restart = "act"
@@ -48,6 +49,7 @@ KEYS: dict[str, type | tuple[type, ...]] = {
     "fr_dump_dir": str,
     "fr_dump_dirs": list,
     "fr_dump_wait": (int, float),
+    "gpus_per_node": int,
 }
 AUTONOMY = ("observe", "recommend", "act")
 
@@ -69,6 +71,8 @@ class Settings:
     fr_dump_dir: str | None = None
     fr_dump_dirs: list[str] = field(default_factory=list)
     fr_dump_wait: float = 120.0
+    #: recover goodput: GPUs on each node, for GPU-hours (None: the report's default, said so)
+    gpus_per_node: int | None = None
 
 
 def load_settings(path: str | None = None, env: Mapping[str, str] | None = None) -> Settings:
@@ -94,6 +98,8 @@ def load_settings(path: str | None = None, env: Mapping[str, str] | None = None)
                 raise ConfigError(f"{path}: fr_dump_max_bytes must be a positive number of bytes")
             if key == "fr_dump_wait" and (isinstance(value, bool) or not 0 < value <= 3600):
                 raise ConfigError(f"{path}: fr_dump_wait must be seconds in (0, 3600]")
+            if key == "gpus_per_node" and (isinstance(value, bool) or value <= 0):
+                raise ConfigError(f"{path}: gpus_per_node must be a number of GPUs above 0")
             if key in ("fr_dump_dir", "fr_dump_dirs") and not all(
                 isinstance(v, str) and os.path.isabs(v) for v in ([value] if isinstance(value, str) else value)
             ):

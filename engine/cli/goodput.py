@@ -1,6 +1,7 @@
-"""recover goodput: what failures cost a job. Only the analytical model (``--model``) is built;
-the measured report from the incident store is not, and the command says so rather than print
-figures it does not have. Exit codes as in ``engine.cli.main``: 0 ok, 2 usage or input errors."""
+"""recover goodput: what failures cost. Without ``--model``, the measured report from the incident
+store (``engine.ops.goodput``); with it, the analytical model (``engine.ops.goodput_model``).
+docs/goodput.md defines every figure. Exit codes as in ``engine.cli.main``: 0 ok, 2 usage or
+input errors."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from engine.cli.common import JsonOpt, _err, app
+from engine.cli.common import DbOpt, JsonOpt, _err, _open_store, _settings, _since, app
 
 __all__ = ["goodput", "parse_rate", "parse_seconds"]
 
@@ -61,7 +62,12 @@ def goodput(
     gpus: Optional[int] = typer.Option(
         None, "--gpus", help="GPUs the job runs on, instead of --nodes: nodes = GPUs / --gpus-per-node, rounded up."
     ),
-    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="With --gpus: GPUs on each node."),
+    gpus_per_node: Optional[int] = typer.Option(
+        None,
+        "--gpus-per-node",
+        help="GPUs on each node: for the report's GPU-hours (default: recover.toml's gpus_per_node, else 8), "
+        "and with --model --gpus.",
+    ),
     failure_rate: Optional[str] = typer.Option(
         None, "--failure-rate", help="The site's failures per node-day: 0.0065 or 6.5/1000."
     ),
@@ -72,16 +78,86 @@ def goodput(
     write: Optional[str] = typer.Option(
         None, "--write", help="Time one checkpoint write stalls training: 30s. Default 0, and said so."
     ),
+    since: Optional[str] = typer.Option(
+        None, "--since", help="Report from: a date (2026-11-01), epoch seconds, or a span back from now (7d, 12h)."
+    ),
+    until: Optional[str] = typer.Option(None, "--until", help="Report up to: the same forms as --since."),
+    job: Optional[str] = typer.Option(None, "--job", help="Only this job id."),
+    db: Optional[str] = DbOpt,
     json_out: bool = JsonOpt,
 ) -> None:
-    """What failures cost a job. --model: the expected ETTR of Kokolis et al. (HPCA 2025)."""
+    """What failures cost: ETTR and lost GPU-hours per job attempt and for the cluster, from the
+    store. --model: the expected ETTR of Kokolis et al. (HPCA 2025)."""
+    if not model:
+        given = [
+            f
+            for f, v in (
+                ("--nodes", nodes),
+                ("--gpus", gpus),
+                ("--failure-rate", failure_rate),
+                ("--interval", interval),
+                ("--restart", restart),
+                ("--write", write),
+            )
+            if v is not None
+        ]
+        if given:
+            raise _usage(f"{', '.join(given)}: only with --model")
+        _measured(since, until, job, db, gpus_per_node, json_out)
+        return
+    given = [f for f, v in (("--since", since), ("--until", until), ("--job", job), ("--db", db)) if v is not None]
+    if given:
+        raise _usage(f"{', '.join(given)}: for the measured report, not --model")
+    _model(
+        nodes, gpus, gpus_per_node if gpus_per_node is not None else 8, failure_rate, interval, restart, write, json_out
+    )
+
+
+def _measured(
+    since: Optional[str],
+    until: Optional[str],
+    job: Optional[str],
+    db: Optional[str],
+    gpus_per_node: Optional[int],
+    json_out: bool,
+) -> None:
+    """The measured report: every figure from the store (engine.ops.goodput)."""
+    import time
+
+    from engine.ops.goodput import DEFAULT_GPUS_PER_NODE, report_from_store
+    from engine.ops.goodput_text import render_text
+
+    if gpus_per_node is not None:
+        k, source = gpus_per_node, "--gpus-per-node"
+    elif _settings().gpus_per_node is not None:
+        k, source = int(_settings().gpus_per_node), "gpus_per_node in the settings"
+    else:
+        k, source = DEFAULT_GPUS_PER_NODE, "the default: give --gpus-per-node or gpus_per_node in recover.toml"
+    if k <= 0:
+        raise _usage("--gpus-per-node must be greater than 0")
+    lo, hi = _since(since), _since(until)
+    if lo is not None and hi is not None and hi <= lo:
+        raise _usage("--until must be later than --since")
+    store = _open_store(db, readonly=True)
+    try:
+        rep = report_from_store(store, now=time.time(), since=lo, until=hi, job=job, gpus_per_node=k, gpus_from=source)
+    finally:
+        store.close()
+    typer.echo(json.dumps(rep, sort_keys=True) if json_out else render_text(rep))
+
+
+def _model(
+    nodes: Optional[int],
+    gpus: Optional[int],
+    gpus_per_node: int,
+    failure_rate: Optional[str],
+    interval: Optional[str],
+    restart: Optional[str],
+    write: Optional[str],
+    json_out: bool,
+) -> None:
     from engine.ops.goodput_model import ModelError, model as run_model
 
-    if not model:
-        raise _usage(
-            "the measured report (per job, from the incident store) is not built yet; only the "
-            "analytical model is: recover goodput --model --nodes N --failure-rate R --interval D --restart D [--write D]"
-        )
     if nodes is not None and gpus is not None:
         raise _usage("give --nodes or --gpus, not both")
     if gpus is not None:

@@ -97,7 +97,10 @@ class JobHistoryTables(Connection):
             out[(str(r["job"]), int(r["attempt"]))] = {f: (r[f] if f in keys else None) for f in PROGRESS_FIELDS}
         return out
 
-    def first_evidence(self) -> dict[int, float]:
-        """incident id -> the time of its earliest fact (its first evidence)."""
-        rows = self._exec("SELECT incident, MIN(at) AS at FROM facts GROUP BY incident")
+    def first_evidence(self, kinds: Sequence[str]) -> dict[int, float]:
+        """incident id -> the time of its earliest fact of these kinds (its first evidence)."""
+        marks = ",".join("?" * len(kinds)) or "NULL"
+        rows = self._exec(
+            f"SELECT incident, MIN(at) AS at FROM facts WHERE kind IN ({marks}) GROUP BY incident", list(kinds)
+        )
         return {int(r["incident"]): float(r["at"]) for r in rows}
