@@ -233,9 +233,12 @@ class _Job:
         first = self.attempts[0]
         submit = first.events[0]["at"] if first.events else None
         if submit is None:
-            p = first.progress.get("first_at")
-            submit = p if p is not None else None
-            self.note("no scheduler history: the job's wall time starts at its first progress")
+            submit = first.progress.get("first_at")
+            self.note(
+                "no scheduler history: the job's wall time starts at its first progress"
+                if submit is not None
+                else "no scheduler history and no progress: no wall time is known"
+            )
         elif first.events[0]["state"] not in _WAITING:
             self.note(
                 f"no PENDING state recorded: the job's wall time starts at its first state ({first.events[0]['state']})"
@@ -476,10 +479,12 @@ def measure(
     for name in sorted(n for n in names if job is None or n == job):
         j = _Job(name, _attempts(name, inputs), inputs, gpus_per_node, lo, hi, now)
         j.run()
-        rows = [r for r in j.rows if r["wall_s"] > 0]
+        # a failure in the window: its chain overlaps it, or (a chain of no length) lies in it
+        fails = [f for f in j.failures if (f["_span"][1] > lo or f["_span"][0] >= lo) and f["_span"][0] < hi]
+        failed = {f["attempt"] for f in fails}
+        rows = [r for r in j.rows if r["wall_s"] > 0 or r["attempt"] in failed]
         if not rows:
             continue
-        fails = [f for f in j.failures if f["_span"][1] >= lo and f["_span"][0] < hi]
         job_wall = sum(r["wall_s"] for r in rows)
         job_productive = sum(r["productive_s"] for r in rows)
         w_gh = sum(_gh(r["wall_s"], r["gpus"]) for r in rows)

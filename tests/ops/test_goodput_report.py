@@ -43,7 +43,9 @@ class Clock:
 def _incident(store, clock, job, attempt, *, evidence, opened, closed, fault, nodes=(), wall=None, suspects=()):
     clock.at(opened if wall is None else wall)
     inc = store.open_incident(key=f"job:{job}:{attempt}", job=job, attempt=attempt, node=None, at=T0 + opened)
-    store.add_fact(inc, Fact.make("log", {"job": job, "text": f"{fault} evidence"}, T0 + evidence, f"slurm-{job}.out:1"))
+    store.add_fact(
+        inc, Fact.make("log", {"job": job, "text": f"{fault} evidence"}, T0 + evidence, f"slurm-{job}.out:1")
+    )
     clock.at(closed)
     store.close_incident(inc, T0 + closed, fault, "isolate_and_restart", nodes, None, f"{fault} reason", mode="act")
     if suspects:
@@ -66,7 +68,9 @@ def _event(store, job, attempt, state, t, nodes=()):
     store.add_job_event(job, attempt, state, T0 + t, list(nodes), origin="slurm:jobs")
 
 
-def _progress(store, job, attempt, *, first, first_step, last, step, checkpoint=None, checkpoint_at=None, step_time=None):
+def _progress(
+    store, job, attempt, *, first, first_step, last, step, checkpoint=None, checkpoint_at=None, step_time=None
+):
     store.note_progress(
         job,
         attempt,
@@ -111,18 +115,57 @@ def build(path, monkeypatch) -> str:
         (2, "COMPLETED", 20000, ("n1", "n4")),
     ):
         _event(store, "100", attempt, state, t, nodes)
-    _progress(store, "100", 0, first=900, first_step=1, last=3900, step=1500, checkpoint=1000, checkpoint_at=2900, step_time=2.0)
-    _progress(store, "100", 1, first=4970, first_step=1001, last=7800, step=2400, checkpoint=2000, checkpoint_at=6950, step_time=2.0)
-    _progress(store, "100", 2, first=10100, first_step=2001, last=19990, step=7000, checkpoint=7000, checkpoint_at=19990, step_time=2.0)
-    a = _incident(store, clock, "100", 0, evidence=3910, opened=3940, closed=4000, fault="gpu_fell_off_bus", nodes=["n2"])
+    _progress(
+        store,
+        "100",
+        0,
+        first=900,
+        first_step=1,
+        last=3900,
+        step=1500,
+        checkpoint=1000,
+        checkpoint_at=2900,
+        step_time=2.0,
+    )
+    _progress(
+        store,
+        "100",
+        1,
+        first=4970,
+        first_step=1001,
+        last=7800,
+        step=2400,
+        checkpoint=2000,
+        checkpoint_at=6950,
+        step_time=2.0,
+    )
+    _progress(
+        store,
+        "100",
+        2,
+        first=10100,
+        first_step=2001,
+        last=19990,
+        step=7000,
+        checkpoint=7000,
+        checkpoint_at=19990,
+        step_time=2.0,
+    )
+    a = _incident(
+        store, clock, "100", 0, evidence=3910, opened=3940, closed=4000, fault="gpu_fell_off_bus", nodes=["n2"]
+    )
     _action(store, clock, a, "drain", "n2", planned=4000, started=4001, done=4002)
     _action(store, clock, a, "requeue", "100", planned=4000, started=4060, done=4062)
-    b = _incident(store, clock, "100", 1, evidence=9600, opened=9605, closed=9690, fault="nccl_timeout", suspects=["n3"])
+    b = _incident(
+        store, clock, "100", 1, evidence=9600, opened=9605, closed=9690, fault="nccl_timeout", suspects=["n3"]
+    )
     _action(store, clock, b, "requeue", "100", planned=9690, started=9700, done=9701)
     # job 200: replayed long after (its detected_wall is the replay's, not the log's time)
     _progress(store, "200", 0, first=1000, first_step=1, last=2000, step=501)
     _progress(store, "200", 1, first=3000, first_step=401, last=5000, step=900)
-    _incident(store, clock, "200", 0, evidence=2010, opened=2010, wall=2 * DAY, closed=2020, fault="cuda_error", nodes=["n5"])
+    _incident(
+        store, clock, "200", 0, evidence=2010, opened=2010, wall=2 * DAY, closed=2020, fault="cuda_error", nodes=["n5"]
+    )
     # job 300
     for state, t, nodes in (("PENDING", 0, ()), ("RUNNING", 100, ("n6",)), ("FAILED", 10000, ("n6",))):
         _event(store, "300", 0, state, DAY + t, nodes)
@@ -223,7 +266,12 @@ def test_cluster_figures_by_class_node_and_day(db):
     by_class = {g["fault_class"]: g for g in rep["by_class"]}
     assert close(by_class["gpu_fell_off_bus"]["lost_gpu_hours"]["total"], losses["A"])
     assert close(by_class["app_exception"]["lost_gpu_hours"]["work_lost"], gh(8800, 8))
-    assert [g["fault_class"] for g in rep["by_class"]] == ["app_exception", "nccl_timeout", "gpu_fell_off_bus", "cuda_error"]
+    assert [g["fault_class"] for g in rep["by_class"]] == [
+        "app_exception",
+        "nccl_timeout",
+        "gpu_fell_off_bus",
+        "cuda_error",
+    ]
     lemons = [(g["node"], g["failures"]) for g in rep["by_node"]]
     assert lemons == [("(none named)", 1), ("n3", 1), ("n2", 1), ("n5", 1)]
     assert close(rep["by_node"][1]["lost_gpu_hours"], losses["B"])
@@ -284,7 +332,18 @@ def test_cli_json_fields(db):
     r = runner.invoke(app, ["goodput", "--db", db, "--json", "--gpus-per-node", "8"])
     assert r.exit_code == 0, r.output
     rep = json.loads(r.stdout)
-    assert {"cluster", "jobs", "failures", "by_class", "by_node", "by_day", "estimates", "since", "until", "job"} <= set(rep)
+    assert {
+        "cluster",
+        "jobs",
+        "failures",
+        "by_class",
+        "by_node",
+        "by_day",
+        "estimates",
+        "since",
+        "until",
+        "job",
+    } <= set(rep)
     assert rep["gpus_per_node"] == 8 and rep["gpus_per_node_from"] == "--gpus-per-node"
     assert set(rep["cluster"]) == {
         "jobs",
