@@ -406,3 +406,16 @@ def test_an_empty_store_says_so(tmp_path):
     Store(str(tmp_path / "empty.db")).close()
     r = runner.invoke(app, ["goodput", "--db", str(tmp_path / "empty.db")])
     assert r.exit_code == 0 and "nothing recorded" in r.stdout
+
+
+def test_gpus_per_node_from_the_settings(db, tmp_path):
+    cfg = tmp_path / "recover.toml"
+    cfg.write_text("gpus_per_node = 4\n")
+    r = runner.invoke(app, ["--config", str(cfg), "goodput", "--db", db, "--job", "100", "--json"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    assert rep["gpus_per_node"] == 4 and rep["gpus_per_node_from"] == "gpus_per_node in the settings"
+    assert close(rep["cluster"]["lost_gpu_hours"]["total"], gh(sum(A.values()) + sum(B.values()), 8))
+    cfg.write_text("gpus_per_node = 0\n")
+    r = runner.invoke(app, ["--config", str(cfg), "goodput", "--db", db])
+    assert r.exit_code == 2 and "gpus_per_node must be" in r.stderr
