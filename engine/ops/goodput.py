@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
 from engine.facts import JOB_ACTIVE_STATES, SOURCE_KINDS
-from engine.store import IncidentRow, Store
+from engine.store import IncidentRow, Store, StoreError
 
 __all__ = ["CAUSES", "DEFAULT_GPUS_PER_NODE", "Inputs", "load", "measure"]
 
@@ -55,6 +55,9 @@ class Inputs:
     actions: list[dict[str, Any]]
     events: list[dict[str, Any]]
     progress: Mapping[tuple[str, int], Mapping[str, Any]]
+    #: when the last controller stopped watching (its lease ran out or was given up); None while
+    #: one leads, or where none ever did (a replay's store): a running attempt counts to then
+    watched_until: float | None = None
 
 
 def load(store: Store, job: str | None = None) -> Inputs:
@@ -66,7 +69,16 @@ def load(store: Store, job: str | None = None) -> Inputs:
         actions=[a for a in store.actions() if a["incident"] in ids],
         events=store.job_events(job),
         progress=store.progress_rows(job),
+        watched_until=_watched_until(store),
     )
+
+
+def _watched_until(store: Store) -> float | None:
+    try:
+        lease = store.lease()
+    except StoreError:  # read-only, a database from before the lease
+        return None
+    return None if lease is None or lease.live else lease.expires
 
 
 # -- small helpers ---------------------------------------------------------------------------
@@ -76,6 +88,10 @@ def _overlap(a: float, b: float, lo: float, hi: float) -> float:
 
 def _day(t: float) -> str:
     return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%d") if math.isfinite(t) else "?"
+
+
+def _stamp(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if math.isfinite(t) else "?"
 
 
 def _gh(seconds: float, gpus: int) -> float:
@@ -230,6 +246,9 @@ class _Job:
     def run(self) -> None:
         start: float | None = None
         end = min(self.hi, self.now)
+        watched = self.inputs.watched_until
+        why_end = "" if watched is None or watched >= end else " (when the last controller stopped watching)"
+        end = end if watched is None else min(end, watched)
         first = self.attempts[0]
         submit = first.events[0]["at"] if first.events else None
         if submit is None:
@@ -263,7 +282,11 @@ class _Job:
                     r = ended_at
                 elif a.state in JOB_ACTIVE_STATES | _WAITING:
                     r = end
-                    self.note(f"attempt {a.attempt}: {a.state} at its last recorded state; counted to {r:.0f}", notes)
+                    self.note(
+                        f"attempt {a.attempt}: {a.state} at its last recorded state; counted as running to {_stamp(r)}"
+                        + why_end,
+                        notes,
+                    )
                 else:
                     r = _max(a.progress.get("last_at"), p, start)
                     if not a.events:
@@ -309,7 +332,7 @@ class _Job:
         failed_at = next((t for t in (prog.get("last_at"), evidence, a.end[1]) if t is not None), None)
         if failed_at is None:
             failed_at = _max(a.running_at, a.first(_WAITING), p, 0.0)
-            self.note(f"attempt {a.attempt}: nothing tells when it failed; taken at {failed_at:.0f}", notes)
+            self.note(f"attempt {a.attempt}: nothing tells when it failed; taken at {_stamp(failed_at)}", notes)
         fig = _Figures()
         clip = self.lo, self.hi
 

@@ -162,3 +162,19 @@ def test_an_old_store_is_migrated_and_read_only_it_is_read_as_it_is(tmp_path):
     rw.add_job_event("7", 1, "PENDING", 200.0)
     assert [e["state"] for e in rw.job_events("7")] == ["PENDING"]
     rw.close()
+
+
+def test_a_running_attempt_counts_until_the_last_controller_stopped_watching(tmp_path):
+    import time
+
+    store = Store(str(tmp_path / "s.db"))
+    t0 = time.time()
+    store.add_job_event("5", 0, "PENDING", t0 - 100.0)
+    store.add_job_event("5", 0, "RUNNING", t0 - 90.0, ["n1"])
+    view = store.acquire("host:1:0", ttl=30.0)
+    assert report_from_store(store, now=t0 + 50.0)["jobs"][0]["wall_s"] == pytest.approx(150.0)  # it leads: to now
+    store.release("host:1:0", view.term)
+    (j,) = report_from_store(store, now=t0 + 10_000.0)["jobs"]
+    assert j["wall_s"] == pytest.approx(100.0, abs=5.0)  # to the release, not to now
+    assert any("stopped watching" in why for why in j["estimates"])
+    store.close()
