@@ -3,7 +3,7 @@ per job attempt and for the cluster, the effective training time ratio (ETTR) an
 each failure cost, split into detection, decision and action, restart, queue and the work lost
 since the last checkpoint; by fault class, by node (the lemon list) and by day.
 
-Its inputs are the store's only (``load``): incidents and their first evidence, the actions
+Its inputs are the store's only (``load``, in engine.ops.goodput_inputs): incidents and their first evidence, the actions
 journal, the job states the controller saw (``job_events``) and the progress facts of each job
 attempt (``progress``), as ``engine.core.ledger`` recorded them. Nothing is re-read from a log.
 Where an input is missing the figure is still given, from what the store has, and says so: its
@@ -22,14 +22,14 @@ Every figure is an interval clipped to the report's window (``since``, ``until``
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping
+from typing import Any
 
-from engine.facts import JOB_ACTIVE_STATES, SOURCE_KINDS
-from engine.store import IncidentRow, Store, StoreError
+from engine.facts import JOB_ACTIVE_STATES
+from engine.ops.goodput_inputs import FAILED, WAITING, Attempt, Inputs, is_requeue, job_attempts, load
+from engine.store import IncidentRow, Store
 
-__all__ = ["CAUSES", "DEFAULT_GPUS_PER_NODE", "Inputs", "load", "measure"]
+__all__ = ["CAUSES", "DEFAULT_GPUS_PER_NODE", "Inputs", "load", "measure", "report_from_store"]
 
 #: the causes of lost GPU-hours, in the order of a failure's chain
 CAUSES = ("work_lost", "detection", "decision", "restart", "queue")
@@ -37,51 +37,8 @@ CAUSES = ("work_lost", "detection", "decision", "restart", "queue")
 DEFAULT_GPUS_PER_NODE = 8
 #: an incident was opened live when its engine clock was the wall clock (engine.ops.report's rule)
 LIVE_SKEW_S = 60.0
-#: states of an attempt waiting to run (after a requeue: Slurm's REQUEUED states, then PENDING)
-_WAITING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
-#: end states that are a failure even without an incident
-_FAILED = frozenset({"FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL"})
-#: journaled actions that requeue the job (by name, or by the command they ran)
-_REQUEUE_ACTIONS = frozenset({"requeue", "hold"})
-_REQUEUE_ARGV = frozenset({"requeue", "requeuehold"})
 
 
-@dataclass(frozen=True)
-class Inputs:
-    """What the report reads from the store."""
-
-    incidents: list[IncidentRow]
-    first_evidence: Mapping[int, float]
-    actions: list[dict[str, Any]]
-    events: list[dict[str, Any]]
-    progress: Mapping[tuple[str, int], Mapping[str, Any]]
-    #: when the last controller stopped watching (its lease ran out or was given up); None while
-    #: one leads, or where none ever did (a replay's store): a running attempt counts to then
-    watched_until: float | None = None
-
-
-def load(store: Store, job: str | None = None) -> Inputs:
-    incidents = [r for r in store.incidents() if r.job is not None and (job is None or r.job == job)]
-    ids = {r.id for r in incidents}
-    return Inputs(
-        incidents=incidents,
-        first_evidence={k: v for k, v in store.first_evidence(sorted(SOURCE_KINDS)).items() if k in ids},
-        actions=[a for a in store.actions() if a["incident"] in ids],
-        events=store.job_events(job),
-        progress=store.progress_rows(job),
-        watched_until=_watched_until(store),
-    )
-
-
-def _watched_until(store: Store) -> float | None:
-    try:
-        lease = store.lease()
-    except StoreError:  # read-only, a database from before the lease
-        return None
-    return None if lease is None or lease.live else lease.expires
-
-
-# -- small helpers ---------------------------------------------------------------------------
 def _overlap(a: float, b: float, lo: float, hi: float) -> float:
     return max(0.0, min(b, hi) - max(a, lo))
 
@@ -100,50 +57,6 @@ def _gh(seconds: float, gpus: int) -> float:
 
 def _max(*xs: float | None) -> float:
     return max(x for x in xs if x is not None)
-
-
-def _is_requeue(action: Mapping[str, Any]) -> bool:
-    argv = action.get("argv") or []
-    return action["action"] in _REQUEUE_ACTIONS or (len(argv) > 1 and argv[1] in _REQUEUE_ARGV)
-
-
-@dataclass
-class _Attempt:
-    """What the store says of one job attempt."""
-
-    attempt: int
-    events: list[dict[str, Any]]
-    progress: Mapping[str, Any]
-    incidents: list[IncidentRow]
-
-    def first(self, states: Iterable[str]) -> float | None:
-        s = set(states)
-        return next((e["at"] for e in self.events if e["state"] in s), None)
-
-    @property
-    def waiting_at(self) -> float | None:
-        return self.first(_WAITING)
-
-    @property
-    def running_at(self) -> float | None:
-        return self.first({"RUNNING"})
-
-    @property
-    def end(self) -> tuple[str | None, float | None]:
-        """Its last state when that is an end (not waiting, not running), and when."""
-        if self.events and self.events[-1]["state"] not in JOB_ACTIVE_STATES | _WAITING:
-            return self.events[-1]["state"], self.events[-1]["at"]
-        return None, None
-
-    @property
-    def state(self) -> str | None:
-        return self.events[-1]["state"] if self.events else None
-
-    def nodes(self) -> list[str]:
-        for e in [e for e in self.events if e["state"] == "RUNNING"] + self.events:
-            if e["nodes"]:
-                return list(e["nodes"])
-        return []
 
 
 class _Figures:
@@ -182,7 +95,7 @@ class _Figures:
 class _Job:
     """One job's attempts, failures and figures (see ``measure``)."""
 
-    def __init__(self, job: str, attempts: list[_Attempt], inputs: Inputs, k: int, lo: float, hi: float, now: float):
+    def __init__(self, job: str, attempts: list[Attempt], inputs: Inputs, k: int, lo: float, hi: float, now: float):
         self.job, self.attempts, self.inputs, self.k = job, attempts, inputs, k
         self.lo, self.hi, self.now = lo, hi, now
         self.estimates: list[str] = []
@@ -196,7 +109,7 @@ class _Job:
                 where.append(why)
         return why
 
-    def gpus(self, a: _Attempt, notes: list[str]) -> tuple[list[str], int]:
+    def gpus(self, a: Attempt, notes: list[str]) -> tuple[list[str], int]:
         nodes = a.nodes()
         if not nodes:
             for other in self.attempts:  # the job's allocation as another attempt had it
@@ -214,16 +127,17 @@ class _Job:
             )
         return nodes, max(1, len(nodes)) * self.k
 
-    def failed(self, i: int) -> bool:
+    def failed(self, i: int, notes: list[str]) -> bool:
+        """Whether attempt i failed (docs/goodput.md, "A failure's chain")."""
         a = self.attempts[i]
         later = i + 1 < len(self.attempts)
         state, _ = a.end
-        if later or state in _FAILED:
+        if later or state in FAILED:
             return True
         if not a.incidents:
             return False
         if not a.events:  # no scheduler history: the incident is taken as the attempt's end
-            self.note(f"attempt {a.attempt}: no scheduler history; its incident taken as its end")
+            self.note(f"attempt {a.attempt}: no scheduler history; its incident taken as its end", notes)
             return True
         return state is not None and state != "COMPLETED"
 
@@ -234,12 +148,12 @@ class _Job:
         why = f"incident {r.id} was not opened live (replayed, or on another clock): detected at its opening evidence's time"
         return r.opened_at, self.note(why, notes)
 
-    def requeued_at(self, a: _Attempt) -> float | None:
+    def requeued_at(self, a: Attempt) -> float | None:
         ids = {r.id for r in a.incidents}
         times = [
             x["issued_at"]
             for x in self.inputs.actions
-            if x["incident"] in ids and x["mode"] == "act" and _is_requeue(x) and x.get("issued_at") is not None
+            if x["incident"] in ids and x["mode"] == "act" and is_requeue(x) and x.get("issued_at") is not None
         ]
         return min(times) if times else None
 
@@ -258,7 +172,7 @@ class _Job:
                 if submit is not None
                 else "no scheduler history and no progress: no wall time is known"
             )
-        elif first.events[0]["state"] not in _WAITING:
+        elif first.events[0]["state"] not in WAITING:
             self.note(
                 f"no PENDING state recorded: the job's wall time starts at its first state ({first.events[0]['state']})"
             )
@@ -271,16 +185,16 @@ class _Job:
                 p = a.running_at
                 self.note(f"attempt {a.attempt}: no progress recorded; productive from when it ran", notes)
             if start is None:
-                start = submit if submit is not None else (p if p is not None else a.first(_WAITING | {"RUNNING"}))
-            failed = self.failed(i)
+                start = submit if submit is not None else (p if p is not None else a.first(WAITING | {"RUNNING"}))
+            failed = self.failed(i, notes)
             state, ended_at = a.end
             if failed:
-                f = self.failure(i, nodes, gpus, p, notes)
+                f = self.failure(i, gpus, p, notes)
                 r, nxt = f["failed_at"], f["_next_start"]
             else:
                 if ended_at is not None:
                     r = ended_at
-                elif a.state in JOB_ACTIVE_STATES | _WAITING:
+                elif a.state in JOB_ACTIVE_STATES | WAITING:
                     r = end
                     self.note(
                         f"attempt {a.attempt}: {a.state} at its last recorded state; counted as running to {_stamp(r)}"
@@ -288,7 +202,7 @@ class _Job:
                         notes,
                     )
                 else:
-                    r = _max(a.progress.get("last_at"), p, start)
+                    r = _max(a.progress.get("last_at"), p, start, 0.0)
                     if not a.events:
                         self.note(f"attempt {a.attempt}: no scheduler history; it ends at its last progress", notes)
                 nxt = r
@@ -320,7 +234,7 @@ class _Job:
             start = stop
         self.submit, self.end_at = submit if submit is not None else self.rows[0]["start_at"], job_end
 
-    def failure(self, i: int, nodes: list[str], gpus: int, p: float | None, notes: list[str]) -> dict[str, Any]:
+    def failure(self, i: int, gpus: int, p: float | None, notes: list[str]) -> dict[str, Any]:
         """The failure of attempt i: its chain of instants, and what each step of it cost."""
         a = self.attempts[i]
         nxt = self.attempts[i + 1] if i + 1 < len(self.attempts) else None
@@ -331,7 +245,7 @@ class _Job:
         # failed: the last progress it printed; else its first evidence; else its end state
         failed_at = next((t for t in (prog.get("last_at"), evidence, a.end[1]) if t is not None), None)
         if failed_at is None:
-            failed_at = _max(a.running_at, a.first(_WAITING), p, 0.0)
+            failed_at = _max(a.running_at, a.first(WAITING), p, 0.0)
             self.note(f"attempt {a.attempt}: nothing tells when it failed; taken at {_stamp(failed_at)}", notes)
         fig = _Figures()
         clip = self.lo, self.hi
@@ -460,24 +374,9 @@ class _Job:
         if ckpt_at is not None:
             return failed_at - ckpt_at, None, step_time, "no step time: the time since the checkpoint was written"
         if p is None:
-            return 0.0, None, step_time, "no progress recorded: no work counted as lost"
+            return 0.0, None, step_time, "no step time and no progress times recorded: no work counted as lost"
         why = ["no checkpoint recorded: the attempt's whole progress counted as lost (an upper bound)"]
         return failed_at - p, None, step_time, why[0]
-
-
-def _attempts(job: str, inputs: Inputs) -> list[_Attempt]:
-    events = [e for e in inputs.events if e["job"] == job]
-    numbers = {e["attempt"] for e in events} | {k for j, k in inputs.progress if j == job}
-    numbers |= {int(r.attempt or 0) for r in inputs.incidents if r.job == job}
-    return [
-        _Attempt(
-            n,
-            [e for e in events if e["attempt"] == n],
-            inputs.progress.get((job, n), {}),
-            sorted((r for r in inputs.incidents if r.job == job and int(r.attempt or 0) == n), key=lambda r: r.id),
-        )
-        for n in sorted(numbers)
-    ]
 
 
 def measure(
@@ -494,13 +393,23 @@ def measure(
     ``by_node``, ``by_day``, and the window and GPU count it was computed with."""
     lo = since if since is not None else -math.inf
     hi = until if until is not None else math.inf
-    names = {e["job"] for e in inputs.events} | {j for j, _ in inputs.progress} | {str(r.job) for r in inputs.incidents}
+    events: dict[str, list[dict[str, Any]]] = {}
+    for e in inputs.events:
+        events.setdefault(str(e["job"]), []).append(e)
+    incidents: dict[str, list[IncidentRow]] = {}
+    for r in inputs.incidents:
+        incidents.setdefault(str(r.job), []).append(r)
+    progressed: dict[str, set[int]] = {}
+    for j_, k_ in inputs.progress:
+        progressed.setdefault(j_, set()).add(k_)
+    names = set(events) | set(progressed) | set(incidents)
     jobs_out, failures = [], []
     cluster = _Figures()
     wall_gh = productive_gh = 0.0
     attempts = 0
     for name in sorted(n for n in names if job is None or n == job):
-        j = _Job(name, _attempts(name, inputs), inputs, gpus_per_node, lo, hi, now)
+        mine = job_attempts(name, events.get(name, []), incidents.get(name, []), progressed.get(name, set()), inputs)
+        j = _Job(name, mine, inputs, gpus_per_node, lo, hi, now)
         j.run()
         # a failure in the window: its chain overlaps it, or (a chain of no length) lies in it
         fails = [f for f in j.failures if (f["_span"][1] > lo or f["_span"][0] >= lo) and f["_span"][0] < hi]
@@ -585,6 +494,3 @@ def measure(
 def report_from_store(store: Store, **kw: Any) -> dict[str, Any]:
     """``measure(load(store, job), ...)``."""
     return measure(load(store, kw.get("job")), **kw)
-
-
-__all__.append("report_from_store")
