@@ -482,7 +482,7 @@ def test_100_rulebook_reloads_keep_memory_flat(tmp_path, monkeypatch):
     assert ctl.reload()
 
     def rss_mib() -> float:
-        return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
     before = rss_mib()
     for _ in range(100):
