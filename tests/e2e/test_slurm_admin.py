@@ -15,6 +15,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -195,17 +196,18 @@ def alertmanager(tmp_path):
     port, cluster = _free_port(), _free_port()
     cfg = tmp_path / "am.yml"
     cfg.write_text("route: {receiver: none}\nreceivers: [{name: none}]\n")
-    p = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={cfg}",
-            f"--storage.path={tmp_path / 'am-data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            f"--cluster.listen-address=127.0.0.1:{cluster}",
-        ],
-        stdout=open(tmp_path / "am.log", "ab"),
-        stderr=subprocess.STDOUT,
-    )
+    with open(tmp_path / "am.log", "ab") as log:
+        p = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={cfg}",
+                f"--storage.path={tmp_path / 'am-data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                f"--cluster.listen-address=127.0.0.1:{cluster}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
 
     def ready():
@@ -323,7 +325,7 @@ def test_a_drain_during_a_90_s_slurmctld_outage_holds_once_slurmctld_is_back(h):
     first = wait_for("job running", lambda: h.running(job), 30)
     bad = first.nodes[-1]
     ready(h, job)
-    pid = int(open(CTLD_PID).read().strip())
+    pid = int(Path(CTLD_PID).read_text().strip())
     os.kill(pid, 15)  # slurmctld goes away (a failover that takes its time)
     try:
         wait_for(

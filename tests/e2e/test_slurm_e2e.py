@@ -106,14 +106,15 @@ class Harness:
             (tmp / f"kern-{n}.log").write_text("")
 
     def cli(self, *args: str, env: dict | None = None, log: str = "out") -> subprocess.Popen:
-        out = open(self.tmp / f"{log}.log", "ab")
-        p = subprocess.Popen(
-            [sys.executable, "-m", "engine.cli", *args],
-            cwd=REPO,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=dict(os.environ, **(env or {})),
-        )
+        # The child keeps its own copy of the descriptor; ours is closed at once.
+        with open(self.tmp / f"{log}.log", "ab") as out:
+            p = subprocess.Popen(
+                [sys.executable, "-m", "engine.cli", *args],
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=dict(os.environ, **(env or {})),
+            )
         self.procs.append(p)
         return p
 

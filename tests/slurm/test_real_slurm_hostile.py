@@ -6,6 +6,8 @@ Run under the cluster lock: flock /tmp/slurm.lock .venv/bin/python -m pytest tes
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from scheduler_adapters.base import CommandFailed
@@ -50,5 +52,5 @@ def test_expanded_paths_are_the_files_slurm_writes(slurm: SlurmAdapter, jobs, wa
     wait_for(f"job {job_id} done", lambda: (j := slurm.job(job_id)) and j.state == "COMPLETED", 30)
     job = slurm.job(job_id)
     assert job.stdout == f"{jobs.out_dir}/recover-test-root-{job_id}-4294967294-{job_id}.out"
-    assert open(job.stdout).read() == "written\n"
+    assert Path(job.stdout).read_text() == "written\n"
     assert SlurmAdapter(use_json=False).job(job_id).stdout == job.stdout  # scontrol says the same
