@@ -152,3 +152,8 @@ class SchedulerAdapter(Protocol):
 
     def run(self, argv: Sequence[str], timeout: float = 30.0) -> CommandResult:
         """Run one rendered command without a shell; never raises for rc != 0."""
+
+    def unreachable(self, output: str) -> bool:
+        """Did a command that printed ``output`` fail because the scheduler's controller did not
+        answer (not a verdict on the command itself)? Each scheduler words this its own way, so
+        the adapter reads it; an adapter without this method is taken to never say so."""

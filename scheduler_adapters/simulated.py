@@ -144,6 +144,9 @@ class SimulatedCluster:
     def node_gpu_count(self, node: str) -> int | None:
         return self.gpus if node in self._nodes else None
 
+    def unreachable(self, output: str) -> bool:
+        return False  # the simulation's controller always answers
+
     def run(self, argv: Sequence[str], timeout: float = 30.0) -> CommandResult:
         argv = list(argv)
         self.history.append(argv)

@@ -367,7 +367,9 @@ class Actuator:
                 return True
             # a drain, and anything that failed because slurmctld was away, is retried with backoff
             # for longer than a controller failover; other failures have max_attempts
-            by_time = self._verify_name(action) == "node_drained" or verify.unreachable(action.get("output"))
+            by_time = self._verify_name(action) == "node_drained" or verify.unreachable(
+                self.adapter, action.get("output")
+            )
             if by_time:
                 first = float(action.get("created_at") or action["updated_at"])
                 waited = time.time() - first

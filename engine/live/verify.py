@@ -8,8 +8,9 @@ tell, and the actuator waits rather than guess. The names are the rulebook's
 one implementation per name.
 
 What a job's state and reason mean (active, held, ended) is the adapter's to say
-(``JobInfo.active``, ``.held``, ``.ended``); the messages of a slurmctld that does not answer
-are still read here (``unreachable``), and nowhere else in the actuator.
+(``JobInfo.active``, ``.held``, ``.ended``), and so is whether a failed command's output means
+the scheduler's controller did not answer (``adapter.unreachable``, asked through ``unreachable``
+here).
 """
 
 from __future__ import annotations
@@ -45,18 +46,14 @@ DEFAULT_VERIFY = {
     "page": "none",
     "other": "none",
 }
-#: what a Slurm command prints when slurmctld does not answer: not a verdict on the command
-_UNREACHABLE = re.compile(
-    r"Unable to contact slurm controller|Socket timed out|Could not establish a configuration|"
-    r"Zero Bytes were transmitted or received|Connection refused",
-    re.IGNORECASE,
-)
 _EXC_ARG = re.compile(r"^ExcNodeList=(.*)$")
 
 
-def unreachable(output: str | None) -> bool:
-    """Did a command fail because the scheduler's controller did not answer?"""
-    return bool(_UNREACHABLE.search(output or ""))
+def unreachable(adapter, output: str | None) -> bool:
+    """Did a command fail because the scheduler's controller did not answer? The adapter knows
+    its scheduler's words for that; one that does not say is taken to mean no."""
+    says = getattr(adapter, "unreachable", None)
+    return bool(says(output or "")) if says is not None and output else False
 
 
 def node_named(adapter, name: str):

@@ -83,6 +83,12 @@ _JOB_ID = re.compile(r"[0-9]+(?:[_+][0-9]+)?")
 # what the commands print when the option itself is unknown (a Slurm older than 21.08)
 _NO_JSON = re.compile(r"unrecognized option|invalid option|unknown option", re.IGNORECASE)
 _NULLS = ("", "(null)", "None", "N/A")
+#: what a Slurm command prints when slurmctld does not answer: not a verdict on the command
+_UNREACHABLE = re.compile(
+    r"Unable to contact slurm controller|Socket timed out|Could not establish a configuration|"
+    r"Zero Bytes were transmitted or received|Connection refused",
+    re.IGNORECASE,
+)
 # one node name, as the controller asks about it (never a hostlist, never an option)
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 # the states in which a job holds its nodes (JOB_ACTIVE_STATES), as squeue --states spells them
@@ -124,6 +130,10 @@ class SlurmAdapter:
         result = self._run(argv, timeout)
         # what callers log and journal: never a lone surrogate (sqlite and logs refuse them)
         return dataclasses.replace(result, stdout=readable(result.stdout), stderr=readable(result.stderr))
+
+    def unreachable(self, output: str) -> bool:
+        """Did the command fail because slurmctld did not answer (its own messages for that)?"""
+        return bool(_UNREACHABLE.search(output or ""))
 
     def _run(self, argv: Sequence[str], timeout: float) -> CommandResult:
         """The runner's result as it is: stdout may hold undecodable bytes (surrogateescape)."""

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.live import verify
-from scheduler_adapters.base import JobInfo
+from scheduler_adapters.base import CommandResult, JobInfo
+from scheduler_adapters.slurm import SlurmAdapter
 
 
 def test_slurm_s_words_mean_what_the_job_info_says():
@@ -42,3 +43,31 @@ def test_a_hold_is_verified_by_the_adapter_s_answer_not_by_the_reason_s_words():
     assert verify.VERIFIERS["job_held"](_Adapter(_OtherScheduler("7", 0, "PENDING", reason="on ice")), action, _Inc())
     released = _OtherScheduler("7", 0, "PENDING", reason="JobHeldUser")  # Slurm's words mean nothing here
     assert verify.VERIFIERS["job_released"](_Adapter(released), action, _Inc())
+
+
+class _Quiet:
+    """An adapter that has no word for "the controller did not answer"."""
+
+
+class _Says(_Quiet):
+    def unreachable(self, output: str) -> bool:
+        return "controller napping" in output
+
+
+def test_whether_the_controller_was_away_is_the_adapter_s_to_say():
+    slurm_words = "sbatch: error: Unable to contact slurm controller (connect failure)"
+    assert SlurmAdapter(runner=lambda argv, t: CommandResult(0)).unreachable(slurm_words)
+    assert not SlurmAdapter(runner=lambda argv, t: CommandResult(0)).unreachable("Invalid job id specified")
+    # the actuator asks the adapter it acts through, not a list of Slurm's messages of its own
+    assert verify.unreachable(_Says(), "error: controller napping")
+    assert not verify.unreachable(_Says(), slurm_words)  # another scheduler: Slurm's words mean nothing
+    assert not verify.unreachable(_Quiet(), slurm_words)  # an adapter that cannot say never says so
+    assert not verify.unreachable(_Says(), None)
+
+
+def test_both_shipped_adapters_are_whole_scheduler_adapters():
+    from scheduler_adapters.base import SchedulerAdapter
+    from scheduler_adapters.simulated import SimulatedCluster
+
+    assert isinstance(SimulatedCluster(), SchedulerAdapter)
+    assert not SimulatedCluster().unreachable("Unable to contact slurm controller")
