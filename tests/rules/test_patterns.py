@@ -87,14 +87,14 @@ def classes_of_symptom() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     lists, _, rules, _ = book()
     direct: dict[str, set[str]] = {}
     reach: dict[str, set[str]] = {}
+    macros: dict = {}  # read once: parsing every rule file again for each rule cost ~1 min
+    for _, doc in _docs():
+        macros.update(doc.get("macros") or {})
     for r in rules:
         if "fault" not in r["then"]:
             continue
         fc = r["then"]["fault"]["fault_class"]
         when = r.get("when") or []
-        macros = {}
-        for _, doc in _docs():
-            macros.update(doc.get("macros") or {})
         for cond in when:
             if cond.get("kind") != "symptom":
                 continue
