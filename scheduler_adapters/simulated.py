@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import itertools
 import re
-import time
 from dataclasses import dataclass
 from typing import Sequence
+
+from engine.clock import SYSTEM, Clock
 
 from .base import JOB_ACTIVE_STATES, CommandResult, JobInfo, NodeInfo
 
@@ -42,7 +43,7 @@ class SimulatedCluster:
     name = "simulated"
     template_scheduler = "slurm"  # it understands the Slurm command templates
 
-    def __init__(self, nodes: Sequence[str] = ("n1", "n2", "n3", "n4"), clock=time.time, gpus: int | None = None):
+    def __init__(self, nodes: Sequence[str] = ("n1", "n2", "n3", "n4"), clock: Clock = SYSTEM, gpus: int | None = None):
         """``gpus``: the GPUs each node has (``node_gpu_count``); None: the simulation does not say."""
         self.clock = clock
         self.gpus = gpus

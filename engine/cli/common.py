@@ -142,8 +142,9 @@ def _since(text: None) -> None: ...
 def _since(text: Optional[str]) -> Optional[float]:
     if text is None:
         return None
-    import time
     from datetime import datetime, timezone
+
+    from engine.clock import SYSTEM
 
     from engine.rulebook.schema import parse_duration
 
@@ -161,7 +162,7 @@ def _since(text: Optional[str]) -> Optional[float]:
     if ago is None:
         _err(f"{text!r}: not a date, a number of seconds or a duration")
         raise typer.Exit(2)
-    return time.time() - ago
+    return SYSTEM.wall() - ago
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ from typing import Optional
 
 import typer
 
+from engine.clock import SYSTEM
 from engine.cli.common import DbOpt, JsonOpt, _err, _open_store, _settings, _since, app
 
 __all__ = ["goodput", "parse_rate", "parse_seconds"]
@@ -122,7 +123,6 @@ def _measured(
     json_out: bool,
 ) -> None:
     """The measured report: every figure from the store (engine.ops.goodput)."""
-    import time
 
     from engine.ops.goodput import DEFAULT_GPUS_PER_NODE, report_from_store
     from engine.ops.goodput_text import render_text
@@ -140,7 +140,9 @@ def _measured(
         raise _usage("--until must be later than --since")
     store = _open_store(db, readonly=True)
     try:
-        rep = report_from_store(store, now=time.time(), since=lo, until=hi, job=job, gpus_per_node=k, gpus_from=source)
+        rep = report_from_store(
+            store, now=SYSTEM.wall(), since=lo, until=hi, job=job, gpus_per_node=k, gpus_from=source
+        )
     finally:
         store.close()
     typer.echo(json.dumps(rep, sort_keys=True) if json_out else render_text(rep))

@@ -16,6 +16,7 @@ import typer
 
 logger = logging.getLogger(__name__)
 
+from engine.clock import SYSTEM
 from engine.cli.common import _exit_on, _open_store, _write_or_exit
 
 __all__ = ["register"]
@@ -63,7 +64,7 @@ def register(app: typer.Typer, rules_app: typer.Typer) -> None:
         if not NODE_RE.match(node):
             _err(f"--node {node!r} is not a valid node name")
             raise typer.Exit(2)
-        begin = time.time() if start is None else _since(start)
+        begin = SYSTEM.wall() if start is None else _since(start)
         store = Store(_db(db))
         sid = store.add_silence(node, begin + seconds, reason, by, start=begin)
         typer.echo(
@@ -81,7 +82,7 @@ def register(app: typer.Typer, rules_app: typer.Typer) -> None:
         from engine.store import Store
 
         store = Store(_db(db))
-        rows = store.silences(active_at=None if all_ else time.time())
+        rows = store.silences(active_at=None if all_ else SYSTEM.wall())
         for r in rows:
             if json_out:
                 typer.echo(json.dumps(r))

@@ -33,9 +33,9 @@ import json
 import logging
 import os
 import sqlite3
-import time
 from typing import Callable
 
+from engine.clock import SYSTEM, Clock
 from engine.core.actions import plan_actions
 from engine.core.policy import isolate_settings
 from engine.errors import NotYet, StateUnknown, StoreError
@@ -66,7 +66,7 @@ class Actuator:
         verify_timeout: float = 20.0,
         retry_delay: float = 2.0,
         drain_retry_for: float | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM,
     ):
         self.store = store
         self.adapter = adapter
@@ -80,9 +80,11 @@ class Actuator:
         #: False while the scheduler is known not to answer (set by the controller's poller):
         #: actions wait instead of burning their attempts
         self.available = True
-        self._monotonic = monotonic
+        #: retry backoff, verify timeouts and the drain's retry window are measured on this clock,
+        #: against the journal's stamps (the store's clock: the controller hands both the same one)
+        self.clock = clock
         #: warnings about an action that waits go out once per LOG_EVERY_S, not on every step
-        self.limiter = LogLimiter(monotonic=monotonic)
+        self.limiter = LogLimiter(clock=clock)
         #: action id -> (when it first could not be told, how many times in a row)
         self._unknown: dict[int, tuple[float, int]] = {}
         self.hold_after_run = float(os.environ.get("RECOVER_TEST_HOLD_AFTER_RUN", "0") or 0)
@@ -100,7 +102,9 @@ class Actuator:
     def for_controller(cls, controller) -> "Actuator":
         if controller.adapter is None:
             raise RuntimeError("acting needs a scheduler: use --scheduler slurm, or --dry-run")
-        return cls(controller.store, controller.adapter, controller.compiled, controller.metrics)
+        return cls(
+            controller.store, controller.adapter, controller.compiled, controller.metrics, clock=controller.clock
+        )
 
     def submit(self, closed) -> None:
         """An incident closed with planned actions. They are already in the journal (committed with
@@ -131,7 +135,7 @@ class Actuator:
             return
         result = self.adapter.run(action["argv"], timeout)
         if self.hold_after_run:  # test seam: widen the crash window between running and journaling
-            time.sleep(self.hold_after_run)
+            self.clock.sleep(self.hold_after_run)
         output = (result.stdout + result.stderr)[-2000:]
         status = ActionStatus.SUCCEEDED if result.rc == 0 else ActionStatus.FAILED
         self.store.update_action(action["id"], status, rc=result.rc, output=output)
@@ -264,7 +268,7 @@ class Actuator:
         """The scheduler could not tell: wait, never guess; but not for ever. Once it has answered
         nothing else for ``drain_retry_for`` (and at least ``max_attempts`` times in a row), the
         action is escalated: a person is told, and the plan no longer waits behind it. True then."""
-        now = self._monotonic()
+        now = self.clock.monotonic()
         first, count = self._unknown.get(action["id"], (now, 0))
         count += 1
         self._unknown[action["id"]] = (first, count)
@@ -323,15 +327,15 @@ class Actuator:
                 inc, why + f"; retrying for up to {self.drain_retry_for:.0f} s", f"drain-pending-{action['target']}"
             )
             first = float(action.get("created_at") or action["updated_at"])
-            if time.time() - first >= self.drain_retry_for:
-                self._escalate(action, inc, f"the scheduler did not answer for {time.time() - first:.0f} s")
+            if self.clock.wall() - first >= self.drain_retry_for:
+                self._escalate(action, inc, f"the scheduler did not answer for {self.clock.wall() - first:.0f} s")
                 return True
         return False
 
     def _advance(self, action: dict, inc) -> bool:
         """Move one action along; True when it reached a terminal state."""
         status = action["status"]
-        age = time.time() - float(action["updated_at"])
+        age = self.clock.wall() - float(action["updated_at"])
         if status == ActionStatus.PLANNED:
             return self._replan_and_run(action, inc)
         if status == ActionStatus.STARTED:  # a crash between start and result: did it happen?
@@ -372,7 +376,7 @@ class Actuator:
             )
             if by_time:
                 first = float(action.get("created_at") or action["updated_at"])
-                waited = time.time() - first
+                waited = self.clock.wall() - first
                 if self._verify_name(action) == "node_drained":
                     why = (
                         f"drain of {action['target']} has not taken yet "

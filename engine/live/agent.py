@@ -28,9 +28,9 @@ import os
 import queue
 import signal
 import threading
-import time
 from typing import Any, Mapping, Sequence
 
+from engine.clock import SYSTEM, Clock
 from engine.errors import SchedulerError
 from engine.facts import Fact
 from engine.sources.kmsg import KernelLogSource, default_rulebook, launch_positions
@@ -71,7 +71,7 @@ class _EventThread(threading.Thread):
             self.watcher.close()
 
 
-def _gpus_missing(node: str, need: int, exc: Exception) -> Fact:
+def _gpus_missing(node: str, need: int, exc: Exception, at: float) -> Fact:
     return Fact.make(
         "gpu_state",
         {
@@ -82,7 +82,7 @@ def _gpus_missing(node: str, need: int, exc: Exception) -> Fact:
             "severity": "fail",
             "error": str(exc)[:200],
         },
-        time.time(),
+        at,
         f"nvml:{node}:count",
     )
 
@@ -120,10 +120,11 @@ class Agent:
         defaults: bool = True,
         launch: Mapping[str, Any] | None = None,
         reload_check_s: float = RELOAD_CHECK_S,
+        clock: Clock = SYSTEM,
     ) -> None:
         # first, before anything slow: where the kernel log ends now is where a first start begins
         self.launch = dict(launch) if launch is not None else launch_positions(kernel_log, kmsg, kmsg_path)
-        self.node, self.spool_dir = node, spool_dir
+        self.node, self.spool_dir, self.clock = node, spool_dir, clock  # handed to every part it builds
         self.kernel_log, self.kmsg, self.kmsg_path, self.replay = kernel_log, kmsg, kmsg_path, replay
         self.nvml, self.nvml_backend, self.nvml_events = nvml, nvml_backend, nvml_events
         self.poll_interval, self.tick, self.nvml_retry_s, self.fsync = poll_interval, tick, nvml_retry_s, fsync
@@ -183,6 +184,7 @@ class Agent:
                 replay=self.replay,
                 position=self._position("kernel_log"),
                 rulebook=self.rulebook,
+                clock=self.clock,
             )
             if not os.path.exists(self.kernel_log):
                 logger.warning("agent %s: kernel log %s does not exist yet; waiting for it", node, self.kernel_log)
@@ -194,6 +196,7 @@ class Agent:
                 replay=self.replay,
                 position=self._position("kmsg"),
                 rulebook=self.rulebook,
+                clock=self.clock,
             )
             try:
                 src.open()
@@ -209,7 +212,7 @@ class Agent:
         self.expected = expected_gpus or (remembered if isinstance(remembered, int) and remembered > 0 else None)
         if self.nvml:
             self.poller = self._try_nvml()
-            self._next_nvml_try = time.monotonic() + self.nvml_retry_s
+            self._next_nvml_try = self.clock.monotonic() + self.nvml_retry_s
         if not self.kernel_sources and self.poller is None and not self.pending:
             why = [
                 "kernel log: none given" if not self.kernel_log else "",
@@ -219,10 +222,10 @@ class Agent:
             logger.error("agent %s: no source can run (%s)", node, "; ".join(w for w in why if w))
             self.close()
             return False
-        self.writer = SpoolWriter(self.spool_dir, node, fsync=self.fsync)
+        self.writer = SpoolWriter(self.spool_dir, node, fsync=self.fsync, clock=self.clock)
         if self.poller is not None:
             self.event_thread = self._start_events(self.poller)
-        self._next_check = time.monotonic() + self.reload_check_s
+        self._next_check = self.clock.monotonic() + self.reload_check_s
         logger.info(
             "agent %s: running (sources: %s) → %s",
             node,
@@ -262,7 +265,9 @@ class Agent:
 
     def _try_nvml(self) -> NvmlPoller | None:
         node = self.node
-        p = NvmlPoller(node, backend=self.nvml_backend, thresholds=self.thresholds, expected_gpus=self.expected)
+        p = NvmlPoller(
+            node, backend=self.nvml_backend, thresholds=self.thresholds, expected_gpus=self.expected, clock=self.clock
+        )
         p.restore(self.state.get("nvml"))
         try:
             p.start()
@@ -274,7 +279,7 @@ class Agent:
                 # the node should have GPUs and NVML cannot reach any: the GPUs are missing
                 self._nvml_missing_reported = True
                 logger.error("agent %s: %s, and %d GPU(s) are expected: reporting them missing", node, exc, need)
-                self.pending.append(_gpus_missing(node, need, exc))
+                self.pending.append(_gpus_missing(node, need, exc, self.clock.wall()))
             if not self._nvml_note_logged:
                 self._nvml_note_logged = True
                 more = " The kernel-log source keeps running." if self.kernel_sources else ""
@@ -296,7 +301,7 @@ class Agent:
     def _start_events(self, p: NvmlPoller) -> _EventThread | None:
         if not self.nvml_events:
             return None
-        w = NvmlEventWatcher(self.node, backend=p.nv)
+        w = NvmlEventWatcher(self.node, backend=p.nv, clock=self.clock)
         try:
             w.start()
         except NvmlUnavailable as exc:
@@ -352,7 +357,7 @@ class Agent:
     def step(self) -> None:
         """One tick: the kernel log, NVML when due, the NVML events; then the spool and state."""
         self.read_kernel()
-        now_mono = time.monotonic()
+        now_mono = self.clock.monotonic()
         if self.nvml and self.poller is None and now_mono >= self._next_nvml_try:
             self._next_nvml_try = now_mono + self.nvml_retry_s
             self.poller = self._try_nvml()
@@ -360,7 +365,7 @@ class Agent:
                 self.event_thread = self._start_events(self.poller)
         if self.poller is not None and now_mono >= self._next_poll:
             self._next_poll = now_mono + self.poll_interval
-            self.pending.extend(self.poller.poll(time.time()))
+            self.pending.extend(self.poller.poll(self.clock.wall()))
         while True:
             try:
                 self.pending.append(self.events.get_nowait())
@@ -370,9 +375,9 @@ class Agent:
 
     def rulebook_changed(self) -> bool:
         """Whether the rulebook's files changed (looked at every ``reload_check_s``)."""
-        if self.watch is None or time.monotonic() < self._next_check:
+        if self.watch is None or self.clock.monotonic() < self._next_check:
             return False
-        self._next_check = time.monotonic() + self.reload_check_s
+        self._next_check = self.clock.monotonic() + self.reload_check_s
         return bool(self.watch.changed())
 
     # -- reload -------------------------------------------------------------------------------
@@ -433,7 +438,7 @@ class Agent:
                 if reload_requested.is_set() and not stop.is_set():
                     reload_requested.clear()
                     self.reload()
-                stop.wait(max(0.01, min(self.tick, self.poll_interval)))
+                self.clock.wait(stop, max(0.01, min(self.tick, self.poll_interval)))
             self.read_kernel()
             self.flush()
         finally:
@@ -471,6 +476,8 @@ def run_agent(
     ``scheduler``, an adapter, for the node's: ``node_gpu_count``), or ``None``; failing those, the rulebook's ``expected_gpus``, else the count
     NVML first gave, remembered in the state across restarts. Fewer GPUs, a count NVML cannot
     give, or NVML failing to start on a node that should have GPUs, is a ``gpus_missing`` fact.
+    ``clock``: the one ``Clock`` the agent reads and waits on, handed to every part it builds (the
+    kernel log, the NVML poller and event watcher, the spool writer); the machine's by default.
     Other keyword options are ``Agent``'s.
     """
     agent = Agent(node, spool_dir, kernel_log, kmsg, nvml, poll_interval, nvml_backend, state_dir, **options)

@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-import time
 from contextlib import AbstractContextManager
 from typing import Any, Callable, Mapping
 
+from engine.clock import SYSTEM, Clock
 from engine.core.incidents import ClosedIncident
 from engine.live.metrics import LogLimiter, Metrics
 from engine.live.filestate import state_of
@@ -66,14 +66,14 @@ class Batch:
         metrics: Metrics,
         limiter: LogLimiter,
         on_commit: Callable[[list[ClosedIncident]], None],
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM,
     ):
         self.store = store
         self.follower = follower
         self.metrics = metrics
         self.limiter = limiter
         self._on_commit = on_commit
-        self._monotonic = monotonic
+        self.clock = clock
         self._tx: AbstractContextManager[Any] | None = None  # Store.transaction(), entered
         self._started = 0.0
         self.hits = 0
@@ -131,11 +131,13 @@ class Batch:
             tx = self.store.transaction()
             tx.__enter__()
             self._tx = tx
-            self._started = self._monotonic()
+            self._started = self.clock.monotonic()
             self.hits = 0
 
     def full(self) -> bool:
-        return self._tx is not None and (self.hits >= BATCH_HITS or self._monotonic() - self._started >= BATCH_SECONDS)
+        return self._tx is not None and (
+            self.hits >= BATCH_HITS or self.clock.monotonic() - self._started >= BATCH_SECONDS
+        )
 
     def commit(self) -> None:
         """Commit facts, incidents and the read offsets of the files they came from, together."""
@@ -159,7 +161,7 @@ class Batch:
         except BaseException:
             self._discard()
             raise
-        now = time.time()
+        now = self.clock.wall()
         for t in moved:
             state_of(t).committed = (t.inode, t.offset, t.line_no)
         if self._lines:

@@ -5,7 +5,8 @@ their own). Each ``step()`` reads the followed files and the agents' spool (``in
 scheduler (``schedpoll``) and advances the engine's timers, all inside one ``Batch``: the
 effects (facts, firings, incidents) are committed in the same SQLite transaction as the new read
 offsets, so a kill -9 neither loses nor repeats a line; closed incidents are then recommended
-(monitor mode) or handed to the actuator. Time is wall time (``ingest.clock``).
+(monitor mode) or handed to the actuator. Time is ``config.clock``'s (engine time: its wall time,
+``ingest.engine_time``), and every part built here is handed that one ``Clock``.
 
 When the store refuses writes or a step fails unexpectedly, input pauses (``outage``) and memory
 is rebuilt from what the store committed once it takes writes again. SIGTERM/SIGINT stop it
@@ -28,10 +29,10 @@ import logging
 import os
 import signal
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from engine.clock import SYSTEM, Clock
 from engine.core.incidents import ClosedIncident, Engine
 from engine.core.context import ClusterContext
 from engine.core.converter import HitConverter
@@ -39,7 +40,7 @@ from engine.core.rete import is_registered, ruleset_definition
 from engine.live.frdumps import DumpWatch
 from engine.sources.flight_recorder import Limits
 from engine.live.batch import STORE_ERRORS, Batch
-from engine.live.ingest import FileIngest, FileState, SpoolIngest, clock, set_job
+from engine.live.ingest import FileIngest, FileState, SpoolIngest, engine_time, set_job
 from engine.live.launch import READY
 from engine.live.leader import DEFAULT_LEASE_S, Leadership
 from engine.live.metrics import Gauges, LogLimiter, Metrics, update_ha
@@ -104,15 +105,18 @@ class ControllerConfig:
     #: the leader lease's time to live (seconds): one controller per store acts, the others follow
     #: and take over within about this once it stops renewing
     lease_s: float = DEFAULT_LEASE_S
+    #: the one clock every part reads and waits on (a test hands a FakeClock)
+    clock: Clock = SYSTEM
 
 
 class Controller:
     def __init__(self, config: ControllerConfig, compiled: CompiledRulebook):
         self.cfg = config
+        self.clock = clock = config.clock
         self.compiled = compiled
         if config.from_start and not config.dry_run:
             raise ValueError("from_start reads the past: only in monitor mode")
-        self.store = Store(config.db)
+        self.store = Store(config.db, clock=clock)
         # a new database knows nothing of what was read before it: the files already there are
         # history, read from their end, unless a backfill (monitor mode) was asked for
         self.skip_existing = self.store.fresh and not config.from_start
@@ -123,10 +127,10 @@ class Controller:
         self.store.context = "live:scheduler" if scheduled else "live:logs"
         self.mode = "recommend" if config.dry_run else "act"
         # one controller per store records and acts; a second one follows (and says who leads)
-        self.leader = Leadership(self.store, config.lease_s, mode=self.mode, info=self._seen)
+        self.leader = Leadership(self.store, config.lease_s, mode=self.mode, info=self._seen, clock=clock)
         self.leader.tick()
         self.metrics = Metrics(config.metrics_port)
-        self.limiter = LogLimiter()
+        self.limiter = LogLimiter(clock=clock)
         self.cluster = ClusterContext()
         self.stop_event = threading.Event()
         self.reload_requested = threading.Event()
@@ -148,10 +152,12 @@ class Controller:
             on_new=self._on_new_file,
             heads=self.store.offset_heads(),
             start_at_end=self.skip_existing,
+            clock=clock,
         )
-        self.batch = Batch(self.store, self.follower, self.metrics, self.limiter, on_commit=self._announce)
+        self.batch = Batch(self.store, self.follower, self.metrics, self.limiter, self._announce, clock)
+        scheduled = self.adapter is not None
         self.files = FileIngest(
-            self.cluster, self.batch, self.metrics, self.limiter, self.stop_event, scheduled=self.adapter is not None
+            self.cluster, self.batch, self.metrics, self.limiter, self.stop_event, scheduled=scheduled, clock=clock
         )
         self.engine = self._new_engine(compiled)
         self.engine.resume()
@@ -177,6 +183,7 @@ class Controller:
                 interval=config.scheduler_interval,
                 startup_wait=config.scheduler_startup_wait,
                 on_available=self._scheduler_available,
+                clock=clock,
             )
         # the loader is looked up when called (a test replaces this module's load_rulebook)
         self.rulebook = RulebookWatch(
@@ -185,8 +192,8 @@ class Controller:
             self.metrics,
             load=lambda: load_rulebook(self.cfg.rules, defaults=self.cfg.defaults, overlays=self.cfg.overlays),
         )
-        self.outage = StoreOutage(self.store.path, self.metrics, self.limiter)
-        self.gauges = Gauges(self.metrics)
+        self.outage = StoreOutage(self.store.path, self.metrics, self.limiter, clock=clock)
+        self.gauges = Gauges(self.metrics, clock)
         self.lost_reason: str | None = None
         self.frdumps = DumpWatch(
             config.fr_dump_dir,
@@ -251,7 +258,7 @@ class Controller:
     def _first_poll(self) -> bool:
         assert self.sched is not None
         try:
-            self.sched.poll(clock(), self.engine)
+            self.sched.poll(engine_time(self.clock), self.engine)
             ok = self.sched.ok
             self.batch.commit()
         except STORE_ERRORS as exc:
@@ -420,7 +427,7 @@ class Controller:
             return False
         try:
             with self.store.transaction():
-                self.store.set_meta("alive", json.dumps(time.time()))
+                self.store.set_meta("alive", json.dumps(self.clock.wall()))
             committed = self.store.offsets()
         except STORE_ERRORS as exc:
             self._store_failed(exc)
@@ -478,10 +485,10 @@ class Controller:
                 if self.spool_in is not None:
                     self.spool_in.feed(self.engine)
                 if self.sched is not None:
-                    self.sched.poll(clock(), self.engine)
+                    self.sched.poll(engine_time(self.clock), self.engine)
                 self.batch.begin()
-                self.frdumps.step(self.engine, self.batch, clock())  # never waits: see live.frdumps
-                self.engine.advance(clock())
+                self.frdumps.step(self.engine, self.batch, engine_time(self.clock))  # never waits: see live.frdumps
+                self.engine.advance(engine_time(self.clock))
             self.batch.commit()
         except STORE_ERRORS as exc:
             self._store_failed(exc)
@@ -536,7 +543,7 @@ class Controller:
         if self.cfg.reloaded:
             self.rulebook.accepted(self.compiled)
         rescan_every = max(1.0, float(self.cfg.poll or 0.0))
-        last_rescan = last_gauges = time.monotonic()
+        last_rescan = last_gauges = self.clock.monotonic()
         self._update_gauges()
         try:
             while not self.stop_event.is_set():
@@ -548,7 +555,7 @@ class Controller:
                     if self.outage.failures < 3 or self.limiter.ok("step-failed"):
                         logger.exception("controller step failed (its transaction was rolled back); continuing")
                     self.outage.bug()
-                now = time.monotonic()
+                now = self.clock.monotonic()
                 if now - last_rescan >= rescan_every:
                     last_rescan = now
                     try:
@@ -569,9 +576,9 @@ class Controller:
                 if self.stop_event.is_set():
                     break
                 if self.outage.down:
-                    self.stop_event.wait(self.outage.wait_s(self.cfg.tick))
+                    self.clock.wait(self.stop_event, self.outage.wait_s(self.cfg.tick))
                 else:
-                    self.follower.wake.wait(self.cfg.tick)
+                    self.clock.wait(self.follower.wake, self.cfg.tick)
         finally:
             logger.info("recover run: stopping")
             try:

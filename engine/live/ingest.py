@@ -21,9 +21,9 @@ import logging
 import math
 import os
 import threading
-import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
+from engine.clock import SYSTEM, Clock
 from engine.core.incidents import Engine
 from engine.core.context import ClusterContext, FileContext, job_from_filename
 from engine.core.converter import HitConverter
@@ -40,9 +40,9 @@ from engine.store import Store
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CLOCK_STEP", "PASS_SECONDS", "FileIngest", "FileState", "SpoolIngest", "clock", "set_job"]
+__all__ = ["CLOCK_STEP", "PASS_SECONDS", "FileIngest", "FileState", "SpoolIngest", "engine_time", "set_job"]
 
-#: resolution of the engine's clock (see clock)
+#: resolution of the engine's clock (see engine_time)
 CLOCK_STEP = 0.01
 #: the spool is read this much at most per pass
 SPOOL_READ_BYTES = 4 << 20
@@ -62,11 +62,11 @@ _SPOOL_REFUSALS = (
 )
 
 
-def clock() -> float:
-    """Engine time, live: wall time in steps of CLOCK_STEP. Every fact is stamped on arrival;
+def engine_time(clock: Clock = SYSTEM) -> float:
+    """Engine time, live: ``clock``'s wall time in steps of CLOCK_STEP. Every fact is stamped on arrival;
     with a new time for each fact the engine would run its timers (every open incident, every
     tracked job attempt) once per fact; in steps, at most 1/CLOCK_STEP times a second."""
-    return math.floor(time.time() / CLOCK_STEP) * CLOCK_STEP
+    return math.floor(clock.wall() / CLOCK_STEP) * CLOCK_STEP
 
 
 def set_job(t: Tailed, job: str, attempt: int, nodes: Sequence[str]) -> None:
@@ -97,7 +97,7 @@ class FileIngest:
         stop: threading.Event,
         *,
         scheduled: bool,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM,
     ):
         self.cluster = cluster
         self.batch = batch
@@ -105,13 +105,13 @@ class FileIngest:
         self.limiter = limiter
         self.stop = stop
         self.scheduled = scheduled
-        self._monotonic = monotonic
+        self.clock = clock
         self.paused: dict[str, Tailed] = {}  # files with hits left to convert, by path
 
     def use(self, compiled: CompiledRulebook) -> None:
         """The matchers of this rulebook from now on (each file's scanner is replaced when the
         follower rewinds it)."""
-        self.converter = HitConverter(list(compiled.matchers), self.cluster, clock=clock)
+        self.converter = HitConverter(list(compiled.matchers), self.cluster, clock=lambda: engine_time(self.clock))
         self.converter.scheduler = self.scheduled  # only the scheduler says which job runs where
         self.zone = log_zone(compiled.policy.log_timezone)  # stamps without a zone: the rulebook's one rule
         self.compiled = compiled
@@ -198,7 +198,7 @@ class FileIngest:
         """Convert ``p``'s hits from ``p.next`` on and ingest them (see ``feed``); after
         PASS_SECONDS of it the file is paused, the rest kept in ``FileState.pending``."""
         hits, n, i = p.hits, len(p.hits), p.next
-        deadline = self._monotonic() + PASS_SECONDS if p.data else math.inf  # a rotated file's end is never paused
+        deadline = self.clock.monotonic() + PASS_SECONDS if p.data else math.inf  # a rotated file's end is never paused
         batch = self.batch
         while True:
             batch.begin()
@@ -221,7 +221,7 @@ class FileIngest:
                         batch.quarantine("line", f"{t.path}:{hit.line_no}", hit.line.decode("utf-8", "replace"), exc)
                     j += 1
                     batch.count_hit()
-                if j < n and (batch.full() or self.stop.is_set() or self._monotonic() >= deadline):
+                if j < n and (batch.full() or self.stop.is_set() or self.clock.monotonic() >= deadline):
                     break
             for flood in stream.grown():  # repeats after a flood's first one in this piece
                 engine.flooded(flood)
@@ -242,7 +242,7 @@ class FileIngest:
             batch.commit()
             if self.stop.is_set():
                 return False
-            if self._monotonic() >= deadline:  # the others' turn: the rest at the next pass
+            if self.clock.monotonic() >= deadline:  # the others' turn: the rest at the next pass
                 p.next = j
                 state_of(t).pending, t.held = p, True
                 self.paused[t.path] = t

@@ -13,9 +13,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Callable, Sequence
+
+from engine.clock import SYSTEM, Clock
 
 __all__ = ["READY", "run_argv", "start", "stop", "wait_ready"]
 
@@ -58,15 +59,21 @@ def run_argv(
     return argv + list(extra)
 
 
-def wait_ready(proc: subprocess.Popen, output: Callable[[], str], timeout: float = 30.0, every: float = 0.05) -> float:
+def wait_ready(
+    proc: subprocess.Popen,
+    output: Callable[[], str],
+    timeout: float = 30.0,
+    every: float = 0.05,
+    clock: Clock = SYSTEM,
+) -> float:
     """Wait until the controller's ``output`` shows READY; the seconds it took. RuntimeError, with
     what it wrote, when it exits first or does not get there within ``timeout``."""
-    t0 = time.monotonic()
+    t0 = clock.monotonic()
     while READY not in output():
-        if proc.poll() is not None or time.monotonic() - t0 > timeout:
+        if proc.poll() is not None or clock.monotonic() - t0 > timeout:
             raise RuntimeError(f"the controller did not start:\n{output()[-3000:]}")
-        time.sleep(every)
-    return time.monotonic() - t0
+        clock.sleep(every)
+    return clock.monotonic() - t0
 
 
 def start(

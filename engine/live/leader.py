@@ -19,9 +19,9 @@ import json
 import logging
 import os
 import socket
-import time
 from typing import Callable
 
+from engine.clock import SYSTEM, Clock
 from engine.store import Store, StoreError
 
 logger = logging.getLogger(__name__)
@@ -32,9 +32,9 @@ __all__ = ["DEFAULT_LEASE_S", "Leadership", "holder_id"]
 DEFAULT_LEASE_S = 15.0
 
 
-def holder_id() -> str:
+def holder_id(clock: Clock = SYSTEM) -> str:
     """host:pid:start, so that a restarted process (same pid, later start) is another holder."""
-    return f"{socket.gethostname()}:{os.getpid()}:{time.time():.6f}"
+    return f"{socket.gethostname()}:{os.getpid()}:{clock.wall():.6f}"
 
 
 def _gone(holder: str) -> bool:
@@ -62,19 +62,19 @@ class Leadership:
         *,
         holder: str | None = None,
         mode: str = "act",
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM,
         info: Callable[[], dict] | None = None,
     ):
         if ttl <= 0:
             raise ValueError("the lease's time to live must be positive")
         self.store = store
         self.ttl = float(ttl)
-        self.holder = holder or holder_id()
+        self.holder = holder or holder_id(clock)
         self.mode = mode
-        self._mono = monotonic
+        self.clock = clock
         #: what this controller sees, written with its heartbeat (``recover status``)
         self.info = info
-        self.started_at = time.time()
+        self.started_at = clock.wall()
         self.term: int | None = None
         #: monotonic time until which this process may act (leader only)
         self.deadline = 0.0
@@ -92,12 +92,12 @@ class Leadership:
 
     def acting(self) -> bool:
         """Whether this process may act now (leader, and its own deadline not passed)."""
-        return self.term is not None and self._mono() < self.deadline
+        return self.term is not None and self.clock.monotonic() < self.deadline
 
     def tick(self) -> str | None:
         """One look at the lease: "took" when this process became the leader, "lost" when it
         stopped being it, None when nothing changed."""
-        now = self._mono()
+        now = self.clock.monotonic()
         change = None
         if self.term is not None and now >= self.deadline:
             change = self.step_down("could not renew the lease before it ran out (paused, or the store away)")
@@ -190,4 +190,4 @@ class Leadership:
 
     def lease_age(self) -> float | None:
         """Seconds since this process took the lease (None when it does not hold it)."""
-        return None if self.term is None else self._mono() - self.acquired_mono
+        return None if self.term is None else self.clock.monotonic() - self.acquired_mono

@@ -7,10 +7,10 @@ Each controller owns its registry, so several controllers in one process (tests)
 from __future__ import annotations
 
 import logging
-import time
-from typing import Callable, Mapping
+from typing import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from engine.clock import SYSTEM, Clock
 
 logger = logging.getLogger(__name__)
 
@@ -152,13 +152,13 @@ class LogLimiter:
         logger.warning("spool %s: read failed: %s", path, exc)
     """
 
-    def __init__(self, every: float = LOG_EVERY_S, monotonic: Callable[[], float] = time.monotonic):
+    def __init__(self, every: float = LOG_EVERY_S, clock: Clock = SYSTEM):
         self.every = every
-        self._monotonic = monotonic
+        self.clock = clock
         self._last: dict[str, float] = {}
 
     def ok(self, key: str) -> bool:
-        now = self._monotonic()
+        now = self.clock.monotonic()
         if now - self._last.get(key, -self.every) >= self.every:
             self._last[key] = now
             return True
@@ -169,10 +169,10 @@ class Gauges:
     """What the controller's loop refreshes every second: line and fact rates, source health, and
     the follower's problem counters turned into increments of ``recover_source_errors_total``."""
 
-    def __init__(self, metrics: Metrics, monotonic: Callable[[], float] = time.monotonic):
+    def __init__(self, metrics: Metrics, clock: Clock = SYSTEM):
         self.metrics = metrics
-        self._monotonic = monotonic
-        self._rate_mark = (monotonic(), 0, 0)
+        self.clock = clock
+        self._rate_mark = (clock.monotonic(), 0, 0)
         self._file_errors: dict[str, int] = {}
 
     def update(
@@ -188,7 +188,7 @@ class Gauges:
         """``lines``/``facts``: committed since start; ``files``: (healthy, unhealthy) followed files;
         ``spool_ok``: None without a spool; ``scheduler``: whether one is polled."""
         m = self.metrics
-        now = self._monotonic()
+        now = self.clock.monotonic()
         t0, l0, f0 = self._rate_mark
         if now - t0 >= 1.0:
             m.lines_rate.set((lines - l0) / (now - t0))

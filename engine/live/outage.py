@@ -16,9 +16,8 @@ from what the store has committed and reads again from there.
 from __future__ import annotations
 
 import logging
-import time
-from typing import Callable
 
+from engine.clock import SYSTEM, Clock
 from engine.live.metrics import LogLimiter, Metrics
 
 logger = logging.getLogger(__name__)
@@ -52,14 +51,12 @@ class StoreOutage:
         metrics: Metrics,
         limiter: LogLimiter,
         *,
-        wall: Callable[[], float] = time.time,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM,
     ):
         self.path = path
         self.metrics = metrics
         self.limiter = limiter
-        self._wall = wall
-        self._monotonic = monotonic
+        self.clock = clock
         self.down_since: float | None = None  # wall time the pause began
         self.retry_at = 0.0  # monotonic time of the next probe
         self.failures = 0  # unexpected errors in a row
@@ -75,7 +72,7 @@ class StoreOutage:
         self.metrics.store_healthy.set(0)
         self._reason = None
         if self.down_since is None:
-            self.down_since = self._wall()
+            self.down_since = self.clock.wall()
             logger.error(
                 "incident store %s refused a write (%s): input paused; nothing is lost, reading resumes "
                 "from the last committed positions once it accepts writes again",
@@ -87,16 +84,16 @@ class StoreOutage:
                 "incident store %s still refuses writes (%s), down for %.0f s",
                 self.path,
                 describe(exc),
-                self._wall() - self.down_since,
+                self.clock.wall() - self.down_since,
             )
-        self.retry_at = self._monotonic() + STORE_RETRY_S
+        self.retry_at = self.clock.monotonic() + STORE_RETRY_S
 
     def bug(self) -> None:
         """A step failed unexpectedly (its transaction was rolled back): memory is made to agree
         with the store again as after an outage, after a backoff that grows while it repeats."""
         self.failures += 1
-        self.down_since = self.down_since or self._wall()
-        self.retry_at = self._monotonic() + min(BUG_BACKOFF_MAX_S, 0.5 * 2 ** min(self.failures, 6))
+        self.down_since = self.down_since or self.clock.wall()
+        self.retry_at = self.clock.monotonic() + min(BUG_BACKOFF_MAX_S, 0.5 * 2 ** min(self.failures, 6))
         self._reason = "after an unexpected error"
 
     def succeeded(self) -> None:
@@ -104,15 +101,15 @@ class StoreOutage:
         self.failures = 0
 
     def due(self) -> bool:
-        return self._monotonic() >= self.retry_at
+        return self.clock.monotonic() >= self.retry_at
 
     def wait_s(self, tick: float) -> float:
         """How long the loop may sleep while down: until the next probe, at most a tick."""
-        return min(tick, max(0.0, self.retry_at - self._monotonic())) or tick
+        return min(tick, max(0.0, self.retry_at - self.clock.monotonic())) or tick
 
     def recovered(self) -> str:
         """The store took a probe's write: input resumes. Returns why memory is rebuilt (for the log)."""
-        down = self._wall() - (self.down_since if self.down_since is not None else self._wall())
+        down = self.clock.wall() - (self.down_since if self.down_since is not None else self.clock.wall())
         why = self._reason or f"incident store {self.path} accepts writes again after {down:.1f} s"
         self.down_since = None
         self._reason = None

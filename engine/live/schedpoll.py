@@ -29,9 +29,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from typing import Any, Callable, Sequence
 
+from engine.clock import SYSTEM, Clock
 from engine.core.incidents import Engine
 from engine.core.context import ClusterContext
 from engine.facts import JOB_ACTIVE_STATES, Fact
@@ -65,7 +65,7 @@ class SchedulerPoll:
         interval: float = 5.0,
         startup_wait: float = 30.0,
         on_available: Callable[[bool], None] | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM,
     ):
         self.adapter = adapter
         self.name = name  # the facts' origin: "<name>:jobs", "<name>:nodes"
@@ -78,7 +78,7 @@ class SchedulerPoll:
         self.interval = interval
         self.startup_wait = startup_wait
         self.on_available = on_available
-        self._monotonic = monotonic
+        self.clock = clock
         self.worker: Any = None  # a PollWorker once start_worker(); until then poll() asks inline
         self._last = 0.0  # engine time of the last inline poll
         self.ok = False  # whether the last inline poll was answered
@@ -113,23 +113,23 @@ class SchedulerPoll:
     def wait_first_answer(self, stop: threading.Event, try_once: Callable[[], bool]) -> None:
         """At startup: ``try_once`` (a poll, committed) until the scheduler answers, a stop is
         asked, or ``startup_wait`` has passed (then input is read without its state)."""
-        deadline = self._monotonic() + max(0.0, self.startup_wait)
+        deadline = self.clock.monotonic() + max(0.0, self.startup_wait)
         while not stop.is_set():
             self._last = float("-inf")
             if try_once():
                 return
-            if self._monotonic() >= deadline:
+            if self.clock.monotonic() >= deadline:
                 logger.error(
                     "scheduler did not answer within %.0f s of startup: reading input without its state "
                     "(facts of nodes have no job until it answers)",
                     self.startup_wait,
                 )
                 return
-            stop.wait(1.0)
+            self.clock.wait(stop, 1.0)
 
     def start_worker(self) -> None:
         """Poll on a thread of its own from now on: a scheduler that hangs never blocks the loop."""
-        self.worker = PollWorker(self.adapter, self.interval, timeout=max(10.0, 2 * self.interval))
+        self.worker = PollWorker(self.adapter, self.interval, timeout=max(10.0, 2 * self.interval), clock=self.clock)
         self.worker.start()
 
     def stop(self) -> None:
@@ -153,7 +153,7 @@ class SchedulerPoll:
             return None
         self._last = now
         self.ok = False
-        started = time.time()  # what the answer says holds from then on (see engine.core.bind)
+        started = self.clock.wall()  # what the answer says holds from then on (see engine.core.bind)
         try:
             jobs = self.adapter.jobs()
             nodes = self.adapter.nodes()
@@ -175,7 +175,7 @@ class SchedulerPoll:
         if self.worker is not None:
             self.worker.ask(nodes)  # answered on its thread: the loop never waits for it
             return
-        started = time.time()
+        started = self.clock.wall()
         try:  # inline (startup, tests): bounded by the adapter's own timeout
             jobs = jobs_on(self.adapter, nodes)
         except Exception as exc:

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from engine.clock import SYSTEM, Clock
 from engine.facts import JOB_ACTIVE_STATES
 
 __all__ = ["Answer", "PollWorker", "Snapshot", "jobs_on"]
@@ -64,8 +64,9 @@ def jobs_on(adapter: Any, nodes: Iterable[str]) -> list[Any]:
 
 
 class PollWorker:
-    def __init__(self, adapter, interval: float = 5.0, timeout: float = 10.0):
+    def __init__(self, adapter, interval: float = 5.0, timeout: float = 10.0, *, clock: Clock = SYSTEM):
         self.adapter = adapter
+        self.clock = clock
         self.interval = interval
         self.timeout = timeout
         self.available = True
@@ -108,8 +109,8 @@ class PollWorker:
             nodes, self._asked = frozenset(self._asked), set()
         if not nodes:
             return
-        started = time.time()
-        self._call_started = time.monotonic()
+        started = self.clock.wall()
+        self._call_started = self.clock.monotonic()
         try:
             jobs = jobs_on(self.adapter, nodes)
         except Exception as exc:  # whether the scheduler answers is the polls' to say
@@ -123,7 +124,7 @@ class PollWorker:
     def take(self) -> Snapshot | None:
         """The newest snapshot not taken yet; also notices a call that overran its timeout."""
         started = self._call_started
-        if started is not None and time.monotonic() - started > self.timeout and self.available:
+        if started is not None and self.clock.monotonic() - started > self.timeout and self.available:
             self._mark_down(f"the scheduler did not answer within {self.timeout:g} s")
         with self._lock:
             snap, self._snapshot = self._snapshot, None
@@ -131,8 +132,8 @@ class PollWorker:
 
     def poll_once(self) -> None:
         """One poll, on the calling thread (the loop calls it; tests may too)."""
-        started = time.time()
-        self._call_started = time.monotonic()
+        started = self.clock.wall()
+        self._call_started = self.clock.monotonic()
         try:
             jobs = self.adapter.jobs()
             nodes = self.adapter.nodes()
@@ -142,24 +143,26 @@ class PollWorker:
         finally:
             self._call_started = None
         with self._lock:
-            self._snapshot = Snapshot(jobs, nodes, time.time(), started)
+            self._snapshot = Snapshot(jobs, nodes, self.clock.wall(), started)
         if not self.available:
-            logger.warning("scheduler answers again after %.0f s", time.time() - (self.down_since or time.time()))
+            logger.warning(
+                "scheduler answers again after %.0f s", self.clock.wall() - (self.down_since or self.clock.wall())
+            )
         self.available, self.error, self.down_since = True, None, None
 
     def _mark_down(self, why: str) -> None:
         if self.available:
             logger.error("scheduler unavailable: %s; actions wait until it answers", why)
-            self.down_since = time.time()
+            self.down_since = self.clock.wall()
         self.available, self.error = False, why
 
     def _loop(self) -> None:
-        due = time.monotonic()
+        due = self.clock.monotonic()
         while not self._stop.is_set():
             self._wake.clear()
             self.answer_once()  # a node's fault waits for this: before the poll
-            if time.monotonic() >= due:
-                began = time.monotonic()
+            if self.clock.monotonic() >= due:
+                began = self.clock.monotonic()
                 self.poll_once()
                 due = began + max(0.05, self.interval)
-            self._wake.wait(max(0.0, due - time.monotonic()))
+            self.clock.wait(self._wake, max(0.0, due - self.clock.monotonic()))

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from engine.clock import SYSTEM, Clock
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["run_demo", "FAILURE_MIX", "DemoResult"]
@@ -63,17 +65,18 @@ class DemoResult:
     seconds: float
 
 
-def _stamp() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03d}Z"
+def _stamp(clock: Clock) -> str:
+    now = clock.wall()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
 
 
-def _syslog(node: str) -> str:
-    return time.strftime("%b %d %H:%M:%S", time.gmtime()) + f" {node} kernel:"
+def _syslog(node: str, clock: Clock) -> str:
+    return time.strftime("%b %d %H:%M:%S", time.gmtime(clock.wall())) + f" {node} kernel:"
 
 
 class _World:
-    def __init__(self, root: Path, sim, nvml: dict):
-        self.root, self.sim, self.nvml = root, sim, nvml
+    def __init__(self, root: Path, sim, nvml: dict, clock: Clock):
+        self.root, self.sim, self.nvml, self.clock = root, sim, nvml, clock
         self.lock = threading.Lock()
 
     def job_log(self, job: str, *lines: str) -> None:
@@ -84,13 +87,13 @@ class _World:
     def kernel(self, node: str, *lines: str) -> None:
         with self.lock, open(self.root / f"kern-{node}.log", "a") as fh:
             for line in lines:
-                fh.write(f"{_syslog(node)} {line}\n")
+                fh.write(f"{_syslog(node, self.clock)} {line}\n")
 
 
 def _nccl_timeout(w: _World, job: str, node: str, rank: int = 0) -> None:
     w.job_log(
         job,
-        f"[rank{rank}]:[E{time.strftime('%m%d %H:%M:%S', time.gmtime())}.000000000 ProcessGroupNCCL.cpp:616] "
+        f"[rank{rank}]:[E{time.strftime('%m%d %H:%M:%S', time.gmtime(w.clock.wall()))}.000000000 ProcessGroupNCCL.cpp:616] "
         f"[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4412, OpType=ALLREDUCE, "
         f"NumelIn=1048576, NumelOut=1048576, Timeout(ms)=600000) ran for 600083 milliseconds before timing out.",
     )
@@ -99,7 +102,7 @@ def _nccl_timeout(w: _World, job: str, node: str, rank: int = 0) -> None:
 # each scenario prints what that failure looks like on a real cluster
 def _faulty_gpu(w, job, node):
     w.kernel(node, "NVRM: Xid (PCI:0000:3b:00): 79, pid=70011, name=pt_main_thread, GPU has fallen off the bus.")
-    time.sleep(0.5)
+    w.clock.sleep(0.5)
     for rank in range(4):
         _nccl_timeout(w, job, node, rank)
 
@@ -111,7 +114,7 @@ def _hbm(w, job, node):
         "NVRM: Xid (PCI:0000:3b:00): 48, pid=70011, name=pt_main_thread, An uncorrectable double bit error "
         "(DBE) has been detected on GPU in the framebuffer at physAddr 0x7fdf0de80 partition 5, subpartition 1",
     )
-    w.job_log(job, f"{_stamp()} [rank3]: RuntimeError: CUDA error: uncorrectable ECC error encountered")
+    w.job_log(job, f"{_stamp(w.clock)} [rank3]: RuntimeError: CUDA error: uncorrectable ECC error encountered")
 
 
 def _sram(w, job, node):
@@ -133,7 +136,7 @@ def _gsp(w, job, node):
 def _software_bug(w, job, node):
     w.job_log(
         job,
-        f"{_stamp()} [rank0]: Traceback (most recent call last):",
+        f"{_stamp(w.clock)} [rank0]: Traceback (most recent call last):",
         '[rank0]:   File "/workspace/train.py", line 212, in <module>',
         "[rank0]:     main(cfg)",
         "[rank0]: KeyError: 'lr_schedule'",
@@ -171,7 +174,7 @@ def _nccl_watchdog(w, job, node):
 
 
 def _nan(w, job, node):
-    w.job_log(job, f"{_stamp()} [rank0]: ValueError: NaN or Inf found in input tensor.")
+    w.job_log(job, f"{_stamp(w.clock)} [rank0]: ValueError: NaN or Inf found in input tensor.")
     w.sim.fail(job)
 
 
@@ -182,7 +185,8 @@ def _thermal(w, job, node):
 
 def _ssd(w, job, node):
     w.job_log(
-        job, f"{_stamp()} [rank0]: OSError: [Errno 5] Input/output error: '/checkpoints/run7/iter_0004000/model.pt'"
+        job,
+        f"{_stamp(w.clock)} [rank0]: OSError: [Errno 5] Input/output error: '/checkpoints/run7/iter_0004000/model.pt'",
     )
 
 
@@ -208,7 +212,9 @@ SCENARIOS: dict[str, Callable] = {
 }
 
 
-def run_demo(db: str, jobs: int = 6, seed: int = 7, timeout: float = 50.0, keep: str | None = None) -> DemoResult:
+def run_demo(
+    db: str, jobs: int = 6, seed: int = 7, timeout: float = 50.0, keep: str | None = None, clock: Clock = SYSTEM
+) -> DemoResult:
     from scheduler_adapters.registry import get_adapter
 
     from engine.live.agent import run_agent
@@ -216,7 +222,7 @@ def run_demo(db: str, jobs: int = 6, seed: int = 7, timeout: float = 50.0, keep:
     from engine.rulebook import require_rulebook
     from engine.sources.fake_nvml import FakeGpu, FakeNvml
 
-    t_start = time.monotonic()
+    t_start = clock.monotonic()
     root = Path(keep or tempfile.mkdtemp(prefix="recover-demo-"))
     (root / "logs").mkdir(parents=True, exist_ok=True)
     (root / "spool").mkdir(exist_ok=True)
@@ -233,7 +239,7 @@ def run_demo(db: str, jobs: int = 6, seed: int = 7, timeout: float = 50.0, keep:
     }
     for n in NODES:
         (root / f"kern-{n}.log").write_text("")
-    world = _World(root, sim, nvml)
+    world = _World(root, sim, nvml, clock)
     stop = threading.Event()
     agents = [
         threading.Thread(
@@ -252,6 +258,7 @@ def run_demo(db: str, jobs: int = 6, seed: int = 7, timeout: float = 50.0, keep:
                 stop_event=stop,
                 nvml_events=False,
                 tick=0.1,
+                clock=clock,
             ),
         )
         for n in NODES
@@ -269,6 +276,7 @@ def run_demo(db: str, jobs: int = 6, seed: int = 7, timeout: float = 50.0, keep:
         adapter=sim,
         scheduler_interval=0.5,
         tick=0.1,
+        clock=clock,
     )
     controller = Controller(cfg, compiled)
     ctl = threading.Thread(target=controller.run, name="controller", daemon=True)
@@ -300,14 +308,14 @@ def run_demo(db: str, jobs: int = 6, seed: int = 7, timeout: float = 50.0, keep:
             step += 1
             for j in running:
                 if sim.job(j).state == "RUNNING":
-                    world.job_log(j, f"{_stamp()} [Rank 0] step={step}, skipped=0, lr=[0.0001], mom=[(0.9, 0.95)]")
-            stop.wait(0.25)
+                    world.job_log(j, f"{_stamp(clock)} [Rank 0] step={step}, skipped=0, lr=[0.0001], mom=[(0.9, 0.95)]")
+            clock.wait(stop, 0.25)
 
     threading.Thread(target=workload, name="workload", daemon=True).start()
-    time.sleep(2.0)  # the controller has seen the jobs running
+    clock.sleep(2.0)  # the controller has seen the jobs running
     for comp, job, node in plan:
         SCENARIOS[comp](world, job, node)
-        time.sleep(1.0)
+        clock.sleep(1.0)
 
     from engine.store import Store, StoreError
 
@@ -319,9 +327,9 @@ def run_demo(db: str, jobs: int = 6, seed: int = 7, timeout: float = 50.0, keep:
         jobs_with_incident = {r.job for r in rows if r.status == "closed"}
         return all(job in jobs_with_incident for _, job, _ in plan) and all(r.status == "closed" for r in rows)
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not settled():
-        time.sleep(0.5)
+    deadline = clock.monotonic() + timeout
+    while clock.monotonic() < deadline and not settled():
+        clock.sleep(0.5)
     stop.set()
     controller.stop_event.set()
     controller.follower.wake.set()
@@ -331,4 +339,4 @@ def run_demo(db: str, jobs: int = 6, seed: int = 7, timeout: float = 50.0, keep:
     rows = Store(db, readonly=True).incidents()
     if not keep:
         shutil.rmtree(root, ignore_errors=True)
-    return DemoResult(db, plan, rows, time.monotonic() - t_start)
+    return DemoResult(db, plan, rows, clock.monotonic() - t_start)

@@ -18,11 +18,11 @@ from __future__ import annotations
 import logging
 import math
 import re
-import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
+from engine.clock import SYSTEM
 from engine.facts import SOURCE_KINDS
 from engine.ops.review import ReviewError, latest_reviews, parse_time
 from engine.rulebook.model import DECISIONS
@@ -85,7 +85,7 @@ def parse_since(text: str | None, now: float | None = None) -> float | None:
     m = _REL.match(text)
     if m:
         n, unit = float(m.group(1)), m.group(2)
-        return (now if now is not None else time.time()) - n * {"m": 60, "h": 3600, "d": 86400, "w": 604800}[unit]
+        return (now if now is not None else SYSTEM.wall()) - n * {"m": 60, "h": 3600, "d": 86400, "w": 604800}[unit]
     try:
         return parse_time(text)
     except ReviewError:
@@ -257,7 +257,7 @@ def autonomy_snippet(autonomy: list[dict[str, Any]]) -> str:
 def build_report(
     store: Store, since: float | None = None, thresholds: Thresholds = Thresholds(), now: float | None = None
 ) -> dict[str, Any]:
-    now = now if now is not None else time.time()
+    now = now if now is not None else store.clock.wall()
     reviews = latest_reviews(store)
     rows = store.incidents()
     open_n = sum(1 for r in rows if r.status != "closed")

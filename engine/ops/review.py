@@ -24,7 +24,6 @@ import io
 import json
 import logging
 import math
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterator
@@ -303,7 +302,7 @@ def import_reviews(store: Store, rows: list[ReviewRow]) -> ImportResult:
     result = ImportResult()
     existing = {(r["incident"], r["verdict"], r["did"], r["by"]) for r in store.reviews()}
     existing_at = {(r["incident"], r["verdict"], r["did"], r["by"], float(r["at"])) for r in store.reviews()}
-    now = time.time()
+    now = store.clock.wall()
     with store.transaction():
         for row in rows:
             problem = _usable(store, row.incident)

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 from xml.sax.saxutils import quoteattr
 
+from engine.clock import SYSTEM
 from engine.facts import Fact
 from engine.core.linetime import LineClock, log_zone
 from engine.core.rete import ReteNetwork
@@ -108,7 +108,7 @@ def run_one(
     compiled: CompiledRulebook, test: RuleTest, network: ReteNetwork, seen: set[str] | None = None
 ) -> TestOutcome:
     """Runs one test; adds to ``seen`` the id of every matcher that one of its lines hit."""
-    started = time.perf_counter()
+    started = SYSTEM.monotonic()
     handler = _RuleErrors()
     engine_log = logging.getLogger("engine")
     engine_log.addHandler(handler)
@@ -130,7 +130,7 @@ def run_one(
             f"runtime error in rule {rule_id}{where}: {message}" if rule_id else f"runtime error: {message}"
         )
         outcome.passed = False
-    outcome.seconds = time.perf_counter() - started
+    outcome.seconds = SYSTEM.monotonic() - started
     return outcome
 
 
@@ -144,7 +144,7 @@ def _run_one(compiled: CompiledRulebook, test: RuleTest, network: ReteNetwork, s
     inputs = [Input(i.file, _chunks(i.lines.encode("utf-8")), i.source) for i in test.inputs]
     # a stamp without a year is put in the latest year that is not after today (as a file is
     # placed by its mtime in replay): the lines of a test are in the past of whoever runs it
-    today = time.time()
+    today = SYSTEM.wall()
     origins: set[str] = set()
     ctx = dict(test.context)
     facts = []

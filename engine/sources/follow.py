@@ -29,11 +29,11 @@ import glob
 import logging
 import os
 import threading
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Generator, Iterator, Mapping
 
+from engine.clock import SYSTEM, Clock
 from engine.sources.tail import (
     DELETED,
     MOVED,
@@ -180,7 +180,9 @@ class Follower:
         heads: Mapping[str, str] | None = None,
         start_at_end: bool = False,
         max_open: int | None = None,
+        clock: Clock = SYSTEM,  # when a file was read, went missing, was handed off (wall time)
     ):
+        self.clock = clock
         self.globs = [os.path.abspath(g) for g in globs]
         #: a file with no saved position starts at its end (the last complete line) while this is
         #: set: the caller's new database must not take the files' past for the present
@@ -241,7 +243,7 @@ class Follower:
         self._expire_handoffs(0.0)
 
     def _expire_handoffs(self, max_age: float = HANDOFF_S) -> None:
-        now = time.time()
+        now = self.clock.wall()
         for ino, (fh, _, _, since) in list(self._handoff.items()):
             if now - since >= max_age or len(self._handoff) > HANDOFF_MAX:
                 del self._handoff[ino]
@@ -352,7 +354,7 @@ class Follower:
             for p in glob.glob(g, recursive=True):
                 if os.path.isfile(p) and not os.path.islink(p):
                     self.add(p)
-        now = time.time()
+        now = self.clock.wall()
         for path, t in list(self.files.items()):
             if t.gone and t.fh is None and t.gone_since is not None and now - t.gone_since > FORGET_GONE_S:
                 del self.files[path]
@@ -390,7 +392,7 @@ class Follower:
                 # a job's log removed (cleaned up, rotated away) is routine
                 logger.info("%s: gone (%s); following it again if it reappears", t.path, why)
             t.gone = True
-            t.gone_since = t.gone_since or time.time()
+            t.gone_since = t.gone_since or self.clock.wall()
             t.errors = 0
             t.last_error = why
             return
@@ -537,7 +539,7 @@ class Follower:
                 if t.path in self._open_lru:
                     self._open_lru.move_to_end(t.path)
                 self.stats["read_bytes"] += len(data)
-                t.read_pos, t.read_at = pos, time.time()
+                t.read_pos, t.read_at = pos, self.clock.wall()
                 budget -= len(data)
                 yield t, data
                 if t.fh is None:  # the caller rewound it
@@ -552,7 +554,7 @@ class Follower:
                     continue
             # at the end of what the open file has: has the name moved on? (checked when a read
             # finds nothing new, and at least every CHECK_S while a file keeps growing)
-            now = time.monotonic()
+            now = self.clock.monotonic()
             if data and now - t.checked_at < CHECK_S:
                 return
             t.checked_at = now
@@ -569,13 +571,13 @@ class Follower:
                 else:
                     logger.info("%s: rotated; the old file was read to its end", t.path)
                 if gone:
-                    t.gone, t.gone_since = True, time.time()
+                    t.gone, t.gone_since = True, self.clock.wall()
                 t.eof_old = True
                 yield t, b""
                 t.eof_old = False
                 eof, t.eof_position = t.eof_position, None
                 if renamed and eof is not None and t.fh is old:
-                    self._handoff[old.ino] = (old, eof[0], eof[1], time.time())
+                    self._handoff[old.ino] = (old, eof[0], eof[1], self.clock.wall())
                     t.fh = None
                     if len(self._handoff) > HANDOFF_MAX:
                         self._expire_handoffs()

@@ -26,9 +26,9 @@ import json
 import logging
 import os
 import re
-import time
 from typing import Any, Callable
 
+from engine.clock import SYSTEM, Clock
 from engine.facts import Fact, FactError
 from engine.core.context import FileContext
 from engine.core.converter import HitConverter
@@ -132,7 +132,7 @@ def _boot_id() -> str:
         return "unknown"
 
 
-def _boot_time() -> float:
+def _boot_time(clock: Clock = SYSTEM) -> float:
     try:
         with open("/proc/stat", encoding="ascii", errors="replace") as fh:
             for row in fh:
@@ -140,10 +140,7 @@ def _boot_time() -> float:
                     return float(row.split()[1])
     except (OSError, ValueError, IndexError):
         pass
-    try:
-        return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
-    except (AttributeError, OSError):
-        return time.time() - time.monotonic()
+    return clock.wall() - clock.boottime()
 
 
 class _KmsgReader:
@@ -153,11 +150,17 @@ class _KmsgReader:
     boot it re-reads the ring buffer and skips sequence numbers already seen.
     """
 
-    def __init__(self, path: str = "/dev/kmsg", position: dict[str, Any] | None = None, replay: bool = False) -> None:
+    def __init__(
+        self,
+        path: str = "/dev/kmsg",
+        position: dict[str, Any] | None = None,
+        replay: bool = False,
+        clock: Clock = SYSTEM,
+    ) -> None:
         self.path = path
         self.replay = replay
         self.boot_id = _boot_id()
-        self.btime = _boot_time()
+        self.btime = _boot_time(clock)
         self.fd: int | None = None
         self.last_seq = -1
         self.buf = bytearray()
@@ -263,7 +266,7 @@ class KernelLogSource:
         position: dict[str, Any] | None = None,
         state_file: str | None = None,
         on_commit: Callable[[dict[str, Any]], None] | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM,
         rulebook: Any = None,
     ) -> None:
         if (path is None) == (not kmsg):
@@ -288,7 +291,7 @@ class KernelLogSource:
         self._file: LineTail | None = None
         self._kmsg: _KmsgReader | None = None
         if kmsg:
-            self._kmsg = _KmsgReader(kmsg_path, position, replay)
+            self._kmsg = _KmsgReader(kmsg_path, position, replay, clock)
             self.name = f"kmsg:{node}"
         else:
             # the operator names this file, so a link there (a kern.log kept on another disk) is
@@ -364,7 +367,7 @@ class KernelLogSource:
                     facts.extend(self.lines.feed(msg, at, origin, fid))
             else:
                 assert self._file is not None
-                now = self.clock()
+                now = self.clock.wall()
                 dates = self.dates
                 dates.not_after = now  # a yearless stamp with nothing dated before it is not after now
                 dates.zone = self.lines.zone  # a reload swaps ``lines``: its rulebook's zone from then on

@@ -16,11 +16,11 @@ from __future__ import annotations
 from engine.errors import NvmlUnavailable, RecoverError
 
 import logging
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from engine.clock import SYSTEM, Clock
 from engine.facts import Fact, FactError
 from engine.core.xid import normalize_pci
 from engine.rulebook.thresholds import THRESHOLD_KEYS, thresholds_for
@@ -97,7 +97,9 @@ class NvmlPoller:
         backend: Any = None,
         thresholds: Mapping[str, Any] | None = None,
         expected_gpus: int | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
+        self.clock = clock  # a poll's time when the caller gives none
         if backend is None:
             import pynvml  # the module is the backend
 
@@ -313,7 +315,7 @@ class NvmlPoller:
     # -- polling ------------------------------------------------------------------------------
     def poll(self, now: float | None = None) -> list[Fact]:
         """Sample every device; the facts of what changed since the previous sample."""
-        now = time.time() if now is None else float(now)
+        now = self.clock.wall() if now is None else float(now)
         out: list[Fact] = []
         if not self.started:
             return out

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any, Iterator
 
+from engine.clock import SYSTEM, Clock
 from engine.core.xid import normalize_pci
 from engine.errors import NvmlUnavailable
 from engine.facts import Fact
@@ -32,7 +32,8 @@ class NvmlEventWatcher:
     while the watcher runs are seen: the kernel log remains the record of history.
     """
 
-    def __init__(self, node: str, backend: Any = None) -> None:
+    def __init__(self, node: str, backend: Any = None, *, clock: Clock = SYSTEM) -> None:
+        self.clock = clock  # the events' time, and the pause when there is nothing to wait on
         if backend is None:
             import pynvml
 
@@ -86,7 +87,7 @@ class NvmlEventWatcher:
     def wait(self, timeout_ms: int = 1000, now: float | None = None) -> list[Fact]:
         nv = self.nv
         if self._set is None:
-            time.sleep(max(0, timeout_ms) / 1000.0)
+            self.clock.sleep(max(0, timeout_ms) / 1000.0)
             return []
         try:
             ev = nv.nvmlEventSetWait(self._set, int(timeout_ms))
@@ -94,9 +95,9 @@ class NvmlEventWatcher:
             if type(exc).__name__ == "NVMLError_Timeout":
                 return []
             logger.warning("nvml events: wait failed (%s: %s)", type(exc).__name__, exc)
-            time.sleep(min(1.0, max(0, timeout_ms) / 1000.0))
+            self.clock.sleep(min(1.0, max(0, timeout_ms) / 1000.0))
             return []
-        at = time.time() if now is None else now
+        at = self.clock.wall() if now is None else now
         try:
             if not int(ev.eventType) & int(getattr(nv, "nvmlEventTypeXidCriticalError", 0x8)):
                 return []

@@ -11,10 +11,10 @@ import errno
 import json
 import logging
 import os
-import time
 from collections import OrderedDict
 from typing import Any, Iterable
 
+from engine.clock import SYSTEM, Clock
 from engine.errors import SpoolError
 from engine.facts import NODE_RE, Fact
 
@@ -80,7 +80,9 @@ class SpoolWriter:
         dedupe_window: int = 50_000,
         tail_scan_bytes: int = 8 << 20,
         mode: int = 0o640,
+        clock: Clock = SYSTEM,
     ) -> None:
+        self.clock = clock  # an fsync every so many seconds, on its monotonic time
         if not isinstance(node, str) or not NODE_RE.match(node):
             raise SpoolError(f"node name {node!r} cannot name a spool file")
         if isinstance(fsync, str) and fsync not in ("batch", "line", "never"):
@@ -95,7 +97,7 @@ class SpoolWriter:
         self.keep = max(1, int(keep))
         self.window = max(1, int(dedupe_window))
         self.stats = {"written": 0, "skipped_duplicates": 0, "rotations": 0}
-        self._last_sync = time.monotonic()
+        self._last_sync = self.clock.monotonic()
         self._dirty = False
         self.mode = mode
         self._share_warned = False
@@ -222,7 +224,7 @@ class SpoolWriter:
         if not force:
             if self.fsync == "never":
                 return
-            if not isinstance(self.fsync, str) and time.monotonic() - self._last_sync < float(self.fsync):
+            if not isinstance(self.fsync, str) and self.clock.monotonic() - self._last_sync < float(self.fsync):
                 return
         try:
             os.fsync(self._fd)
@@ -230,7 +232,7 @@ class SpoolWriter:
             if exc.errno != errno.EINVAL:
                 raise
         self._dirty = False
-        self._last_sync = time.monotonic()
+        self._last_sync = self.clock.monotonic()
 
     def seen(self, fact_id: str) -> bool:
         return fact_id in self._ids

@@ -4,7 +4,6 @@ rest)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from engine.errors import StoreError
@@ -24,7 +23,7 @@ class AsideTables(Connection):
         its start is judged as it would have been then."""
         cur = self._exec(
             "INSERT INTO silences(node, until, reason, by, created_at) VALUES (?,?,?,?,?)",
-            (node, until, reason, by, time.time() if start is None else start),
+            (node, until, reason, by, self.clock.wall() if start is None else start),
         )
         return int(cur.lastrowid or 0)
 
@@ -45,7 +44,7 @@ class AsideTables(Connection):
         """Keep aside an input whose handling failed (the same input and error again is counted).
         ``at``: when (default now; 0.0 is a time like any other)."""
         text, error, origin = text[:QUARANTINE_TEXT], error[:QUARANTINE_TEXT], origin[:500]
-        when = time.time() if at is None else at
+        when = self.clock.wall() if at is None else at
         row = self._exec(
             "SELECT id FROM quarantine WHERE origin = ? AND input = ? AND error = ?", (origin, text, error)
         ).fetchone()

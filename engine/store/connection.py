@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 from urllib.parse import quote
 
+from engine.clock import SYSTEM, Clock
 from engine.errors import Fenced, StoreError
 from engine.store.schema import FENCED_MESSAGE, migrate
 
@@ -45,8 +46,12 @@ class Rows:
 class Connection:
     """Opens the database and runs statements; the table parts (``engine.store.*``) build on it."""
 
-    def __init__(self, path: str | Path = ":memory:", readonly: bool = False, mode: int = 0o600):
+    def __init__(
+        self, path: str | Path = ":memory:", readonly: bool = False, mode: int = 0o600, *, clock: Clock = SYSTEM
+    ):
         self.path = str(path)
+        #: stamps what it writes (created, updated, read at) with this clock's wall time
+        self.clock = clock
         self._lock = threading.RLock()
         self._depth = 0
         # write-behind: evidence timestamps and fact counts change many times per ingested fact;

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 from engine.store.connection import Connection
 
@@ -19,7 +18,7 @@ class CursorTables(Connection):
             "INSERT INTO offsets(source, inode, offset, line_no, updated_at, head) VALUES (?,?,?,?,?,?) "
             "ON CONFLICT(source) DO UPDATE SET inode=excluded.inode, offset=excluded.offset, line_no=excluded.line_no, "
             "updated_at=excluded.updated_at, head=COALESCE(excluded.head, head)",
-            (source, inode, offset, line_no, time.time(), head),
+            (source, inode, offset, line_no, self.clock.wall(), head),
         )
 
     def offsets(self) -> dict[str, tuple[int | None, int, int]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -90,7 +89,7 @@ class IncidentTables(Connection):
         cur = self._exec(
             "INSERT INTO incidents(key, job, attempt, node, opened_at, last_evidence_at, detected_wall, context) "
             "VALUES (?,?,?,?,?,?,?,?)",
-            (key, job, attempt, node, at, at, time.time(), self.context),
+            (key, job, attempt, node, at, at, self.clock.wall(), self.context),
         )
         return int(cur.lastrowid or 0)
 
@@ -157,7 +156,7 @@ class IncidentTables(Connection):
                 json.dumps(list(guards)),
                 mode,
                 fingerprint,
-                time.time(),
+                self.clock.wall(),
                 mode_why,
                 incident,
             ),
@@ -332,7 +331,7 @@ class IncidentTables(Connection):
     def add_review(self, incident: int, verdict: str, did: str | None, by: str | None, at: float | None = None) -> int:
         cur = self._exec(
             "INSERT INTO reviews(incident, verdict, did, by, at) VALUES (?,?,?,?,?)",
-            (incident, verdict, did, by, at if at is not None else time.time()),
+            (incident, verdict, did, by, at if at is not None else self.clock.wall()),
         )
         return int(cur.lastrowid or 0)
 

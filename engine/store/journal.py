@@ -8,7 +8,6 @@ schema migration 7), and the store raises ``Fenced``."""
 from __future__ import annotations
 
 import json
-import time
 from enum import Enum
 from typing import Any, Sequence
 
@@ -60,7 +59,7 @@ class ActionsJournal(Connection):
         note: str = "",
     ) -> int | None:
         """Journal an action; returns its id, or None when the idempotency key is already there."""
-        now = time.time()
+        now = self.clock.wall()
         cur = self._exec(
             "INSERT INTO actions(incident, idem_key, action, target, argv, mode, status, note, created_at, updated_at, "
             "term) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(idem_key) DO NOTHING",
@@ -78,7 +77,7 @@ class ActionsJournal(Connection):
         note: str | None = None,
         attempt: bool = False,
     ) -> None:
-        now = time.time()
+        now = self.clock.wall()
         # issued_at: when it was last started, i.e. when its command was about to run (goodput)
         self._exec(
             "UPDATE actions SET status=?, rc=COALESCE(?, rc), output=COALESCE(?, output), verified=COALESCE(?, verified), "

@@ -17,10 +17,16 @@ from __future__ import annotations
 import os
 import selectors
 import subprocess
-import time
 from collections.abc import Sequence
 
+from engine.clock import SYSTEM
+
 from ..base import CommandResult
+
+#: a child process runs in real time, and select() waits in real time: its deadline and duration
+#: are the machine's clock, whatever clock the rest of Recover is handed (a fake one cannot
+#: stop a command that hangs)
+_REAL = SYSTEM
 
 __all__ = ["DEFAULT_MAX_OUTPUT", "readable", "subprocess_runner", "unreadable"]
 
@@ -51,18 +57,18 @@ def readable(text: str) -> str:
 def subprocess_runner(argv: Sequence[str], timeout: float, max_output: int = DEFAULT_MAX_OUTPUT) -> CommandResult:
     """Run argv without a shell. rc 124 (timed_out) on timeout, 127 when the program is missing,
     ``truncated`` (the command killed) when it printed more than ``max_output`` bytes."""
-    started = time.monotonic()
+    started = _REAL.monotonic()
     try:
         proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except FileNotFoundError as exc:
-        return CommandResult(rc=127, stderr=str(exc), duration_s=time.monotonic() - started)
+        return CommandResult(rc=127, stderr=str(exc), duration_s=_REAL.monotonic() - started)
     except PermissionError as exc:
-        return CommandResult(rc=126, stderr=str(exc), duration_s=time.monotonic() - started)
+        return CommandResult(rc=126, stderr=str(exc), duration_s=_REAL.monotonic() - started)
     with proc:
         out, err, why = _read(proc, started + timeout, max_output)
         if not why:  # both pipes closed: the command has ended, or is about to
             try:
-                proc.wait(max(0.0, started + timeout - time.monotonic()))
+                proc.wait(max(0.0, started + timeout - _REAL.monotonic()))
             except subprocess.TimeoutExpired:
                 why = "timeout"
         if why:
@@ -70,7 +76,7 @@ def subprocess_runner(argv: Sequence[str], timeout: float, max_output: int = DEF
         rc = proc.wait()
     stdout = out.decode("utf-8", "surrogateescape")
     stderr = err.decode("utf-8", "replace")
-    duration = time.monotonic() - started
+    duration = _REAL.monotonic() - started
     if why == "timeout":
         return CommandResult(124, stdout, stderr or f"timed out after {timeout:g} s", True, duration)
     if why == "too much":
@@ -88,7 +94,7 @@ def _read(proc: subprocess.Popen, deadline: float, max_output: int) -> tuple[byt
         sel.register(proc.stdout, selectors.EVENT_READ, out)
         sel.register(proc.stderr, selectors.EVENT_READ, err)
         while sel.get_map():
-            left = deadline - time.monotonic()
+            left = deadline - _REAL.monotonic()
             if left <= 0:
                 return bytes(out), bytes(err), "timeout"
             for key, _ in sel.select(left):

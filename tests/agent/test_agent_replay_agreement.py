@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.clock import FakeClock
 from engine.facts import Fact
 from engine.core.incidents import Engine
 from engine.core.context import ClusterContext
@@ -234,7 +235,7 @@ def test_agent_and_replay_date_every_stamp_form_alike_under_any_host_zone(log_zo
     path = tmp_path / "kern.log"
     path.write_text("\n".join(lines) + "\n")
     os.utime(path, (WRITTEN, WRITTEN))
-    src = KernelLogSource(NODE, str(path), replay=True, rulebook=compiled, clock=lambda: float(WRITTEN))
+    src = KernelLogSource(NODE, str(path), replay=True, rulebook=compiled, clock=FakeClock(start=float(WRITTEN)))
     mine = through_spool(agent_facts(src), tmp_path)
     theirs: list[Fact] = []
     result = replay_inputs(
@@ -272,7 +273,9 @@ def test_a_reloaded_rulebook_brings_its_log_zone_to_the_agents_kernel_log(tmp_pa
     path = tmp_path / "kern.log"
     xid = HEADS["current"].format(code=79) + details(79)[0]
     path.write_text(f"Nov 29 17:00:01 {NODE} kernel: {xid}\n")
-    src = KernelLogSource(NODE, str(path), replay=True, rulebook=default_rulebook(), clock=lambda: float(WRITTEN))
+    src = KernelLogSource(
+        NODE, str(path), replay=True, rulebook=default_rulebook(), clock=FakeClock(start=float(WRITTEN))
+    )
     assert [f.at for f in agent_facts(src)] == [T0]
     src.lines = src.lines_for(_rulebook(tmp_path, "Europe/Berlin"))
     with open(path, "a") as fh:

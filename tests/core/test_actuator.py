@@ -5,6 +5,8 @@ import time
 
 import pytest
 
+from engine.clock import FakeClock
+
 from engine.live.actuator import Actuator
 from engine.facts import Fact
 from engine.core.incidents import Engine
@@ -46,9 +48,10 @@ def setup(write_rules):
         result = write_rules(RULES + extra)
         assert result.ok, [str(d) for d in result.diagnostics]
         sim = SimulatedCluster(["n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8"])
-        store = Store(":memory:")
+        clock = FakeClock()  # one clock for the journal's stamps and the actuator's timeouts
+        store = Store(":memory:", clock=clock)
         engine = Engine(result.compiled, store, mode=mode)
-        act = Actuator(store, sim, result.compiled, verify_timeout=0.0, retry_delay=0.0)
+        act = Actuator(store, sim, result.compiled, clock=clock)
         return sim, store, engine, act
 
     return make
@@ -58,9 +61,16 @@ def fault_xid(engine, job, node, at, attempt=0):
     engine.ingest(Fact.make("xid", {"code": 79, "node": node, "job": job, "attempt": attempt}, at, f"kern:{node}:{at}"))
 
 
+#: each step of ``drive`` is this long on the fake clock: the actuator's real verify timeout
+#: (20 s) and retry backoff (2 s, doubling) pass in a few steps, as they would in production
+STEP_S = 10.0
+
+
 def drive(act, n=10):
+    """``n`` steps of the actuator, ``STEP_S`` apart on its clock."""
     for _ in range(n):
         act.step()
+        act.clock.advance(STEP_S)
 
 
 def test_isolate_and_restart_runs_in_order_and_verifies(setup):
@@ -94,7 +104,7 @@ def test_crash_after_start_does_not_repeat_a_done_action(setup):
     store.update_action(drain["id"], "started", attempt=True)
     sim.run(drain["argv"])
     before = len(sim.history)
-    restarted = Actuator(store, sim, act.compiled, verify_timeout=0.0, retry_delay=0.0)
+    restarted = Actuator(store, sim, act.compiled, clock=act.clock)
     drive(restarted)
     drains = [h for h in sim.history[before:] if "State=DRAIN" in h]
     assert drains == []  # verified as done: not run again
@@ -109,7 +119,7 @@ def test_crash_after_start_runs_an_action_that_did_not_happen(setup):
     engine.finish()
     drain = store.actions()[0]
     store.update_action(drain["id"], "started", attempt=True)  # died before running it
-    drive(Actuator(store, sim, act.compiled, verify_timeout=0.0, retry_delay=0.0))
+    drive(Actuator(store, sim, act.compiled, clock=act.clock))
     assert sum("State=DRAIN" in " ".join(h) for h in sim.history) == 1
     assert store.actions()[0]["status"] == "verified"
 

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from engine.clock import FakeClock
 from engine.core.incidents import Engine
 from engine.facts import Fact
 from engine.live.actuator import Actuator
@@ -32,22 +33,15 @@ policy:
 ACTUATOR = "engine.live.actuator"
 
 
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-
 @pytest.fixture
 def world(write_rules):
-    def make(sim, **kw):
+    def make(sim, clock=None, **kw):
         result = write_rules(RULES)
         assert result.ok, [str(d) for d in result.diagnostics]
-        store = Store(":memory:")
+        clock = clock or FakeClock()  # the journal's stamps and the actuator's timeouts: one clock
+        store = Store(":memory:", clock=clock)
         engine = Engine(result.compiled, store, mode="act")
-        act = Actuator(store, sim, result.compiled, verify_timeout=0.0, retry_delay=0.0, **kw)
+        act = Actuator(store, sim, result.compiled, clock=clock, **kw)
         job = sim.submit("train", nodes=1)
         engine.ingest(Fact.make("xid", {"code": 79, "node": "n1", "job": job, "attempt": 0}, 0.0, "kern:n1"))
         engine.finish()
@@ -105,17 +99,17 @@ class NoJobAnswer(SimulatedCluster):
 
 
 def test_a_scheduler_that_keeps_answering_unknown_escalates_after_drain_retry_for(world):
-    clock = Clock()
+    clock = FakeClock()
     sim = NoJobAnswer(["n1", "n2"])
-    store, act, job = world(sim, drain_retry_for=600.0, monotonic=clock)
+    store, act, job = world(sim, drain_retry_for=600.0, clock=clock)
     act.step()  # the drain runs
     act.step()  # ... and is verified; the requeue's preflight cannot read the job: the first unknown
     assert by_name(store, "drain")[0]["status"] == "verified"
     for _ in range(59):  # ten seconds a step: 590 s of nothing but "unknown"
-        clock.now += 10.0
+        clock.advance(10.0)
         act.step()
     assert by_name(store, "requeue")[0]["status"] == "planned"  # waits: could not tell is not "not done"
-    clock.now += 10.0
+    clock.advance(10.0)
     act.step()  # 600 s after the first
     (rq,) = by_name(store, "requeue")
     assert rq["status"] == "escalated" and "could not tell its state for 600 s" in rq["note"], rq
@@ -124,13 +118,13 @@ def test_a_scheduler_that_keeps_answering_unknown_escalates_after_drain_retry_fo
 
 
 def test_the_waiting_warning_is_rate_limited(world, caplog):
-    clock = Clock()
+    clock = FakeClock()
     sim = NoJobAnswer(["n1", "n2"])
-    store, act, job = world(sim, drain_retry_for=600.0, monotonic=clock)
+    store, act, job = world(sim, drain_retry_for=600.0, clock=clock)
     with caplog.at_level(logging.WARNING, logger=ACTUATOR):
         for _ in range(200):  # 200 steps in 20 s: the controller's loop ticks about 5 times a second
             act.step()
-            clock.now += 0.1
+            clock.advance(0.1)
     waits = [r for r in caplog.records if "could not tell" in r.getMessage()]
     assert len(waits) == 1, len(waits)
     assert by_name(store, "requeue")[0]["status"] == "planned"

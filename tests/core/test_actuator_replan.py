@@ -4,6 +4,7 @@ never a second requeue of an attempt already restarted, exclusions merged, requi
 
 import pytest
 
+from engine.clock import FakeClock
 from engine.live.actuator import Actuator
 from engine.facts import Fact
 from engine.core.incidents import Engine
@@ -33,13 +34,11 @@ policy:
 
 @pytest.fixture
 def world(write_rules):
-    def make(extra=""):
+    def make(extra="", **kw):
         result = write_rules(RULES + extra)
         assert result.ok, [str(d) for d in result.diagnostics]
         sim = SimulatedCluster(["n1", "n2", "n3", "n4"])
-        store = Store(":memory:")
-        engine = Engine(result.compiled, store, mode="act")
-        act = Actuator(store, sim, result.compiled, verify_timeout=0.0, retry_delay=0.0)
+        store, engine, act = acting(result.compiled, sim, **kw)
         return sim, store, engine, act
 
     return make
@@ -49,9 +48,24 @@ def xid(engine, job, node, at=0.0, attempt=0):
     engine.ingest(Fact.make("xid", {"code": 79, "node": node, "job": job, "attempt": attempt}, at, f"kern:{node}:{at}"))
 
 
+def acting(compiled, sim, **kw):
+    """A store and an actuator on one fake clock (the journal's stamps and the actuator's
+    timeouts are compared), and an engine that closes incidents into that store."""
+    clock = FakeClock()
+    store = Store(":memory:", clock=clock)
+    return store, Engine(compiled, store, mode="act"), Actuator(store, sim, compiled, clock=clock, **kw)
+
+
+#: each step of ``drive`` is this long on the fake clock: the actuator's real verify timeout
+#: (20 s) and retry backoff (2 s, doubling) pass in a few steps, as they would in production
+STEP_S = 10.0
+
+
 def drive(act, n=12):
+    """``n`` steps of the actuator, ``STEP_S`` apart on its clock."""
     for _ in range(n):
         act.step()
+        act.clock.advance(STEP_S)
 
 
 def by_name(store, name):
@@ -170,8 +184,7 @@ def test_a_drain_during_an_outage_is_retried_until_it_takes_and_the_incident_say
 
 
 def test_a_failed_drain_is_retried_by_time_not_by_count(world):
-    _, store, engine, act = world()
-    act._drain_retry_for = 3600.0
+    _, store, engine, act = world(drain_retry_for=3600.0)
     sim = Flaky(["n1", "n2"])
     act.adapter = sim
     job = sim.submit("train", nodes=1)
@@ -238,10 +251,8 @@ def test_the_other_jobs_requeue_is_rendered_for_that_job(world, write_rules, tem
     # that job in its argv, whatever the element around the id looks like
     result = write_rules(RULES.replace('requeue, "{{ job }}"]', f'requeue, "{template}"]'))
     assert result.ok, [str(d) for d in result.diagnostics]
-    store = Store(":memory:")
-    engine = Engine(result.compiled, store, mode="act")
     sim = Shared(known=True)
-    act = Actuator(store, sim, result.compiled, verify_timeout=0.0, retry_delay=0.0)
+    store, engine, act = acting(result.compiled, sim)
     engine.ingest(Fact.make("xid", {"code": 79, "node": "n1", "gpu": 0, "job": sim.b, "attempt": 0}, 0.0, "nvml:n1:0"))
     engine.finish()
     drive(act, 20)
@@ -279,9 +290,7 @@ def test_stop_may_cancel_a_job_whose_ranks_still_run(world, write_rules, level, 
     result = write_rules(book + "  autonomy: {cancel: %s}\n" % level)
     assert result.ok, [str(d) for d in result.diagnostics]
     sim = SimulatedCluster(["n1", "n2"])
-    store = Store(":memory:")
-    engine = Engine(result.compiled, store, mode="act")
-    act = Actuator(store, sim, result.compiled, verify_timeout=0.0, retry_delay=0.0)
+    store, engine, act = acting(result.compiled, sim)
     job = sim.submit("train", nodes=2)
     if not running:
         sim.fail(job)

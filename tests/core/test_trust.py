@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.clock import FakeClock
 from engine.live import launch
 from engine.live.controller import Controller, ControllerConfig
 from engine.facts import Fact
@@ -84,20 +85,24 @@ def make(tmp: Path, *, adapter=None, follow=(), spool=None, db=None, **kw) -> Co
         dry_run=True,
         scheduler_interval=kw.pop("scheduler_interval", 0.0),
         scheduler_startup_wait=kw.pop("wait", 5.0),
+        clock=kw.pop("clock", None) or FakeClock(start=time.time()),  # moved by settle(), never by sleeping
         **kw,
     )
     return Controller(cfg, res.compiled)
 
 
-def settle(ctl: Controller, seconds: float = 1.3) -> None:
-    """Steps until the engine's settle window has passed (wall time: the controller's clock)."""
-    end = time.monotonic() + seconds
-
-    def stepped_past() -> bool:
+def settle(ctl: Controller, seconds: float = 1.3, every: float = 0.1) -> None:
+    """Reads what was written and steps until ``seconds`` (the engine's settle window and a
+    margin) have passed on the controller's fake clock, a step every ``every`` of them; no
+    waiting. The clock first catches up with the real time the tests stamp their facts with, and
+    a rescan marks every followed file to be read, so no step depends on when the file watcher's
+    event arrives."""
+    ctl.clock.set_wall(time.time())
+    ctl.follower.rescan()
+    ctl.step()
+    for _ in range(round(seconds / every)):
+        ctl.clock.advance(every)
         ctl.step()
-        return time.monotonic() >= end
-
-    wait_for(stepped_past, seconds + 30, 0.05, what="the settle window to pass")
     ctl.step()  # one step wholly after it
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import engine.clock
 from engine.live.launch import READY, run_argv
 from tests.helpers import wait_for  # noqa: F401  (the live tests import it from here)
 
@@ -273,18 +274,16 @@ def assert_exactly_once(counter: Counter, expected: set[int]) -> None:
     )
 
 
-class FakeClock:
-    """A clock that moves only when told (``advance``): the live parts take one instead of
-    reading the machine's, so a unit test needs no sleeping."""
+class FakeClock(engine.clock.FakeClock):
+    """engine.clock's FakeClock with its wall and monotonic time starting together at ``t``, and
+    callable for that time: the live parts take it instead of the machine's clock, so a unit test
+    needs no sleeping, and says ``clock()`` for "now" in either sense."""
 
     def __init__(self, t: float = 1000.0):
-        self.t = t
+        super().__init__(start=t, mono=t)
 
     def __call__(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
+        return self.monotonic()
 
 
 @pytest.fixture

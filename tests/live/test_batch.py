@@ -24,7 +24,7 @@ def world(tmp_path, clock):
     store = Store(tmp_path / "recover.db")
     announced: list[list] = []
     follower = SimpleNamespace(files={t.path: t})  # the batch reads the followed files' positions only
-    batch = Batch(store, follower, Metrics(), LogLimiter(monotonic=clock), announced.append, monotonic=clock)
+    batch = Batch(store, follower, Metrics(), LogLimiter(clock=clock), announced.append, clock=clock)
     yield batch, store, t, announced
     store.close()
 
@@ -70,7 +70,7 @@ def test_back_to_the_committed_positions_after_a_rollback(tmp_path, clock):
     b.offset, b.line_no = 50, 5
     rewound: list[Tailed] = []
     follower = SimpleNamespace(files={a.path: a, b.path: b}, rewind=rewound.append)
-    batch = Batch(Store(":memory:"), follower, Metrics(), LogLimiter(), lambda closed: None, monotonic=clock)
+    batch = Batch(Store(":memory:"), follower, Metrics(), LogLimiter(), lambda closed: None, clock=clock)
     batch.back_to({a.path: (1, 400, 40)})
     assert (a.inode, a.offset, a.line_no, state_of(a).committed) == (1, 400, 40, (1, 400, 40))
     assert (b.inode, b.offset, b.line_no) == (2, 0, 0)  # nothing committed for it: from its start

@@ -18,7 +18,7 @@ def update(g: Gauges, **kw) -> None:
 
 def test_rates_are_taken_over_a_second_at_least(clock):
     m = Metrics()
-    g = Gauges(m, monotonic=clock)
+    g = Gauges(m, clock=clock)
     clock.advance(0.5)
     update(g, lines=100, facts=10)
     assert value(m, "recover_lines_per_second") == 0  # too soon to say
@@ -33,7 +33,7 @@ def test_rates_are_taken_over_a_second_at_least(clock):
 
 def test_source_health_and_file_problems_counted_once(clock):
     m = Metrics()
-    g = Gauges(m, monotonic=clock)
+    g = Gauges(m, clock=clock)
     update(g, files=(3, 1), file_stats={"rotations": 2, "vanished": 1}, spool_ok=False, scheduler=True)
     update(g, files=(3, 1), file_stats={"rotations": 2, "vanished": 1}, spool_ok=False, scheduler=True)
     update(g, files=(4, 0), file_stats={"rotations": 3, "vanished": 1}, spool_ok=True, scheduler=True)
@@ -47,13 +47,13 @@ def test_source_health_and_file_problems_counted_once(clock):
 
 def test_without_a_spool_or_scheduler_they_are_not_sources(clock):
     m = Metrics()
-    update(Gauges(m, monotonic=clock), files=(1, 0))
+    update(Gauges(m, clock=clock), files=(1, 0))
     assert value(m, "recover_sources", kind="spool") is None
     assert value(m, "recover_sources", kind="scheduler") is None
 
 
 def test_one_kind_of_problem_is_said_once_per_interval(clock):
-    limiter = LogLimiter(every=30.0, monotonic=clock)
+    limiter = LogLimiter(every=30.0, clock=clock)
     said = []
     for second in range(65):
         said += [(second, key) for key in ("spool", "scheduler") if limiter.ok(key)]

@@ -54,9 +54,9 @@ def world(tmp_path, compiled, clock):
     commits: list[int] = []
     follower = SimpleNamespace(files={t.path: t})
     # a clock that stands still: only the hits fill a transaction, however slow the machine
-    batch = Batch(store, follower, Metrics(), LogLimiter(), lambda closed: commits.append(t.offset), monotonic=clock)
+    batch = Batch(store, follower, Metrics(), LogLimiter(), lambda closed: commits.append(t.offset), clock=clock)
     stop = threading.Event()
-    files = FileIngest(ClusterContext(), batch, batch.metrics, LogLimiter(), stop, scheduled=False, monotonic=clock)
+    files = FileIngest(ClusterContext(), batch, batch.metrics, LogLimiter(), stop, scheduled=False, clock=clock)
     files.use(compiled)
     files.on_new_file(t)
     yield SimpleNamespace(

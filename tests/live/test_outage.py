@@ -15,7 +15,7 @@ from engine.live.outage import STORE_RETRY_S, StoreOutage, describe
 @pytest.fixture
 def outage(clock):
     metrics = Metrics()
-    return StoreOutage("/var/lib/recover.db", metrics, LogLimiter(monotonic=clock), wall=clock, monotonic=clock)
+    return StoreOutage("/var/lib/recover.db", metrics, LogLimiter(clock=clock), clock=clock)
 
 
 def sample(outage: StoreOutage, name: str) -> float | None:

@@ -100,11 +100,11 @@ def make(store, adapter, clock, **kw):
         store,
         Batch(),
         metrics,
-        LogLimiter(monotonic=clock),
+        LogLimiter(clock=clock),
         kw.pop("cluster", ClusterContext()),
         follow_job=lambda *a: followed.append(a),
         on_available=available.append,
-        monotonic=clock,
+        clock=clock,
         **kw,
     )
     return sched, followed, available, metrics
