@@ -19,8 +19,9 @@ CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 #: looking at the rulebook's answers, took it from 95.7% (562/587) to 87.7% (714/814); the
 #: holdout frozen that day scores 85.6% (154/180) before issue 20's round of rule changes.
 #: 2026-12-02: 1,033 cases from 562 sources; the round on the train side took it from 89.7%
-#: (927/1033, the rulebook of 6d51f51) to 92.6% (957/1033)
-FLOOR = 0.92
+#: (927/1033, the rulebook of 6d51f51) to 92.6% (957/1033). A later round from train misses only:
+#: 93.1% (962/1033) -> 93.9% (970/1033), the frozen holdout 208/235 before and after
+FLOOR = 0.935
 
 
 @pytest.fixture(scope="module")

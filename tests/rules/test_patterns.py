@@ -82,6 +82,23 @@ def symptom_of_matcher() -> dict[str, tuple[str, str]]:
 
 
 @lru_cache(maxsize=None)
+def log_end_error_matchers() -> frozenset[str]:
+    """Matchers whose hit makes an error symptom when the job's log ends after it (a rule with one
+    log condition and one log_end condition, such as symptom.log_ends_in_traceback)."""
+    lists, _, rules, _ = book()
+    out: set[str] = set()
+    for r in rules:
+        when = r.get("when") or []
+        kinds = sorted(c.get("kind") for c in when)
+        sym = r["then"].get("symptom")
+        if kinds != ["log", "log_end"] or sym is None or sym.get("severity", "error") == "warning":
+            continue
+        log = next(c for c in when if c.get("kind") == "log")
+        out.update(_values((log.get("where") or {}).get("matcher"), lists))
+    return frozenset(out)
+
+
+@lru_cache(maxsize=None)
 def classes_of_symptom() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     """symptom -> fault classes of single-condition rules (direct) and of any rule (reachable)."""
     lists, _, rules, _ = book()
@@ -745,6 +762,8 @@ def test_positive_cases_carry_their_evidence(t):
         for line in inp["lines"].splitlines():
             found |= weak_classes(line)  # a keyword the log ends on (rules/25-weak-evidence.yaml)
             for mid, groups in hits(line, inp.get("source", "any")).items():
+                # a line the log may end on, which then is an error of its own (a bare traceback)
+                any_error = any_error or mid in log_end_error_matchers()
                 if book()[1][mid].get("emit") == "progress":
                     # speeds, aggregated by the progress tracker into a slow_node: no one line
                     # is the evidence, the series is
