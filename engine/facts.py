@@ -29,6 +29,7 @@ __all__ = [
     "FactError",
     "KINDS",
     "SOURCE_KINDS",
+    "SOURCE_KIND_ORDER",
     "DERIVED_KINDS",
     "NODE_RE",
     "JOB_RE",
@@ -61,23 +62,22 @@ def clean_text(value: str, limit: int = MAX_VALUE) -> str:
     return value[:limit]
 
 
-#: kinds that sources produce
-SOURCE_KINDS = frozenset(
-    {
-        "log",
-        "xid",
-        "gpu_counter",
-        "gpu_state",
-        "job",
-        "node",
-        "progress",
-        "stall",
-        "slow_node",
-        "log_end",
-        # one piece of evidence pointing at one global rank of a job attempt (core.rank_signals)
-        "rank_signal",
-    }
+#: kinds that sources produce, in the order the rulebook schema lists them
+SOURCE_KIND_ORDER = (
+    "log",
+    "xid",
+    "gpu_counter",
+    "gpu_state",
+    "job",
+    "node",
+    "progress",
+    "stall",
+    "slow_node",
+    "log_end",
+    # one piece of evidence pointing at one global rank of a job attempt (core.rank_signals)
+    "rank_signal",
 )
+SOURCE_KINDS = frozenset(SOURCE_KIND_ORDER)
 #: kinds that rules derive
 DERIVED_KINDS = frozenset({"symptom", "fault", "decision", "action"})
 KINDS = SOURCE_KINDS | DERIVED_KINDS

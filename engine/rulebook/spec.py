@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from engine.facts import DECISIONS
+from engine.facts import DECISIONS, SOURCE_KIND_ORDER
 from engine.rulebook.conditions import OPS
 from engine.rulebook.model import ACTION_KINDS, EMITS, SOURCES
 from engine.rulebook.spec_types import (
@@ -61,21 +61,8 @@ __all__ = [
     "parse_duration",
 ]
 
-FACT_KINDS_FOR_RULES = (
-    "log",
-    "xid",
-    "gpu_counter",
-    "gpu_state",
-    "job",
-    "node",
-    "progress",
-    "stall",
-    "slow_node",
-    "log_end",
-    "rank_signal",
-    "symptom",
-    "fault",
-)
+#: what a rule condition may name: what sources produce, and what rules derive before decisions
+FACT_KINDS_FOR_RULES = (*SOURCE_KIND_ORDER, "symptom", "fault")
 RESERVED_ATTRS = ("kind", "at", "id", "origin")
 ATTR_TYPES = ("int", "float", "str")
 AUTONOMY = ("observe", "recommend", "act")
