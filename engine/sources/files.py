@@ -25,11 +25,12 @@ HEAD_BYTES = 256
 NOT_REGULAR = "not a regular file"
 
 
-def open_regular(path: str) -> tuple[int, os.stat_result]:
+def open_regular(path: str, dir_fd: int | None = None) -> tuple[int, os.stat_result]:
     """Open a file to read only if it is a regular file reached without a symbolic link, checked
-    with fstat on what was opened. Raises OSError (errno ELOOP for a link; 0 and NOT_REGULAR for
-    a FIFO or a device, which would block or never end)."""
-    fd = os.open(path, OPEN_FLAGS)
+    with fstat on what was opened; ``dir_fd``: ``path`` is a name inside that open folder. Raises
+    OSError (errno ELOOP for a link; 0 and NOT_REGULAR for a FIFO or a device, which would block
+    or never end)."""
+    fd = os.open(path, OPEN_FLAGS, dir_fd=dir_fd)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -36,14 +36,13 @@ import json
 import os
 import pickle
 import re
-import stat
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from engine.core.rank_signals import MAX_RANK
 from engine.errors import DumpRefused, RecoverError
 from engine.facts import clean_text
-from engine.sources.files import NOT_REGULAR, OPEN_FLAGS, open_regular
+from engine.sources.files import NOT_REGULAR, open_regular
 
 __all__ = [
     "DumpRefused",
@@ -180,15 +179,7 @@ def rank_from_name(path: str) -> int:
 
 def _open_at(dir_fd: int, name: str) -> tuple[int, os.stat_result]:
     """``open_regular`` of a name inside an open folder (no link, FIFO or device either)."""
-    fd = os.open(name, OPEN_FLAGS, dir_fd=dir_fd)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(0, NOT_REGULAR)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, st
+    return open_regular(name, dir_fd=dir_fd)
 
 
 def _read_bounded(path: str, limits: Limits, dir_fd: int | None = None) -> bytes:
