@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from engine.ops.goodput import CAUSES
+from engine.ops.goodput_compare import WRITE_NOT_MEASURED
 
 __all__ = ["CAUSE_NAMES", "render_text"]
 
@@ -55,6 +56,38 @@ def _table(head: list[str], rows: list[list[str]], indent: str = "  ") -> list[s
 
 def _causes(lost: Mapping[str, float]) -> list[str]:
     return [_gh(lost[c]) for c in CAUSES]
+
+
+def _compared(rep: Mapping[str, Any]) -> list[str]:
+    """Each job's measured ETTR beside the model's, with the inputs the model was given."""
+    fr = rep["failure_rate"]
+    rate = fr["failure_rate_per_node_day"]
+    lines = [
+        "",
+        "measured against modelled ETTR (Kokolis et al.; ~ an input the store lacks)",
+        f"  site failure rate {'-' if rate is None else f'{rate:.4g}'} per node-day: "
+        f"{fr['failures']} failure(s) in {fr['node_days']:.3g} node-days run",
+    ]
+    rows = []
+    for j in rep["jobs"]:
+        m = j["model"]
+        mark = "~" if m["estimates"] else ""
+        rows.append(
+            [
+                j["job"],
+                _ratio(m["measured_ettr"]),
+                mark + _ratio(m["ettr"]),
+                "-" if m["gap"] is None else f"{m['gap']:+.3f}",
+                str(m["nodes"]),
+                "-" if m["interval_s"] is None else _dur(m["interval_s"]),
+                _dur(m["restart_s"]),
+            ]
+        )
+    lines += _table(["job", "measured", "modelled", "gap", "nodes", "interval", "restart"], rows)
+    lines.append(f"  every job: {WRITE_NOT_MEASURED}")
+    for j in rep["jobs"]:
+        lines += [f"  job {j['job']}: {why}" for why in j["model"]["estimates"] if why != WRITE_NOT_MEASURED]
+    return lines
 
 
 def render_text(rep: Mapping[str, Any], top: int = 10) -> str:
@@ -133,6 +166,7 @@ def render_text(rep: Mapping[str, Any], top: int = 10) -> str:
                 ]
             )
     lines += _table(["job", "state", "attempts", "failures", "ETTR", "wall", "wall GPU-h", "lost GPU-h"], rows)
+    lines += _compared(rep)
     if rep["failures"]:
         lines += ["", "failures (seconds per cause; ~ an estimate)"]
         frows = []
