@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from engine.ops.goodput import CAUSES
 from engine.ops.goodput_compare import WRITE_NOT_MEASURED
 
-__all__ = ["CAUSE_NAMES", "render_text"]
+__all__ = ["CAUSE_NAMES", "render_text", "render_what_if"]
 
 CAUSE_NAMES = {
     "work_lost": "work lost since checkpoint",
@@ -187,4 +187,27 @@ def render_text(rep: Mapping[str, Any], top: int = 10) -> str:
         lines += ["", "estimates (~): where the store lacks an input, the figure is taken from"]
         for j in rep["jobs"]:
             lines += [f"  job {j['job']}: {why}" for why in j["estimates"]]
+    return "\n".join(lines)
+
+
+def render_what_if(out: Mapping[str, Any]) -> str:
+    """``recover goodput --what-if`` for people: each incident that changes, what it would have
+    saved (+) or cost (-) in GPU-hours, and the assumptions each estimate rests on."""
+    cand = " ".join(out["rules"]) or "the rulebook in force"
+    pol = ", ".join(f"{k}={v}" for k, v in out["policy"].items())
+    lines = [
+        f"recover goodput --what-if: {cand}" + (f" with policy {pol}" if pol else ""),
+        f"  {len(out['changed'])} of {out['incidents']} incident(s) would change",
+    ]
+    for r in out["changed"]:
+        old = "; ".join(f"{v['fault_class']} -> {v['decision']}" for v in r["old"]) or "(as stored)"
+        new = "; ".join(f"{v['fault_class']} -> {v['decision']}" for v in r["new"]) or "(as stored)"
+        lines += [
+            "",
+            f"incident {r['incident']} (job {r['job']} attempt {r['attempt']}; {', '.join(r['changed'])}): "
+            f"{old}  =>  {new}",
+            f"  {r['gpu_hours_saved']:+.2f} GPU-hours " + ("saved" if r["gpu_hours_saved"] >= 0 else "(a cost)"),
+        ]
+        lines += [f"  assumes: {why}" for why in r["assumptions"]]
+    lines += ["", f"total: {out['gpu_hours_saved']:+.2f} GPU-hours (+ saved, - cost), each an estimate as stated"]
     return "\n".join(lines)
