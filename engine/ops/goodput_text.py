@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from engine.ops.goodput import CAUSES
 from engine.ops.goodput_compare import WRITE_NOT_MEASURED
 
-__all__ = ["CAUSE_NAMES", "render_text", "render_what_if"]
+__all__ = ["CAUSE_NAMES", "render_summary", "render_text", "render_what_if"]
 
 CAUSE_NAMES = {
     "work_lost": "work lost since checkpoint",
@@ -210,4 +210,20 @@ def render_what_if(out: Mapping[str, Any]) -> str:
         ]
         lines += [f"  assumes: {why}" for why in r["assumptions"]]
     lines += ["", f"total: {out['gpu_hours_saved']:+.2f} GPU-hours (+ saved, - cost), each an estimate as stated"]
+    return "\n".join(lines)
+
+
+def render_summary(rep: Mapping[str, Any]) -> str:
+    """A few lines: the cluster's ETTR and its lost GPU-hours by cause (the end of ``recover demo``)."""
+    c = rep["cluster"]
+    lost = c["lost_gpu_hours"]
+    mark = "~" if c["estimated"] else ""
+    lines = [
+        f"Goodput: cluster ETTR {mark}{_ratio(c['ettr'])} over {c['jobs']} job(s) and {c['failures']} failure(s); "
+        f"{_gh(c['wall_gpu_hours'])} GPU-hours, {_gh(lost['total'])} lost to failures "
+        f"({rep['gpus_per_node']} GPU(s) a node, {rep['gpus_per_node_from']})",
+    ]
+    lines += _table(["lost to", "GPU-h"], [[CAUSE_NAMES[k], _gh(lost[k])] for k in CAUSES])
+    if mark:
+        lines.append("  ~ some inputs are missing: `recover goodput` lists them")
     return "\n".join(lines)

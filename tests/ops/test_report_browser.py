@@ -202,7 +202,17 @@ def goodput_file(tmp_path, monkeypatch) -> Path:
     for state, t, nodes in (("PENDING", 0, ()), ("RUNNING", 50, ("n<b>9</b>",)), ("FAILED", 5000, ("n<b>9</b>",))):
         _event(store, HOSTILE_JOB, 0, state, t, nodes)
     _progress(store, HOSTILE_JOB, 0, first=100, first_step=1, last=4000, step=400, step_time=10.0)
-    _incident(store, Clock(), HOSTILE_JOB, 0, evidence=4100, opened=4100, closed=4200, fault=HOSTILE_CLASS)
+    _incident(
+        store,
+        Clock(),
+        HOSTILE_JOB,
+        0,
+        evidence=4100,
+        opened=4100,
+        closed=4200,
+        fault=HOSTILE_CLASS,
+        nodes=["n<b>9</b>"],
+    )
     rep = report_from_store(store, now=NOW, gpus_per_node=8)
     store.close()
     assert T0 < NOW and any(j["job"] == HOSTILE_JOB for j in rep["jobs"])
@@ -221,7 +231,8 @@ def test_goodput_charts_render_and_log_text_stays_text(goodput_file, tmp_path):
     # escaped: the page's title and body are the report's, no element came from a job id or class
     assert "<title>Recover goodput report</title>" in html and "<h1>Recover goodput report</h1>" in html
     assert "<script" not in html and "<img" not in html and "<b>9</b>" not in html
-    assert "&lt;script&gt;document.body.remove()&lt;/script&gt;" in html and "n&lt;b&gt;9&lt;/b&gt;" in html
+    assert ">&lt;/svg&gt;&lt;script&gt;document.body.remove()&lt;/script&gt;: " in html  # a bar's tooltip
+    assert 'data-node="n&lt;b&gt;9&lt;/b&gt;"' in html and "<td>9&lt;img src=x" in html
     charts = dict(re.findall(r'<svg id="(chart-[a-z]+)"(.*?)</svg>', html, flags=re.S))
     assert set(charts) == {"chart-causes", "chart-classes", "chart-ettr", "chart-nodes"}, sorted(charts)
     for name, body in charts.items():
@@ -231,7 +242,8 @@ def test_goodput_charts_render_and_log_text_stays_text(goodput_file, tmp_path):
     # four jobs, each measured and modelled (job 300's measured ETTR is 0: a hairline bar)
     assert len(re.findall(r'<rect class="bar"[^>]*data-kind="modelled"', charts["chart-ettr"])) == 4
     assert len(re.findall(r'<rect class="bar"[^>]*data-kind="measured"', charts["chart-ettr"])) == 4
-    assert len(re.findall(r'<rect class="bar"', charts["chart-nodes"])) == 5  # n2, n3, n5, n<b>9</b> and n3's day
+    # one day, four nodes named: n2, n3 (a suspect), n5 and the hostile one; job 300's names none
+    assert len(re.findall(r'<rect class="bar"', charts["chart-nodes"])) == 4
 
     shot = tmp_path / "goodput.png"
     r = _run(
