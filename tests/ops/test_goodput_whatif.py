@@ -117,3 +117,63 @@ def test_a_shorter_settle_saves_the_decision_delay_of_a_plain_restart_only():
     )
     # isolation acts at once: the settle does not delay it
     assert estimate([], _report("isolate_and_restart"), incidents=1, settle_old=120, settle_new=30)["changed"] == []
+
+
+def _change(old, new, old_nodes=(), new_nodes=()):
+    from engine.ops.rulediff import Change, Verdict
+
+    return Change(
+        3,
+        "7",
+        0,
+        (Verdict("nccl_timeout", old, tuple(old_nodes), "r"),),
+        (Verdict("nccl_timeout", new, tuple(new_nodes), "r"),),
+    )
+
+
+def _history(last_state):
+    """Job 7, 16 GPUs: attempt 0 failed (incident 3; restart 300 s, queue 600 s), attempt 1
+    failed on n3 (incident 4, 2 GPU-hours lost), attempt 2 ended ``last_state``."""
+    rep = _report("restart")
+    f0 = rep["failures"][0]
+    f0["lost"]["restart"] = {"seconds": 300.0, "gpu_hours": 300 * 16 / 3600}
+    f0["lost"]["queue"] = {"seconds": 600.0, "gpu_hours": 600 * 16 / 3600}
+    f1 = dict(f0, attempt=1, incident=4, nodes=["n3"], lost_gpu_hours=2.0)
+    rep["failures"].append(f1)
+    rep["jobs"][0]["attempts"] += [
+        {"attempt": 1, "state": "FAILED", "wall_s": 1800.0, "productive_s": 900.0, "gpus": 16},
+        {"attempt": 2, "state": last_state, "wall_s": 3600.0, "productive_s": 3000.0, "gpus": 16},
+    ]
+    return rep
+
+
+def test_a_stop_instead_of_a_restart_saves_the_failed_attempts_after_it():
+    out = estimate([_change("restart", "stop")], _history("FAILED"), incidents=2, settle_old=120, settle_new=120)
+    (row,) = out["changed"]
+    # its restart and queue (900 s) and the later attempts' wall (1800 + 3600 s), at 16 GPUs
+    assert row["gpu_hours_saved"] == pytest.approx((900 + 1800 + 3600) * 16 / 3600)
+    # the job completed after the restart: the stop forgoes the later productive GPU-hours
+    out = estimate([_change("restart", "stop")], _history("COMPLETED"), incidents=2, settle_old=120, settle_new=120)
+    assert out["changed"][0]["gpu_hours_saved"] == pytest.approx(-(900 + 3000) * 16 / 3600)
+    assert any("upper bound" in why for why in out["changed"][0]["assumptions"])
+
+
+def test_excluding_a_suspect_at_the_first_failure_avoids_the_later_failure_on_it():
+    change = _change("restart", "isolate_and_restart", new_nodes=["n3"])
+    (row,) = estimate([change], _history("COMPLETED"), incidents=2, settle_old=120, settle_new=120)["changed"]
+    assert row["gpu_hours_saved"] == pytest.approx(2.0)  # attempt 1's failure on n3
+    change = _change("restart", "isolate_and_restart", new_nodes=["n9"])
+    (row,) = estimate([change], _history("COMPLETED"), incidents=2, settle_old=120, settle_new=120)["changed"]
+    assert row["gpu_hours_saved"] == 0 and "nothing saved" in " ".join(row["assumptions"])
+
+
+def test_html_is_written_and_a_bad_path_is_exit_2(db, tmp_path):
+    page = tmp_path / "goodput.html"
+    r = runner.invoke(app, ["goodput", "--db", db, "--html", str(page)])
+    assert r.exit_code == 0, r.output
+    html = page.read_text()
+    for chart in ("chart-causes", "chart-classes", "chart-ettr", "chart-nodes"):
+        assert f'<svg id="{chart}"' in html
+    assert "<script" not in html and "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    r = runner.invoke(app, ["goodput", "--db", db, "--html", str(tmp_path / "no" / "such" / "dir.html")])
+    assert r.exit_code == 2 and "--html" in r.stderr
