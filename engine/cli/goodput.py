@@ -171,7 +171,7 @@ def _measured(
     try:
         rep = report_from_store(store, now=time.time(), since=lo, until=hi, job=job, gpus_per_node=k, gpus_from=source)
         if what_if is not None:
-            _what_if(store, rep, lo, what_if[0], what_if[1], json_out)
+            _what_if(store, rep, lo, job, what_if[0], what_if[1], json_out)
             return
     finally:
         store.close()
@@ -186,7 +186,9 @@ def _measured(
     typer.echo(json.dumps(rep, sort_keys=True) if json_out else render_text(rep))
 
 
-def _what_if(store, rep: dict, since: Optional[float], rules: List[str], policy: List[str], json_out: bool) -> None:
+def _what_if(
+    store, rep: dict, since: Optional[float], job: Optional[str], rules: List[str], policy: List[str], json_out: bool
+) -> None:
     """``--what-if``: the stored incidents re-decided under the candidate (engine.ops.goodput_whatif)."""
     import yaml
 
@@ -213,8 +215,8 @@ def _what_if(store, rep: dict, since: Optional[float], rules: List[str], policy:
             raise _usage(f"{label} has {len(result.errors)} error(s); nothing was re-decided")
         books.append(result.compiled)
     base, candidate = books
-    changes = diff_store(store, base, candidate, since=since)
-    total = len(store.incidents(status="closed", since=since))
+    changes = [c for c in diff_store(store, base, candidate, since=since) if job is None or c.job == job]
+    total = len([r for r in store.incidents(status="closed", since=since) if job is None or r.job == job])
     out = estimate(changes, rep, incidents=total, settle_old=base.policy.settle, settle_new=candidate.policy.settle)
     out |= {"rules": list(rules), "policy": overlay}
     if json_out:

@@ -57,6 +57,10 @@ def test_a_candidate_that_changes_one_decision_names_that_incident_and_its_cost(
     text = runner.invoke(app, ["goodput", "--db", db, "--what-if", "--rules", str(cand), "--gpus-per-node", "8"])
     assert "1 of 7 incident(s) would change" in text.stdout and "incident 6 (job 4243" in text.stdout
     assert "-0.64 GPU-hours (a cost)" in text.stdout
+    # --job keeps one job's incidents: another job's changes nothing
+    r = runner.invoke(app, ["goodput", "--db", db, "--what-if", "--rules", str(cand), "--job", "4242", "--json"])
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert (out["incidents"], out["changed"]) == (1, [])
 
 
 def test_a_candidate_that_changes_nothing_lists_nothing(db):
