@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -84,6 +84,18 @@ def goodput(
     ),
     until: Optional[str] = typer.Option(None, "--until", help="Report up to: the same forms as --since."),
     job: Optional[str] = typer.Option(None, "--job", help="Only this job id."),
+    what_if: bool = typer.Option(
+        False,
+        "--what-if",
+        help="Re-decide the stored incidents under --rules and/or --policy: GPU-hours saved or cost.",
+    ),
+    rules: Optional[List[str]] = typer.Option(
+        None, "--rules", "-r", help="With --what-if: the candidate's site rulebook files or folders (repeatable)."
+    ),
+    policy: Optional[List[str]] = typer.Option(
+        None, "--policy", help="With --what-if: a policy key of the candidate, KEY=VALUE (settle=30s; repeatable)."
+    ),
+    html: Optional[str] = typer.Option(None, "--html", help="Also write the report as a self-contained HTML page."),
     db: Optional[str] = DbOpt,
     json_out: bool = JsonOpt,
 ) -> None:
@@ -104,9 +116,23 @@ def goodput(
         ]
         if given:
             raise _usage(f"{', '.join(given)}: only with --model")
-        _measured(since, until, job, db, gpus_per_node, json_out)
+        if not what_if and (rules or policy):
+            raise _usage("--rules and --policy: only with --what-if")
+        if what_if and not (rules or policy):
+            raise _usage("--what-if needs a candidate: --rules FILE_OR_FOLDER and/or --policy KEY=VALUE")
+        if what_if and html:
+            raise _usage("--html: for the report, not --what-if")
+        _measured(
+            since, until, job, db, gpus_per_node, json_out, html, (rules or [], policy or []) if what_if else None
+        )
         return
-    given = [f for f, v in (("--since", since), ("--until", until), ("--job", job), ("--db", db)) if v is not None]
+    given = [
+        f
+        for f, v in (("--since", since), ("--until", until), ("--job", job), ("--db", db), ("--html", html))
+        if v is not None
+    ]
+    if what_if or rules or policy:
+        given.append("--what-if, --rules, --policy")
     if given:
         raise _usage(f"{', '.join(given)}: for the measured report, not --model")
     _model(
@@ -121,8 +147,11 @@ def _measured(
     db: Optional[str],
     gpus_per_node: Optional[int],
     json_out: bool,
+    html: Optional[str] = None,
+    what_if: Optional[tuple[List[str], List[str]]] = None,
 ) -> None:
-    """The measured report: every figure from the store (engine.ops.goodput)."""
+    """The measured report: every figure from the store (engine.ops.goodput); with ``what_if``
+    (candidate rule paths, policy pairs), what the candidate would have changed."""
 
     from engine.ops.goodput import DEFAULT_GPUS_PER_NODE, report_from_store
     from engine.ops.goodput_text import render_text
@@ -143,9 +172,61 @@ def _measured(
         rep = report_from_store(
             store, now=SYSTEM.wall(), since=lo, until=hi, job=job, gpus_per_node=k, gpus_from=source
         )
+        if what_if is not None:
+            _what_if(store, rep, lo, job, what_if[0], what_if[1], json_out)
+            return
     finally:
         store.close()
+    if html is not None:
+        from engine.ops.goodput_html import render_html
+
+        try:
+            with open(html, "w", encoding="utf-8") as out:
+                out.write(render_html(rep))
+        except OSError as exc:
+            raise _usage(f"--html {html}: {exc.strerror or exc}")
     typer.echo(json.dumps(rep, sort_keys=True) if json_out else render_text(rep))
+
+
+def _what_if(
+    store, rep: dict, since: Optional[float], job: Optional[str], rules: List[str], policy: List[str], json_out: bool
+) -> None:
+    """``--what-if``: the stored incidents re-decided under the candidate (engine.ops.goodput_whatif)."""
+    import yaml
+
+    from engine.cli.common import _rule_args
+    from engine.ops.goodput_whatif import estimate, policy_overlay
+    from engine.ops.rulediff import diff_store
+    from engine.rulebook import load_rulebook
+
+    try:
+        overlay = policy_overlay(policy)
+    except ValueError as exc:
+        raise _usage(str(exc))
+    books = []
+    # the candidate's files replace the site's (as in `recover rules diff`); --policy layers last
+    for label, paths in (("the rulebook in force", []), ("the candidate", rules)):
+        files, defaults, overlays = _rule_args(paths or None, False)
+        layers = list(overlays)
+        if label == "the candidate" and overlay:
+            layers.append(("--policy", yaml.safe_dump({"policy": overlay})))
+        result = load_rulebook(files, defaults=defaults, overlays=layers)
+        if not result.ok or result.compiled is None:
+            for d in result.diagnostics:
+                _err(str(d))
+            raise _usage(f"{label} has {len(result.errors)} error(s); nothing was re-decided")
+        books.append(result.compiled)
+    base, candidate = books
+    changes = [c for c in diff_store(store, base, candidate, since=since) if job is None or c.job == job]
+    total = len([r for r in store.incidents(status="closed", since=since) if job is None or r.job == job])
+    out = estimate(changes, rep, incidents=total, settle_old=base.policy.settle, settle_new=candidate.policy.settle)
+    out |= {"rules": list(rules), "policy": overlay}
+    if json_out:
+        typer.echo(json.dumps(out, sort_keys=True))
+        return
+    from engine.ops.goodput_text import render_what_if
+
+    typer.echo(render_what_if(out))
 
 
 def _model(

@@ -502,6 +502,11 @@ def demo(
     hint = path_hint()
     if hint:
         typer.echo(hint)
+    from engine.ops.goodput_text import render_summary
+
+    typer.echo("")
+    typer.echo(f"$ recover goodput --db {db} --gpus-per-node 1")
+    typer.echo(render_summary(result.goodput))
 
 
 def _register_extensions() -> None:

@@ -8,6 +8,12 @@ written to the store as the facts arrive, so that the report reads the store and
   progress, at each new checkpoint, at each state change of the attempt, and otherwise at most
   every ``every`` seconds: a few rows per attempt, not one per progress line.
 
+A job log names its attempt by the scheduler's word, which comes with its next poll: the first
+lines of a requeued attempt, printed before that poll, would be charged to the attempt before it.
+So a progress fact stamped after a later attempt of its job began (waiting or running: its
+scheduler state; not the old attempt's teardown, which Slurm already reports under the new
+restart count) is that later attempt's. An attempt, once superseded, prints nothing more.
+
 The incident's close writes the attempt's step and checkpoint too (``Decider.close``); the store
 merges the two (``JobHistoryTables.note_progress``). Time is the facts' own, as everywhere in core.
 """
@@ -39,6 +45,11 @@ def printed_step_time(fact: Fact) -> float | None:
     return None
 
 
+#: states in which a requeued attempt has begun (the one before it is gone); COMPLETING is not:
+#: Slurm reports the old attempt's teardown with the new restart count
+_BEGUN = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "CONFIGURING", "RUNNING"})
+
+
 def _int(v: object) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
@@ -62,6 +73,8 @@ class JobLedger:
         self.store = store
         self.every = every
         self._seen: dict[tuple[str, int], _Seen] = {}
+        #: per job, when each attempt was first seen begun (``_BEGUN``)
+        self._begun: dict[str, dict[int, float]] = {}
 
     def job(self, fact: Fact) -> None:
         """A job state change: recorded, and the attempt's progress written with it."""
@@ -69,6 +82,10 @@ class JobLedger:
         if job is None or state is None:
             return
         attempt = int(fact.get("attempt") or 0)
+        if state in _BEGUN:
+            self._begun.setdefault(str(job), {}).setdefault(attempt, fact.at)
+        elif state not in JOB_ACTIVE_STATES:
+            self._begun.pop(str(job), None)  # the job ended: nothing of it is kept
         nodes = fact.get("nodes") or ()
         self.store.add_job_event(
             str(job),
@@ -89,7 +106,9 @@ class JobLedger:
         job = fact.get("job")
         if job is None:
             return
-        key = (str(job), int(fact.get("attempt") or 0))
+        attempt = int(fact.get("attempt") or 0)
+        later = [a for a, at in self._begun.get(str(job), {}).items() if a > attempt and fact.at >= at]
+        key = (str(job), max(later, default=attempt))
         step, checkpoint = _int(fact.get("step")), _int(fact.get("checkpoint"))
         seen = self._seen.get(key)
         due = seen is None

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -63,6 +63,8 @@ class DemoResult:
     injected: list[tuple[str, str, str]]  # (component, job, node)
     incidents: list
     seconds: float
+    #: the measured goodput report of the demo's store (engine.ops.goodput), one GPU per node
+    goodput: dict = field(default_factory=dict)
 
 
 def _stamp(clock: Clock) -> str:
@@ -336,7 +338,14 @@ def run_demo(
     ctl.join(timeout=10)
     for a in agents:
         a.join(timeout=5)
-    rows = Store(db, readonly=True).incidents()
+    from engine.ops.goodput import report_from_store
+
+    done = Store(db, readonly=True)
+    try:
+        rows = done.incidents()
+        goodput = report_from_store(done, now=clock.wall(), gpus_per_node=1, gpus_from="the demo: one fake GPU a node")
+    finally:
+        done.close()
     if not keep:
         shutil.rmtree(root, ignore_errors=True)
-    return DemoResult(db, plan, rows, clock.monotonic() - t_start)
+    return DemoResult(db, plan, rows, clock.monotonic() - t_start, goodput)

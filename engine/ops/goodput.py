@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from engine.facts import JOB_ACTIVE_STATES
+from engine.ops.goodput_compare import OVERHEAD_CAUSES, compare_job, site_failure_rate
 from engine.ops.goodput_inputs import FAILED, WAITING, Attempt, Inputs, is_requeue, job_attempts, load
 from engine.store import IncidentRow, Store
 
@@ -228,6 +229,9 @@ class _Job:
                     "productive_s": productive,
                     "ettr": productive / wall if wall > 0 else None,
                     "estimates": notes,
+                    # for the model beside it (engine.ops.goodput_compare); not printed
+                    "_running_s": _overlap(run_from, r, self.lo, self.hi),
+                    "_progress": a.progress,
                 }
             )
             job_end = stop
@@ -404,6 +408,7 @@ def measure(
         progressed.setdefault(j_, set()).add(k_)
     names = set(events) | set(progressed) | set(incidents)
     jobs_out, failures = [], []
+    kept: list[list[dict[str, Any]]] = []
     cluster = _Figures()
     wall_gh = productive_gh = 0.0
     attempts = 0
@@ -424,11 +429,12 @@ def measure(
         wall_gh, productive_gh, attempts = wall_gh + w_gh, productive_gh + p_gh, attempts + len(rows)
         cluster.merge(j.figures)
         failures += fails
+        kept.append(rows)
         jobs_out.append(
             {
                 "job": name,
                 "state": j.attempts[-1].state,
-                "attempts": rows,
+                "attempts": [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows],
                 "failures": len(fails),
                 "submitted_at": j.submit,
                 "end_at": j.end_at,
@@ -465,6 +471,14 @@ def measure(
     by_day = sorted(grouped("day"), key=lambda g: g["day"])
     by_node = sorted(groups["node"].values(), key=lambda g: (-g["lost_gpu_hours"], g["node"]))
     estimated = sorted({w for jo in jobs_out for w in jo["estimates"]})
+    # measured against modelled: the site's failure rate over the window, then each job's model
+    site = site_failure_rate(
+        len(failures), sum(r["_running_s"] * r["gpus"] / gpus_per_node for rows in kept for r in rows)
+    )
+    overheads = [sum(f["lost"][c]["seconds"] for c in OVERHEAD_CAUSES) for f in failures]
+    site_restart = sum(overheads) / len(overheads) if overheads else None
+    for jo, rows in zip(jobs_out, kept):
+        jo["model"] = compare_job(jo, rows, [f for f in failures if f["job"] == jo["job"]], site, site_restart)
     return {
         "since": since,
         "until": until,
@@ -487,6 +501,7 @@ def measure(
         "by_class": by_class,
         "by_node": by_node,
         "by_day": by_day,
+        "failure_rate": site,
         "estimates": estimated,
     }
 

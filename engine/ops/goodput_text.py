@@ -9,8 +9,9 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from engine.ops.goodput import CAUSES
+from engine.ops.goodput_compare import WRITE_NOT_MEASURED
 
-__all__ = ["CAUSE_NAMES", "render_text"]
+__all__ = ["CAUSE_NAMES", "render_summary", "render_text", "render_what_if"]
 
 CAUSE_NAMES = {
     "work_lost": "work lost since checkpoint",
@@ -55,6 +56,38 @@ def _table(head: list[str], rows: list[list[str]], indent: str = "  ") -> list[s
 
 def _causes(lost: Mapping[str, float]) -> list[str]:
     return [_gh(lost[c]) for c in CAUSES]
+
+
+def _compared(rep: Mapping[str, Any]) -> list[str]:
+    """Each job's measured ETTR beside the model's, with the inputs the model was given."""
+    fr = rep["failure_rate"]
+    rate = fr["failure_rate_per_node_day"]
+    lines = [
+        "",
+        "measured against modelled ETTR (Kokolis et al.; ~ an input the store lacks)",
+        f"  site failure rate {'-' if rate is None else f'{rate:.4g}'} per node-day: "
+        f"{fr['failures']} failure(s) in {fr['node_days']:.3g} node-days run",
+    ]
+    rows = []
+    for j in rep["jobs"]:
+        m = j["model"]
+        mark = "~" if m["estimates"] else ""
+        rows.append(
+            [
+                j["job"],
+                _ratio(m["measured_ettr"]),
+                mark + _ratio(m["ettr"]),
+                "-" if m["gap"] is None else f"{m['gap']:+.3f}",
+                str(m["nodes"]),
+                "-" if m["interval_s"] is None else _dur(m["interval_s"]),
+                _dur(m["restart_s"]),
+            ]
+        )
+    lines += _table(["job", "measured", "modelled", "gap", "nodes", "interval", "restart"], rows)
+    lines.append(f"  every job: {WRITE_NOT_MEASURED}")
+    for j in rep["jobs"]:
+        lines += [f"  job {j['job']}: {why}" for why in j["model"]["estimates"] if why != WRITE_NOT_MEASURED]
+    return lines
 
 
 def render_text(rep: Mapping[str, Any], top: int = 10) -> str:
@@ -133,6 +166,7 @@ def render_text(rep: Mapping[str, Any], top: int = 10) -> str:
                 ]
             )
     lines += _table(["job", "state", "attempts", "failures", "ETTR", "wall", "wall GPU-h", "lost GPU-h"], rows)
+    lines += _compared(rep)
     if rep["failures"]:
         lines += ["", "failures (seconds per cause; ~ an estimate)"]
         frows = []
@@ -153,4 +187,43 @@ def render_text(rep: Mapping[str, Any], top: int = 10) -> str:
         lines += ["", "estimates (~): where the store lacks an input, the figure is taken from"]
         for j in rep["jobs"]:
             lines += [f"  job {j['job']}: {why}" for why in j["estimates"]]
+    return "\n".join(lines)
+
+
+def render_what_if(out: Mapping[str, Any]) -> str:
+    """``recover goodput --what-if`` for people: each incident that changes, what it would have
+    saved (+) or cost (-) in GPU-hours, and the assumptions each estimate rests on."""
+    cand = " ".join(out["rules"]) or "the rulebook in force"
+    pol = ", ".join(f"{k}={v}" for k, v in out["policy"].items())
+    lines = [
+        f"recover goodput --what-if: {cand}" + (f" with policy {pol}" if pol else ""),
+        f"  {len(out['changed'])} of {out['incidents']} incident(s) would change",
+    ]
+    for r in out["changed"]:
+        old = "; ".join(f"{v['fault_class']} -> {v['decision']}" for v in r["old"]) or "(as stored)"
+        new = "; ".join(f"{v['fault_class']} -> {v['decision']}" for v in r["new"]) or "(as stored)"
+        lines += [
+            "",
+            f"incident {r['incident']} (job {r['job']} attempt {r['attempt']}; {', '.join(r['changed'])}): "
+            f"{old}  =>  {new}",
+            f"  {r['gpu_hours_saved']:+.2f} GPU-hours " + ("saved" if r["gpu_hours_saved"] >= 0 else "(a cost)"),
+        ]
+        lines += [f"  assumes: {why}" for why in r["assumptions"]]
+    lines += ["", f"total: {out['gpu_hours_saved']:+.2f} GPU-hours (+ saved, - cost), each an estimate as stated"]
+    return "\n".join(lines)
+
+
+def render_summary(rep: Mapping[str, Any]) -> str:
+    """A few lines: the cluster's ETTR and its lost GPU-hours by cause (the end of ``recover demo``)."""
+    c = rep["cluster"]
+    lost = c["lost_gpu_hours"]
+    mark = "~" if c["estimated"] else ""
+    lines = [
+        f"Goodput: cluster ETTR {mark}{_ratio(c['ettr'])} over {c['jobs']} job(s) and {c['failures']} failure(s); "
+        f"{_gh(c['wall_gpu_hours'])} GPU-hours, {_gh(lost['total'])} lost to failures "
+        f"({rep['gpus_per_node']} GPU(s) a node, {rep['gpus_per_node_from']})",
+    ]
+    lines += _table(["lost to", "GPU-h"], [[CAUSE_NAMES[k], _gh(lost[k])] for k in CAUSES])
+    if mark:
+        lines.append("  ~ some inputs are missing: `recover goodput` lists them")
     return "\n".join(lines)

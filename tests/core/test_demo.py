@@ -1,6 +1,8 @@
 """The demo: real controller and agents against the simulated cluster find what was injected."""
 
 from engine.ops.demo import run_demo
+from engine.ops.goodput import CAUSES
+from engine.ops.goodput_text import CAUSE_NAMES, render_summary
 from engine.store import Store
 
 EXPECTED = {  # failure-mix component -> the fault class the default rulebook must find
@@ -59,3 +61,13 @@ def test_demo_finds_every_injected_failure(tmp_path):
     assert [(s["rank"], s["node"]) for s in attributed.suspects] == [(3, node)]
     assert attributed.decision == "restart" and attributed.nodes == (node,)
     assert {a["action"] for a in store.actions(attributed.id)} == {"requeue", "exclude"}
+
+    # it ends with its goodput: every job watched; the jobs the scheduler saw end (a node down, a
+    # software bug) are failures, of injected jobs only (monitor mode: the rest still run)
+    gp = result.goodput
+    assert gp["cluster"]["jobs"] == 6 and gp["gpus_per_node"] == 1
+    failed_jobs = {f["job"] for f in gp["failures"]}
+    assert failed_jobs and failed_jobs <= {job for _, job, _ in result.injected}, (result.injected, gp["failures"])
+    assert 0 < gp["cluster"]["ettr"] < 1 and gp["cluster"]["lost_gpu_hours"]["total"] > 0
+    text = render_summary(gp)
+    assert text.startswith("Goodput: cluster ETTR") and all(CAUSE_NAMES[c] in text for c in CAUSES)

@@ -107,6 +107,28 @@ def test_progress_is_written_at_most_every_interval_between_events(tmp_path):
     store.close()
 
 
+def test_lines_printed_after_a_requeued_attempt_began_are_that_attempts(tmp_path):
+    # seen on the real Slurm: a requeued attempt's first lines are read before the poll that says
+    # it runs, so the log is still the old attempt's; the old one is gone once the new one waits
+    store = Store(str(tmp_path / "r.db"))
+    ledger = JobLedger(store, every=300.0)
+    ledger.job(job(0.0, "RUNNING", nodes=["n1"]))
+    ledger.progress(prog(10.0, step=1))
+    ledger.progress(prog(20.0, step=11))
+    ledger.job(job(21.0, "COMPLETING", attempt=1))  # the old attempt's teardown, under the new count
+    ledger.progress(prog(21.5, step=12))  # its last line, flushed as it is killed: still attempt 0's
+    ledger.job(job(22.0, "PENDING", attempt=1))
+    ledger.progress(prog(40.0, step=1001))  # printed by attempt 1, tagged 0: the scheduler has not said yet
+    ledger.job(job(41.0, "RUNNING", attempt=1, nodes=["n2"]))
+    ledger.progress(prog(42.0, attempt=1, step=1002))
+    ledger.job(job(50.0, "COMPLETED", attempt=1, nodes=["n2"]))
+    rows = store.progress_rows("9")
+    assert (rows[("9", 0)]["step"], rows[("9", 0)]["last_at"]) == (12, 21.5)
+    assert (rows[("9", 1)]["first_step"], rows[("9", 1)]["first_at"], rows[("9", 1)]["step"]) == (1001, 40.0, 1002)
+    assert ledger._begun == {}  # the job ended: nothing kept of it
+    store.close()
+
+
 def test_note_progress_merges_with_what_is_stored(tmp_path):
     store = Store(str(tmp_path / "s.db"))
     store.note_progress("1", 0, first_at=50.0, first_step=5, step=10, last_at=60.0, checkpoint=8, checkpoint_at=55.0)

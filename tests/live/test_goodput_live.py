@@ -1,7 +1,7 @@
 """The goodput report's inputs are recorded by the running controller (issue 23, part 2): a job
 that fails twice and is recovered twice, in act mode on the simulated cluster, gets a goodput
 row whose instants are the journal's, the scheduler states' and the progress lines' own times.
-In process (the real-Slurm version of this is still to come: docs/goodput.md)."""
+In process (the real-Slurm version of this is tests/e2e/test_goodput_slurm.py)."""
 
 from __future__ import annotations
 

@@ -153,9 +153,13 @@ def _demo_footer(tmp_path, monkeypatch, path: str) -> str:
     import engine.ops.demo
     from engine.store import Store
 
+    from engine.ops.goodput import report_from_store
+
     def no_run(db, **kw):
-        Store(db).close()
-        return SimpleNamespace(incidents=[], injected=[], seconds=0.0)
+        store = Store(db)
+        goodput = report_from_store(store, now=0.0, gpus_per_node=1, gpus_from="the demo")
+        store.close()
+        return SimpleNamespace(incidents=[], injected=[], seconds=0.0, goodput=goodput)
 
     monkeypatch.setattr(engine.ops.demo, "run_demo", no_run)
     monkeypatch.setenv("PATH", path)
@@ -173,6 +177,9 @@ def test_the_demo_says_how_to_get_recover_on_path(tmp_path, monkeypatch):
     assert f"or run {venv_bin / 'recover'})" in out
     out = _demo_footer(tmp_path, monkeypatch, f"{venv_bin}:/usr/bin:/bin")
     assert "not on your PATH" not in out  # on PATH already: nothing to say
+    # and it ends with its goodput summary: the cluster's ETTR, its lost GPU-hours by cause
+    tail = out.rstrip().splitlines()
+    assert tail[-7].startswith("Goodput: cluster ETTR") and tail[-1].split()[:2] == ["queue", "after"]
 
 
 def test_demo_sh_runs_the_demo_through_the_path_hint():

@@ -419,3 +419,49 @@ def test_gpus_per_node_from_the_settings(db, tmp_path):
     cfg.write_text("gpus_per_node = 0\n")
     r = runner.invoke(app, ["--config", str(cfg), "goodput", "--db", db])
     assert r.exit_code == 2 and "gpus_per_node must be" in r.stderr
+
+
+# -- measured against modelled, per job (docs/goodput.md) ------------------------------------
+# running node-seconds (first progress -> failure or end, x nodes): job 100 2 x (3000 + 2830 +
+# 9900); job 200 1 x (1000 + 2000); job 300 1 x 8800. 4 failures over them: the site's rate.
+NODE_DAYS = (2 * (3000 + 2830 + 9900) + 3000 + 8800) / DAY
+RATE = 4 / NODE_DAYS  # 7.99 failures per node-day
+
+
+def modelled(nodes, interval, restart):
+    lam = nodes * RATE / DAY
+    return 1 - lam * (restart + interval / 2)
+
+
+def test_each_job_has_its_measured_ettr_beside_the_models(db):
+    rep = report(db)
+    fr = rep["failure_rate"]
+    assert fr["failures"] == 4 and close(fr["node_days"], NODE_DAYS) and close(fr["failure_rate_per_node_day"], RATE)
+    jobs = {j["job"]: j["model"] for j in rep["jobs"]}
+    # job 100: checkpoints at steps 1000, 2000, 7000: every 1000 steps x 2.0 s; u0 the mean of its
+    # two failures' detection + decision + restart + queue
+    m = jobs["100"]
+    u0 = (sum(A.values()) - A["work_lost"] + sum(B.values()) - B["work_lost"]) / 2  # 1685
+    assert (m["nodes"], m["interval_steps"]) == (2, 1000) and close(m["interval_s"], 2000) and close(m["restart_s"], u0)
+    assert close(m["ettr"], modelled(2, 2000, u0)) and close(m["measured_ettr"], J100_PRODUCTIVE / J100_WALL)
+    assert close(m["gap"], m["measured_ettr"] - m["ettr"])
+    assert m["estimates"] == ["checkpoint write time: not recorded by anything, taken as 0"]
+    # jobs 200 and 300 recorded no checkpoint: the interval is their whole running time, said so
+    for name, interval, restart in (("200", 3000, 1000), ("300", 8800, 1000)):
+        m = jobs[name]
+        assert close(m["interval_s"], interval) and close(m["restart_s"], restart), name
+        assert close(m["ettr"], modelled(1, interval, restart)), name
+        assert any("no checkpoint recorded" in why for why in m["estimates"]), name
+    assert any("themselves estimates" in why for why in jobs["200"]["estimates"])
+    out = render_text(rep)
+    assert "measured against modelled ETTR" in out and "~0.503" in out
+    assert "job 300: checkpoint interval: no checkpoint recorded" in out
+
+
+def test_a_job_that_never_failed_takes_the_sites_restart_overhead(db):
+    rep = report(db, since=T0 + 10100, until=T0 + 20000)  # only job 100's last attempt: no failure in it
+    (job,) = rep["jobs"]
+    assert rep["failure_rate"]["failures"] == 0 and rep["failure_rate"]["failure_rate_per_node_day"] == 0
+    m = job["model"]
+    assert m["ettr"] == 1.0 and m["restart_s"] == 0.0
+    assert any("no failure in the window" in why for why in m["estimates"])

@@ -181,3 +181,85 @@ def test_png_decoder_reads_what_it_should():
     png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
     assert decode_png(png) == (2, 1, [bytes([255, 0, 0, 0, 0, 255])])
     assert _count(decode_png(png)[2], _rgb("#ff0000")) == 1
+
+
+# -- the goodput page (recover goodput --html) ------------------------------------------------
+HOSTILE_JOB = '9<img src=x onerror="document.title=1">'
+HOSTILE_CLASS = "</svg><script>document.body.remove()</script>"
+
+
+@pytest.fixture
+def goodput_file(tmp_path, monkeypatch) -> Path:
+    """The measured report's known history (tests/ops/test_goodput_report.py), plus a job whose
+    id and fault class are markup: what a log or a user may put there."""
+    from engine.ops.goodput import report_from_store
+    from engine.ops.goodput_html import render_html as render_goodput
+
+    from .test_goodput_report import NOW, T0, Clock, _event, _incident, _progress, build
+
+    db = build(tmp_path / "goodput.db", monkeypatch)
+    store = Store(db)
+    for state, t, nodes in (("PENDING", 0, ()), ("RUNNING", 50, ("n<b>9</b>",)), ("FAILED", 5000, ("n<b>9</b>",))):
+        _event(store, HOSTILE_JOB, 0, state, t, nodes)
+    _progress(store, HOSTILE_JOB, 0, first=100, first_step=1, last=4000, step=400, step_time=10.0)
+    _incident(
+        store,
+        Clock(),
+        HOSTILE_JOB,
+        0,
+        evidence=4100,
+        opened=4100,
+        closed=4200,
+        fault=HOSTILE_CLASS,
+        nodes=["n<b>9</b>"],
+    )
+    rep = report_from_store(store, now=NOW, gpus_per_node=8)
+    store.close()
+    assert T0 < NOW and any(j["job"] == HOSTILE_JOB for j in rep["jobs"])
+    path = tmp_path / "goodput.html"
+    path.write_text(render_goodput(rep))
+    return path
+
+
+def test_goodput_charts_render_and_log_text_stays_text(goodput_file, tmp_path):
+    from engine.ops.goodput_html import CAUSE_COLORS, ETTR_COLORS, NODE_COLOR
+
+    browser = _browser()
+    dom = _run(browser, tmp_path / "profile-dom", "--dump-dom", goodput_file.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    # escaped: the page's title and body are the report's, no element came from a job id or class
+    assert "<title>Recover goodput report</title>" in html and "<h1>Recover goodput report</h1>" in html
+    assert "<script" not in html and "<img" not in html and "<b>9</b>" not in html
+    assert ">&lt;/svg&gt;&lt;script&gt;document.body.remove()&lt;/script&gt;: " in html  # a bar's tooltip
+    assert 'data-node="n&lt;b&gt;9&lt;/b&gt;"' in html and "<td>9&lt;img src=x" in html
+    charts = dict(re.findall(r'<svg id="(chart-[a-z]+)"(.*?)</svg>', html, flags=re.S))
+    assert set(charts) == {"chart-causes", "chart-classes", "chart-ettr", "chart-nodes"}, sorted(charts)
+    for name, body in charts.items():
+        assert "no-data" not in body, f"{name} has no data"
+    assert len(re.findall(r'<rect class="bar"', charts["chart-causes"])) == 5  # every cause lost something
+    assert len(re.findall(r'<rect class="bar"', charts["chart-classes"])) == 5  # four classes and the hostile one
+    # four jobs, each measured and modelled (job 300's measured ETTR is 0: a hairline bar)
+    assert len(re.findall(r'<rect class="bar"[^>]*data-kind="modelled"', charts["chart-ettr"])) == 4
+    assert len(re.findall(r'<rect class="bar"[^>]*data-kind="measured"', charts["chart-ettr"])) == 4
+    # one day, four nodes named: n2, n3 (a suspect), n5 and the hostile one; job 300's names none
+    assert len(re.findall(r'<rect class="bar"', charts["chart-nodes"])) == 4
+
+    shot = tmp_path / "goodput.png"
+    r = _run(
+        browser,
+        tmp_path / "profile-shot",
+        "--window-size=1280,2400",
+        "--force-device-scale-factor=0.5",
+        f"--screenshot={shot}",
+        goodput_file.as_uri(),
+    )
+    assert r.returncode == 0 and shot.is_file(), r.stderr[-2000:]
+    width, height, rows = decode_png(shot.read_bytes())
+    colors = {row[x : x + 3] for row in rows[::8] for x in range(0, len(row), 24)}
+    assert len(colors) > 20, "the screenshot is (nearly) blank"
+    assert _count(rows, _rgb(CAUSE_COLORS["work_lost"])) > 500, "cause bars not painted"
+    assert _count(rows, _rgb(class_color("nccl_timeout"))) > 100, "fault class bars not painted"
+    assert _count(rows, _rgb(ETTR_COLORS[0])) > 300, "measured ETTR bars not painted"
+    assert _count(rows, _rgb(ETTR_COLORS[1])) > 300, "modelled ETTR bars not painted"
+    assert _count(rows, _rgb(NODE_COLOR)) > 30, "node cells not painted"
