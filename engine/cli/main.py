@@ -33,6 +33,7 @@ from engine.cli import rules as _rules  # noqa: F401  (registers the rules comma
 from engine.cli import goodput as _goodput  # noqa: F401  (registers recover goodput)
 from engine.cli import dumps as _dumps  # noqa: F401  (registers recover fr-analyze)
 from engine.cli import status as _status  # noqa: F401  (registers recover status)
+from engine.cli import outage as _outage  # noqa: F401  (registers recover outage)
 
 
 app.add_typer(rules_app, name="rules")

@@ -43,7 +43,8 @@ from ..base import (
 )
 from .hostlist import HostlistError, expand_hostlist
 from .runner import DEFAULT_MAX_OUTPUT, readable, subprocess_runner, unreadable
-from .text import gpu_map, node_gpu_count, parse_gpu_detail, parse_scontrol_line, scontrol_records
+from .layout import detail_cpus, json_cpus, tasks_layout
+from .text import detail_pairs, gpu_map, node_gpu_count, parse_gpu_detail, parse_scontrol_line, scontrol_records
 
 __all__ = ["SlurmAdapter", "parse_gpu_detail", "parse_scontrol_line", "split_wait_status", "subprocess_runner"]
 
@@ -468,13 +469,17 @@ def _job_from_json(record: Mapping[str, Any], detail: bool = False) -> JobInfo:
     stdout = _log_path(record, "standard_output")
     stderr = _log_path(record, "standard_error") or stdout  # no -e: stderr goes where stdout goes
     gpus, known = _json_gpus(record) if detail else ((), False)
+    nodes = _hosts(record.get("nodes"))
+    layout = tasks_layout(
+        json_cpus(record, nodes), record.get("tasks"), record.get("cpus_per_task"), record.get("tasks_per_node")
+    )
     return _safe_job(
         JobInfo(
             job_id=str(_num(record["job_id"])),
             attempt=int(_num(record.get("restart_cnt")) or 0),
             state=state,
             reason=_clean(record.get("state_reason")),
-            nodes=_hosts(record.get("nodes")),
+            nodes=nodes,
             name=str(record.get("name") or ""),
             exit_code=exit_code,
             signal=signal,
@@ -487,6 +492,7 @@ def _job_from_json(record: Mapping[str, Any], detail: bool = False) -> JobInfo:
             required_nodes=_hosts(_clean(record.get("required_nodes")) or None),
             gpus=gpus,
             detailed=known,
+            tasks_per_node=layout,
         )
     )
 
@@ -501,13 +507,19 @@ def _job_from_scontrol(fields: Mapping[str, str], detail: str | None = None) -> 
         exit_code = int(code) if code.isdigit() else None
         signal = int(sig) if sig.isdigit() and int(sig) else None
     stdout = _clean(fields.get("StdOut")) or None
+    nodes = _hosts(_clean(fields.get("NodeList")))
+    layout = ""
+    if detail:
+        num = lambda key: int(v) if (v := fields.get(key, "")).isdigit() else None  # noqa: E731
+        cpus = detail_cpus(detail_pairs(detail), nodes, num("NumCPUs"))
+        layout = tasks_layout(cpus, num("NumTasks"), num("CPUs/Task"))
     return _safe_job(
         JobInfo(
             job_id=fields["JobId"],
             attempt=int(fields.get("Restarts", "0") or 0),
             state=state,
             reason=_clean(fields.get("Reason")),
-            nodes=_hosts(_clean(fields.get("NodeList"))),
+            nodes=nodes,
             name=_clean(fields.get("JobName")),
             exit_code=exit_code,
             signal=signal,
@@ -520,6 +532,7 @@ def _job_from_scontrol(fields: Mapping[str, str], detail: str | None = None) -> 
             required_nodes=_hosts(_clean(fields.get("ReqNodeList")) or None),
             gpus=parse_gpu_detail(detail) if detail else (),
             detailed=detail is not None,
+            tasks_per_node=layout,
         )
     )
 
