@@ -114,6 +114,8 @@ def replay(
                         "nodes": list(row.nodes),
                         "rules": rules_fired,
                         "commands": [list(p.argv) for p in closed.plan],
+                        # held back by a shared outage until it ends (recover outage list)
+                        "held": [a["argv"] for a in store.actions(closed.id, status="held")],
                     }
                 )
             )
