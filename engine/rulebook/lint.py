@@ -322,6 +322,12 @@ class _Linter:
         classes = autonomy.get("classes") if isinstance(autonomy, Mapping) else None
         for fc in dict(classes) if isinstance(classes, Mapping) else ():
             self.known_class(fc, self.policy_mark(f"autonomy.classes.{fc}"), "policy.autonomy.classes")
+        # the guards that name fault classes: a misspelt one would silently never apply
+        for section, key in (("isolate", "at_once"), ("suspects", "classes"), ("shared_outage", "classes")):
+            value = self.book.policy.get(section) or {}
+            names = value.get(key) if isinstance(value, Mapping) else None
+            for fc in names if isinstance(names, (list, tuple)) else ():
+                self.known_class(fc, self.policy_mark(section), f"policy.{section}.{key}")
 
     def priorities(self) -> None:
         """A site's own root cause must outrank the NCCL errors its failure makes every other rank
