@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from engine.core.actions import PlannedAction, plan_actions
@@ -127,6 +127,10 @@ class Decider:
                 self.store.set_suspects(incident, found)
                 history = self.store.suspect_history(at - self.compiled.policy.suspects.window, exclude=incident)
                 decision, drain_for_diagnosis = with_suspects(self.compiled, decision, found, ctx, history)
+                if held_by is not None and drain_for_diagnosis:  # many jobs' victims of one cause
+                    why = f"{', '.join(drain_for_diagnosis)} not drained for diagnosis: a shared outage ({held_by})"
+                    decision = replace(decision, guards=(*decision.guards, {"guard": "shared_outage", "why": why}))
+                    drain_for_diagnosis = ()
             plan, problems = self._plan(
                 decision, incident, job_id, attempt, fault_class, reason, evidence, decision.plan
             )

@@ -283,7 +283,11 @@ class SharedOutages:
     def _close(self, outage: Outage, at: float, why: str) -> None:
         members = sorted(outage.members.values(), key=lambda f: (f.at, f.job))
         named = ", ".join(
-            f"incident {f.incident} (job {f.job} attempt {f.attempt}"
+            (
+                f"incident {f.incident} (job {f.job} attempt {f.attempt}"
+                if f.incident
+                else f"(job {f.job} attempt {f.attempt}"
+            )
             + (f", user {self.users[f.job]}" if f.job in self.users else "")
             + ")"
             for f in members[:MEMBERS_NAMED]
@@ -327,5 +331,11 @@ class SharedOutages:
         """After a restart: an outage the store still has open goes on (its held actions are
         in the store, held_by it)."""
         fault_class = key.split(":")[1] if key.count(":") >= 2 else ""
-        if fault_class:
-            self.active[fault_class] = Outage(incident, fault_class, opened_at, last_at)
+        if not fault_class:
+            return
+        outage = self.active[fault_class] = Outage(incident, fault_class, opened_at, last_at)
+        for fact, _, _ in self.store.facts(incident):  # its jobs' faults: who is one of it
+            job, attempt = fact.get("job"), fact.get("attempt")
+            if fact.kind == "fault" and job is not None:
+                member = _Failure(str(job), int(attempt or 0), 0, fault_class, fact.at, fact)
+                outage.members[(member.job, member.attempt)] = member

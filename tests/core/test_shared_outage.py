@@ -232,3 +232,34 @@ def test_blast_radius_counts_requeues(compiled):
 )
 def test_common_path(paths, common):
     assert common_path(paths) == common
+
+
+def test_a_restarted_controller_goes_on_holding(compiled):
+    """The outage and its jobs' incidents are still open when the controller restarts: the new
+    engine takes the outage over from the store, with its members, and still holds their requeues."""
+    store = Store(":memory:")
+    engine = Engine(compiled, store, mode="act")
+    for i in range(5):
+        _job(engine, str(900 + i), T0, f"user{i}")
+        _eio(engine, str(900 + i), T0 + 10 + i)
+    engine.advance(T0 + 30)  # opened; the jobs' incidents still settle
+    [outage] = _outages(store)
+    assert store.incident(outage.id).status == "open" and not store.actions(1)
+    again = Engine(compiled, store, mode="act")
+    assert again.resume() == 5  # the jobs' incidents; the outage is the outages' own
+    again.advance(T0 + 400)
+    requeues = [a for a in store.actions() if a["action"] == "requeue"]
+    assert len(requeues) == 5 and {a["held_by"] for a in requeues} == {outage.id}
+    again.advance(T0 + 400 + compiled.policy.shared_outage.quiet)
+    assert store.incident(outage.id).status == "closed"
+    assert {a["status"] for a in store.actions() if a["action"] == "requeue"} == {ActionStatus.PLANNED}
+
+
+def test_the_suspects_of_an_outages_jobs_are_no_history_for_drains(compiled):
+    store = Store(":memory:")
+    inc = store.open_incident("job:1:0", "1", 0, None, T0)
+    store.set_suspects(inc, [{"rank": 3, "node": "n2", "signals": []}])
+    store.close_incident(inc, T0 + 10, "nccl_timeout", "restart", (), None, "x")
+    assert store.suspect_history(T0) == [("1", "n2", T0 + 10)]
+    store.add_action(inc, f"{inc}:requeue:1", "requeue", "1", ["scontrol", "requeue", "1"], "act", "held", held_by=99)
+    assert store.suspect_history(T0) == []
