@@ -508,11 +508,11 @@ def _job_from_scontrol(fields: Mapping[str, str], detail: str | None = None) -> 
         signal = int(sig) if sig.isdigit() and int(sig) else None
     stdout = _clean(fields.get("StdOut")) or None
     nodes = _hosts(_clean(fields.get("NodeList")))
-    layout = ""
-    if detail:
-        num = lambda key: int(v) if (v := fields.get(key, "")).isdigit() else None  # noqa: E731
-        cpus = detail_cpus(detail_pairs(detail), nodes, num("NumCPUs"))
-        layout = tasks_layout(cpus, num("NumTasks"), num("CPUs/Task"))
+    num = lambda key: int(v) if (v := fields.get(key, "")).isdigit() else None  # noqa: E731
+    # per-node CPUs: the -d detail's, or a one-node job's all (several nodes without -d: not known)
+    one = [num("NumCPUs") or 0] if len(nodes) == 1 else None
+    cpus = detail_cpus(detail_pairs(detail), nodes, num("NumCPUs")) if detail else one
+    layout = tasks_layout(cpus, num("NumTasks"), num("CPUs/Task"))
     return _safe_job(
         JobInfo(
             job_id=fields["JobId"],
