@@ -263,3 +263,34 @@ def test_the_suspects_of_an_outages_jobs_are_no_history_for_drains(compiled):
     assert store.suspect_history(T0) == [("1", "n2", T0 + 10)]
     store.add_action(inc, f"{inc}:requeue:1", "requeue", "1", ["scontrol", "requeue", "1"], "act", "held", held_by=99)
     assert store.suspect_history(T0) == []
+
+
+def test_the_actuator_pages_once_runs_nothing_held_and_requeues_when_it_ends(compiled):
+    """In act mode against the simulated cluster: the outage's one page goes out, the jobs are
+    not requeued while it lasts, and are once it ends (each re-read before it is requeued)."""
+    from engine.live.actuator import Actuator
+    from scheduler_adapters.simulated import SimulatedCluster
+
+    sim = SimulatedCluster([f"n{i}" for i in range(1, 11)])
+    store = Store(":memory:")
+    engine = Engine(compiled, store, mode="act")
+    act = Actuator(store, sim, compiled, verify_timeout=0.0, retry_delay=0.0)
+    jobs = [sim.submit(f"train{i}", nodes=2) for i in range(5)]
+    for i, job in enumerate(jobs):
+        _job(engine, job, T0, f"user{i}", nodes=sim.job(job).nodes)
+        _eio(engine, job, T0 + 10 + i)
+        sim.fail(job)  # its tasks failed: FAILED, as Slurm says it
+    engine.advance(T0 + 200)
+    for _ in range(5):
+        act.step()
+    [outage] = _outages(store)
+    [page] = _pages(store)
+    assert page["status"] in (ActionStatus.VERIFIED, ActionStatus.SUCCEEDED), page
+    assert page["incident"] == outage.id
+    assert not [h for h in sim.history if h[:2] == ["scontrol", "requeue"]]
+    engine.advance(T0 + 200 + compiled.policy.shared_outage.quiet)
+    for _ in range(5):
+        act.step()
+    requeued = sorted(h[2] for h in sim.history if h[:2] == ["scontrol", "requeue"])
+    assert requeued == sorted(jobs)
+    assert len(_pages(store)) == 1
