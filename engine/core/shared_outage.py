@@ -115,6 +115,7 @@ class SharedOutages:
         self.users: dict[str, str] = {}  # job -> user, as the scheduler said
         self.recent: dict[tuple[str, int], _Failure] = {}  # failures of the eligible classes, not in one
         self.active: dict[str, Outage] = {}  # fault class -> its outage
+        self._asked_at = float("-inf")  # when the store was last asked for operators' ends
 
     # -- input ---------------------------------------------------------------------------------
     def user(self, job: str, user: object) -> None:
@@ -252,8 +253,13 @@ class SharedOutages:
     def advance(self, now: float) -> None:
         """End the outages whose class was quiet for ``quiet``, that lasted ``hold_limit``, or
         that an operator ended; release what they held."""
+        if not self.active:
+            return
+        ask = now - self._asked_at >= 1.0  # the store once a second, not at every fact
+        if ask:
+            self._asked_at = now
         for fault_class, outage in list(self.active.items()):
-            asked = self.store.meta(end_key(outage.incident))
+            asked = self.store.meta(end_key(outage.incident)) if ask else None
             if asked is not None:
                 why = f"ended by an operator ({asked})"
             elif now - outage.last_at >= self.policy.quiet:
