@@ -144,7 +144,9 @@ class SharedOutages:
         f = _Failure(job, attempt, incident, fault_class, fault.at, fault, tuple(sorted(nodes)), path, source)
         outage = self.active.get(fault_class)
         if outage is not None:
-            self._join(outage, f)
+            if (job, attempt) not in outage.members:
+                self._join(outage, f)
+                self.store.set_reason(outage.incident, self._reason(outage))
             return
         self.recent[key] = f
         since = fault.at - self.policy.window
@@ -180,6 +182,7 @@ class SharedOutages:
             self._join(outage, f)
         self.store.set_provisional(incident, fault_class, (), alike[0].fault.id)
         reason = self._reason(outage, users)
+        self.store.set_reason(incident, reason)
         self.store.add_guards(incident, [{"guard": "shared_outage", "why": f"opened at {len(alike)} jobs: {reason}"}])
         outage.page = self._page(outage, reason)
         logger.warning("incident %s: %s", incident, reason)

@@ -163,6 +163,10 @@ class IncidentTables(Connection):
             ),
         )
 
+    def set_reason(self, incident: int, reason: str) -> None:
+        """An open incident's reason as it stands (a shared outage's, as jobs join it)."""
+        self._exec("UPDATE incidents SET reason=? WHERE id=?", (reason, incident))
+
     def set_suspects(self, incident: int, suspects: Sequence[Mapping[str, Any]]) -> None:
         self._exec("UPDATE incidents SET suspects=? WHERE id=?", (json.dumps(list(suspects), sort_keys=True), incident))
 

@@ -88,6 +88,7 @@ def test_five_jobs_of_five_users_within_the_window_are_one_shared_outage(compile
     assert len(pages) == 1 and pages[0]["incident"] == outage.id  # one page, not five
     guards = " ".join(g["why"] for g in outage.guards)
     assert "5 jobs of 5 users" in guards and "path /lustre/scratch/ds" in guards
+    assert outage.reason is not None and outage.reason.startswith("shared outage: 5 jobs")  # while open
     assert any(g.get("guard") == "shared_outage" for r in members for g in r.guards)
 
 
@@ -134,6 +135,7 @@ def test_the_outage_ends_when_the_class_is_quiet_and_releases_what_it_held(compi
     _eio(engine, "599", T0 + 200)
     engine.advance(T0 + 200 + 130)
     assert store.incident(outage.id).status == "open"
+    assert "6 jobs" in (store.incident(outage.id).reason or "")
     held = store.held_actions(outage.id)
     assert sorted(a["target"] for a in held) == ["500", "501", "502", "503", "504", "599"]
     assert len(_pages(store)) == 1
