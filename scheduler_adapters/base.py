@@ -67,6 +67,8 @@ class JobInfo:
     required_nodes: tuple[str, ...] = ()  # nodes the job asked for by name (-w); never excluded
     gpus: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (node, GPU indexes the job holds there)
     detailed: bool = False  # required_nodes and gpus were read (the adapter's job_detail)
+    #: its task layout as SLURM_TASKS_PER_NODE writes it ("2(x3),1"); "" where not certain
+    tasks_per_node: str = ""
 
     # What the scheduler's words mean, said here (the adapters' side) so that the engine asks
     # questions of a job instead of reading Slurm's state names and reasons itself.

@@ -33,6 +33,7 @@ from engine.cli import rules as _rules  # noqa: F401  (registers the rules comma
 from engine.cli import goodput as _goodput  # noqa: F401  (registers recover goodput)
 from engine.cli import dumps as _dumps  # noqa: F401  (registers recover fr-analyze)
 from engine.cli import status as _status  # noqa: F401  (registers recover status)
+from engine.cli import outage as _outage  # noqa: F401  (registers recover outage)
 
 
 app.add_typer(rules_app, name="rules")
@@ -113,6 +114,8 @@ def replay(
                         "nodes": list(row.nodes),
                         "rules": rules_fired,
                         "commands": [list(p.argv) for p in closed.plan],
+                        # held back by a shared outage until it ends (recover outage list)
+                        "held": [a["argv"] for a in store.actions(closed.id, status="held")],
                     }
                 )
             )

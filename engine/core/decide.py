@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from engine.core.actions import PlannedAction, plan_actions
@@ -92,12 +92,15 @@ class Decider:
         bound: tuple[str, int] | None = None,
         notes: Sequence[Mapping[str, Any]] = (),
         suspects: Sequence[Mapping[str, Any]] = (),
+        held_by: int | None = None,
     ) -> ClosedIncident:
         """Decide a settled incident, journal its plan and close it in the store. ``bound``: the
         job attempt the scheduler said held a node's incident's node (its key names none);
         ``notes``: guards recorded with the decision's (how it was bound); ``suspects``: the
         ranks its evidence points at (core.suspects), kept where its class names suspects
-        (policy.suspects.classes), and what they cost decided by ``core.suspect_policy``."""
+        (policy.suspects.classes), and what they cost decided by ``core.suspect_policy``;
+        ``held_by``: the shared outage incident (core.shared_outage) the job attempt is one of
+        failures of: its requeue and exclusion are journaled held, its pages left to the outage's."""
         if faults:
             top = best or best_fault(faults)
             fault_class, nodes, reason, fault_id = (
@@ -124,6 +127,10 @@ class Decider:
                 self.store.set_suspects(incident, found)
                 history = self.store.suspect_history(at - self.compiled.policy.suspects.window, exclude=incident)
                 decision, drain_for_diagnosis = with_suspects(self.compiled, decision, found, ctx, history)
+                if held_by is not None and drain_for_diagnosis:  # many jobs' victims of one cause
+                    why = f"{', '.join(drain_for_diagnosis)} not drained for diagnosis: a shared outage ({held_by})"
+                    decision = replace(decision, guards=(*decision.guards, {"guard": "shared_outage", "why": why}))
+                    drain_for_diagnosis = ()
             plan, problems = self._plan(
                 decision, incident, job_id, attempt, fault_class, reason, evidence, decision.plan
             )
@@ -145,6 +152,19 @@ class Decider:
                 )
                 problems = list(problems) + more
             guards = [dict(n) for n in notes] + list(decision.guards) + [{"guard": "plan", "why": p} for p in problems]
+            held: set[str] = set()
+            if held_by is not None:
+                held = {p.name for p in plan if self.compiled.actions[p.name].kind in ("requeue", "exclude")}
+                pages = {p.name for p in plan if self.compiled.actions[p.name].kind == "page"}
+                plan = [p for p in plan if p.name not in pages]
+                guards.append(
+                    {
+                        "guard": "shared_outage",
+                        "why": f"one of the jobs of shared outage incident {held_by}: "
+                        + (f"{', '.join(sorted(held))} held until it ends" if held else "nothing to hold")
+                        + ("; paged once by that incident" if pages else ""),
+                    }
+                )
             mode = self._mode_of(decision)
             self.store.close_incident(
                 incident,
@@ -161,6 +181,7 @@ class Decider:
             )
             if mode in ("recommend", "act"):
                 for pa in plan:
+                    hold = pa.name in held
                     self.store.add_action(
                         incident,
                         pa.idem_key,
@@ -168,7 +189,9 @@ class Decider:
                         pa.target,
                         pa.argv,
                         mode,
-                        "recommended" if mode == "recommend" else "planned",
+                        "held" if hold else "recommended" if mode == "recommend" else "planned",
+                        note=f"held: shared outage incident {held_by}" if hold else "",
+                        held_by=held_by if hold else None,
                     )
             # a drain for diagnosis has its own autonomy (policy.autonomy.drain_suspect)
             own = self.compiled.policy.autonomy.of("drain_suspect") or "recommend"
@@ -384,6 +407,7 @@ class Decider:
         since = now - self.compiled.policy.blast_radius.window
         drains = [(t, w) for name in ("drain", "drain_suspect") for t, w, _ in self.store.recent_actions(name, since)]
         drains += [d for d in self._early_drains if d[1] >= since and d not in drains]
+        requeues = [(t, w) for t, w, _ in self.store.recent_actions("requeue", since)]
         return GuardContext(
             job=job,
             attempt=attempt,
@@ -393,6 +417,7 @@ class Decider:
             progress=progress,
             job_state=self.job_states.get(job) if job is not None else None,
             recent_drains=drains,
+            recent_requeues=requeues,
             cluster_size=len(self.node_states),
             node_states=self.node_states,
             silenced=silences.get,

@@ -36,6 +36,7 @@ from engine.core.memory import Live, WorkingMemory
 from engine.core.open_incident import OpenIncident, incident_key
 from engine.core.ledger import JobLedger
 from engine.core.progress import ProgressTracker
+from engine.core.shared_outage import SharedOutages
 from engine.core.suspects import RankEvidence
 from engine.core.rete import ReteNetwork, ReteSession
 from engine.core.timers import Timers
@@ -99,18 +100,9 @@ class Engine:
         self.cascade = policy.cascade
         self.fact_ttl = policy.hang.fact_ttl
         self.now: float | None = None
-        self.stats = {
-            "facts": 0,
-            "flooded": 0,
-            "firings": 0,
-            "derived": 0,
-            "rederived": 0,
-            "unused": 0,
-            "incidents": 0,
-            "template_errors": 0,
-            "rete_errors": 0,
-            "overflowed": 0,  # distinct log lines past their scope's bound, counted on the last held
-        }
+        # overflowed: distinct log lines past their scope's bound, counted on the last held
+        counters = "facts flooded firings derived rederived unused incidents template_errors rete_errors overflowed"
+        self.stats = dict.fromkeys(counters.split(), 0)
         self.memory = WorkingMemory(self.session, self.stats, policy.distinct_lines)
         self.timers = Timers(compiled)
         self.memory.on_retract = self.timers.forget
@@ -131,12 +123,19 @@ class Engine:
         self.waits = NodeWaits()
         #: what each rank of a job attempt said (attribution reads it when the incident closes)
         self.ranks = RankEvidence()
+        #: many jobs failing alike at once: one shared outage (core.shared_outage)
+        self.outages = SharedOutages(
+            compiled, store, scheduler=scheduler, mode=mode, closed=self.closed, on_close=on_close
+        )
 
     def resume(self) -> int:
         """After a restart: take over the incidents the store still has open, so they settle and
         close as usual. (Their facts are not re-asserted: correlation with them is lost.)"""
         n = 0
         for row in self.store.incidents(status="open"):
+            if row.key.startswith("outage:"):
+                self.outages.resume(row.id, row.key, row.opened_at, row.last_evidence_at)
+                continue
             facts = [f for f, _, _ in self.store.facts(row.id)]
             faults = [f for f in facts if f.kind == "fault"]
             inc = self.open[row.key] = OpenIncident(
@@ -191,11 +190,14 @@ class Engine:
             }
         if fact.kind == "job" and fact.get("job") is not None:
             self.job_states[str(fact.get("job"))] = str(fact.get("state"))
+            self.outages.user(str(fact.get("job")), fact.get("user"))
             self.ledger.job(fact)
             self.tracker.job_state(str(fact.get("job")), int(fact.get("attempt") or 0), str(fact.get("state")), fact.at)
             nodes = fact.get("nodes") or ()
             if isinstance(nodes, tuple) and nodes:  # the scheduler's node list, in its order
-                self.ranks.allocation(str(fact.get("job")), int(fact.get("attempt") or 0), nodes)
+                layout = fact.get("tasks_per_node")  # the scheduler's layout: 2(x3),1
+                job, attempt = str(fact.get("job")), int(fact.get("attempt") or 0)
+                self.ranks.allocation(job, attempt, nodes, layout if isinstance(layout, str) else None)
             if fact.get("state") is None or fact.get("state") in JOB_ACTIVE_STATES:
                 self.cluster.assign(
                     str(fact.get("job")), fact.get("attempt"), nodes if isinstance(nodes, tuple) else (), fact.at
@@ -418,6 +420,10 @@ class Engine:
             if self.decider.wants_at_once(fact):
                 self.decider.isolate_now(inc.id, inc.key, fact, lambda: self._evidence(inc), bound=inc.bound)
             self._wait_for_job(inc, fact.at)
+            job, attempt = inc.bound or split_key(inc.key)
+            if inc.best is fact and job is not None:
+                evidence = [self.live[f].fact for f in inc.facts if f in self.live]
+                self.outages.failed(inc.id, job, attempt or 0, fact, self._holding(job, attempt or 0), evidence)
         inc.last_at = max(inc.last_at, fact.at)
         self.store.touch_incident(inc.id, fact.at)
 
@@ -495,6 +501,7 @@ class Engine:
             bound=inc.bound,
             notes=inc.notes,
             suspects=self._suspects(inc),
+            held_by=self._held_by(inc),
         )
         inc.decision = closed.decision.decision
         # its facts stay in the Rete for the cascade window, so late evidence still correlates
@@ -507,6 +514,11 @@ class Engine:
             except Exception:
                 logger.exception("incident %s: close callback failed", inc.id)
         return closed
+
+    def _held_by(self, inc: OpenIncident) -> int | None:
+        job, attempt = inc.bound or split_key(inc.key)
+        best = inc.best.get("fault_class") if inc.best is not None else None
+        return self.outages.holding(job, attempt or 0, str(best)) if job is not None else None
 
     def _retract_all(self, inc: OpenIncident) -> None:
         for fid in list(inc.facts):
@@ -555,6 +567,7 @@ class Engine:
             if now - inc.last_at >= self.settle:
                 del self.open[key]
                 self._close(inc, now)
+        self.outages.advance(now)
         self.memory.expire(now - self.fact_ttl, lambda live: live.incident is not None and self._is_open(live.incident))
 
     def close(self) -> None:
@@ -576,6 +589,7 @@ class Engine:
             self._close(inc, max(at, inc.last_at))
             self.recent.pop(key, None)
             self._retract_all(inc)
+        self.outages.finish(at)
         self.waits = NodeWaits()
         self.store.flush()
         return list(self.closed)

@@ -5,7 +5,8 @@ Guards, in the order they apply (each configurable under ``policy:`` in the rule
     silences      a silenced node's incidents are only recorded            (recover silence add)
     retry         at most N restarts per job and per root-cause fingerprint in a window
     no_progress   stop when the last checkpoint/step did not advance across N attempts
-    blast_radius  at most K drains (or P% of the nodes seen) in a window; past it: stop acting, notify
+    blast_radius  at most K drains (or P% of the nodes seen), and at most R requeues of other jobs,
+                  in a window; past it: stop acting, notify
     inhibit       nodes already drained are not drained again (a DOWN node still gets the DRAIN
                   flag: without it, it returns to service when its slurmd comes back)
     throttle      one requeue per job attempt, one drain per node per incident
@@ -64,6 +65,7 @@ class GuardContext:
     ] = ()  # earlier closed incidents of this job: {attempt, decision, fault_class, fingerprint, closed_at}
     progress: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)  # attempt -> {step, checkpoint}
     recent_drains: Sequence[tuple[str, float]] = ()  # (node, wall time) of drains planned or run
+    recent_requeues: Sequence[tuple[str, float]] = ()  # (job, engine time) of requeues planned or run
     cluster_size: int = 0
     node_states: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # node -> {drained, down}
     silenced: Callable[[str], str | None] = lambda node: None  # reason, or None
@@ -222,6 +224,20 @@ def decide(
                 "observe",
                 f"draining {', '.join(new)} would make {len(drained) + len(new)} drains "
                 f"in {int(window)} s, over the limit of {limit}: stopped acting, a human is paged",
+            )
+            plan_only = ("notify",)
+
+    if decision in RESTARTING and ctx.job is not None:
+        # requeues count too: twenty jobs requeued into a dead filesystem is an outage, not a fix
+        blast = policy.blast_radius
+        others = {j for j, t in ctx.recent_requeues if ctx.now - t <= blast.window and j != ctx.job}
+        if len(others) + 1 > blast.max_requeues:
+            change(
+                "blast_radius",
+                "observe",
+                f"requeueing job {ctx.job} would make {len(others) + 1} jobs requeued in {int(blast.window)} s, "
+                f"over the limit of {blast.max_requeues} (policy.blast_radius.max_requeues): "
+                "stopped acting, a human is paged",
             )
             plan_only = ("notify",)
 

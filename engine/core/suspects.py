@@ -167,6 +167,8 @@ class RankEvidence:
         addr = raw.split("<", 1)[0].strip()[:64]
         if not addr:
             return
+        if not _IP.fullmatch(addr):  # a host name (n2.cluster): its short name, as node names are
+            addr = addr.split(".", 1)[0]
         if kind == "addr":
             if addr in a.addrs or len(a.addrs) < MAX_RANKS_KEPT:
                 a.addrs.setdefault(addr, set()).add(host)
@@ -184,7 +186,9 @@ def _common_peer(ranks: AttemptRanks) -> tuple[str, str, dict[str, str]] | None:
     if not best or best[0][0] < 2 or (len(best) > 1 and best[1][0] == best[0][0]):
         return None
     addr = best[0][1]
-    hosts = ranks.addrs.get(addr, set())
+    # an address is a node's where the job's bootstrap line of that node says so; a name is the
+    # node of the allocation it names (the job's own text may name only its own nodes)
+    hosts = ranks.addrs.get(addr) or ({addr} if not _IP.fullmatch(addr) else set())
     if len(hosts) != 1:
         return None  # no host, or several hosts, say they use it
     node = next(iter(hosts))
@@ -192,6 +196,10 @@ def _common_peer(ranks: AttemptRanks) -> tuple[str, str, dict[str, str]] | None:
         return None
     reporters = {h: o for h, o in named[addr].items() if h != node}
     return (node, addr, reporters) if len(reporters) >= 2 else None
+
+
+#: an IPv4 or IPv6 address, as NCCL prints one (a host name is anything else)
+_IP = re.compile(r"[0-9.]+|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*")
 
 
 def _natural(name: str) -> tuple:
@@ -278,7 +286,8 @@ def suspects(
                         "signal": "peer_common",
                         "detail": clean_text(
                             f"{len(reporters)} hosts ({', '.join(sorted(reporters)[:4])}) got transport errors "
-                            f"from peer {addr}, the address {node}'s bootstrap line names",
+                            f"from peer {addr}, "
+                            + (f"the address {node}'s bootstrap line names" if addr != node else "a node of the job"),
                             240,
                         ),
                         "origin": clean_text(next(iter(reporters.values())), 240),

@@ -228,8 +228,8 @@ class Actuator:
             inc = self.store.incident(incident_id)
             blocked = False
             for action in self.store.actions(incident_id):
-                if action["mode"] != "act" or action["status"] in TERMINAL:
-                    continue
+                if action["mode"] != "act" or action["status"] in TERMINAL or action["status"] == ActionStatus.HELD:
+                    continue  # a held one waits for its shared outage to end (core.shared_outage)
                 # a page about the incident (escalation, a drain that has not taken) goes out at
                 # once: it must not wait behind the very action it is about
                 aside = ":notify-" in str(action["idem_key"])

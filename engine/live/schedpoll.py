@@ -244,6 +244,10 @@ class SchedulerPoll:
                 }
                 if j.exit_code is not None:
                     attrs["exit_code"] = j.exit_code
+                if j.user:  # who runs it (a shared outage counts users)
+                    attrs["user"] = j.user
+                if j.tasks_per_node:  # its task layout (the rank map)
+                    attrs["tasks_per_node"] = j.tasks_per_node
                 engine.ingest(Fact.make("job", attrs, now, f"{self.name}:jobs"))
         self.states_known = True
         if states_changed:

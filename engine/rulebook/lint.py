@@ -26,6 +26,7 @@ from engine.rulebook.conditions import AllOf, AnyOf, Cmp, ListRef, MacroRef
 from engine.rulebook.model import BUILTIN_FAULT_CLASSES, VERIFY_KINDS, Diagnostic, Matcher, Rulebook, kind_of
 from engine.rulebook.templating import jinja_env
 from engine.rulebook.yamlmarks import Mark
+from engine.rulebook.spec_types import parse_duration
 
 __all__ = ["lint", "log_attrs", "BASE_ATTRS"]
 
@@ -322,6 +323,25 @@ class _Linter:
         classes = autonomy.get("classes") if isinstance(autonomy, Mapping) else None
         for fc in dict(classes) if isinstance(classes, Mapping) else ():
             self.known_class(fc, self.policy_mark(f"autonomy.classes.{fc}"), "policy.autonomy.classes")
+        # an outage that opens after some of its jobs' incidents closed cannot hold their requeues
+        settle = self.book.policy.get("settle")
+        outage = self.book.policy.get("shared_outage") or {}
+        window = outage.get("window") if isinstance(outage, Mapping) else None
+        window = parse_duration(window) if isinstance(window, str) else window  # guards keep "5m"
+        if isinstance(settle, (int, float)) and isinstance(window, (int, float)) and window > settle:
+            self.warn(
+                self.policy_mark("shared_outage"),
+                "W-OUTAGE-WINDOW",
+                f"policy.shared_outage.window ({window:g} s) is longer than policy.settle ({settle:g} s): "
+                "a job whose incident closes before the outage opens is requeued, not held",
+                "keep the window at or below settle",
+            )
+        # the guards that name fault classes: a misspelt one would silently never apply
+        for section, key in (("isolate", "at_once"), ("suspects", "classes"), ("shared_outage", "classes")):
+            value = self.book.policy.get(section) or {}
+            names = value.get(key) if isinstance(value, Mapping) else None
+            for fc in names if isinstance(names, (list, tuple)) else ():
+                self.known_class(fc, self.policy_mark(section), f"policy.{section}.{key}")
 
     def priorities(self) -> None:
         """A site's own root cause must outrank the NCCL errors its failure makes every other rank

@@ -28,6 +28,7 @@ __all__ = [
     "Hang",
     "Straggler",
     "Suspects",
+    "SharedOutage",
     "build_policy",
 ]
 
@@ -48,6 +49,7 @@ class BlastRadius:
     max_drains: int
     max_fraction: float
     window: float
+    max_requeues: int  # requeues (of different jobs) planned or run within window
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,16 @@ class Suspects:
 
 
 @dataclass(frozen=True)
+class SharedOutage:
+    classes: frozenset[str]  # fault classes that can be a shared outage
+    min_jobs: int  # distinct failing jobs within window ...
+    min_users: int  # ... of at least this many distinct users, where the scheduler names them
+    window: float
+    quiet: float  # it ends when no new failure of its class came for this long
+    hold_limit: float  # ... or when it has held the jobs' requeues this long
+
+
+@dataclass(frozen=True)
 class Policy(Mapping[str, Any]):
     settle: float
     cascade: float
@@ -119,6 +131,7 @@ class Policy(Mapping[str, Any]):
     hang: Hang
     straggler: Straggler
     suspects: Suspects
+    shared_outage: SharedOutage
     thresholds: Mapping[str, Any]
     #: the zone of stamps without one (``core.linetime.log_zone`` checks it); None: not set
     log_timezone: str | None = None
@@ -171,7 +184,7 @@ def build_policy(document: Mapping[str, Any]) -> tuple[Policy, list[str]]:
     top = _Reader(document, "policy.", missing)
     r, b, a = top.section("retry"), top.section("blast_radius"), top.section("autonomy")
     i, h, s, inh = top.section("isolate"), top.section("hang"), top.section("straggler"), top.section("inhibit")
-    sus = top.section("suspects")
+    sus, out = top.section("suspects"), top.section("shared_outage")
     autonomy_doc = dict(a.doc)
     classes = autonomy_doc.pop("classes", None)
     classes = classes if isinstance(classes, Mapping) else {}
@@ -189,7 +202,9 @@ def build_policy(document: Mapping[str, Any]) -> tuple[Policy, list[str]]:
             r("no_progress_attempts", int),
             MappingProxyType(_ints(r.doc.get("per_class"))),
         ),
-        blast_radius=BlastRadius(b("max_drains", int), b("max_fraction", float), b("window", float)),
+        blast_radius=BlastRadius(
+            b("max_drains", int), b("max_fraction", float), b("window", float), b("max_requeues", int)
+        ),
         autonomy=Autonomy(
             MappingProxyType({str(k): str(v) for k, v in autonomy_doc.items() if v in LEVELS}),
             MappingProxyType({str(k): str(v) for k, v in dict(classes).items() if v in LEVELS}),
@@ -220,6 +235,14 @@ def build_policy(document: Mapping[str, Any]) -> tuple[Policy, list[str]]:
             sus("exclude", bool),
             sus("drain_after", int),
             sus("window", float),
+        ),
+        shared_outage=SharedOutage(
+            frozenset(str(c) for c in (out("classes", tuple) or ())),
+            out("min_jobs", int),
+            out("min_users", int),
+            out("window", float),
+            out("quiet", float),
+            out("hold_limit", float),
         ),
         thresholds=MappingProxyType(dict(document.get("thresholds") or {})),
         log_timezone=zone if isinstance(zone := document.get("log_timezone"), str) else None,

@@ -93,7 +93,13 @@ GUARDS: Mapping[str, Obj] = {
             keys=_NAME, value=Int(), want_text="a mapping of fault class -> whole number >= 0"
         ),
     ),
-    "blast_radius": _guard("At most this many drains in a window.", max_drains=Int(), max_fraction=Num(), window=Dur()),
+    "blast_radius": _guard(
+        "At most this many drains, and requeues, in a window.",
+        max_drains=Int(),
+        max_fraction=Num(),
+        max_requeues=Int(),
+        window=Dur(),
+    ),
     # per decision kind, per action where one needs its own (cancel), and per fault class
     # (classes: a class acts only where it is granted here as well as its decision kind)
     "autonomy": _guard(
@@ -137,6 +143,17 @@ GUARDS: Mapping[str, Obj] = {
         drain_after=Int(),
         window=Dur(),
     ),
+    "shared_outage": _guard(
+        "Many jobs of different users failing with the same class within a short window are one "
+        "shared outage: one incident, one page, the jobs' requeues held until it ends (no new "
+        "failure of the class for quiet, hold_limit, or recover outage end).",
+        classes=_CLASS_NAMES,
+        min_jobs=Int(minimum=2),
+        min_users=Int(minimum=1),
+        window=Dur(),
+        quiet=Dur(),
+        hold_limit=Dur(),
+    ),
     "isolate": _guard(
         "Fatal node hardware drained and requeued at once; drain retries.",
         at_once=_CLASS_NAMES,
@@ -159,6 +176,7 @@ POLICY = Obj(
         "hang": GUARDS["hang"],
         "straggler": GUARDS["straggler"],
         "suspects": GUARDS["suspects"],
+        "shared_outage": GUARDS["shared_outage"],
         "thresholds": Raw(schema_={"type": "object"}),  # checked by rulebook.thresholds
         "isolate": GUARDS["isolate"],
         "distinct_lines": Int(

@@ -162,14 +162,20 @@ class IncidentTables(Connection):
             ),
         )
 
+    def set_reason(self, incident: int, reason: str) -> None:
+        """An open incident's reason as it stands (a shared outage's, as jobs join it)."""
+        self._exec("UPDATE incidents SET reason=? WHERE id=?", (reason, incident))
+
     def set_suspects(self, incident: int, suspects: Sequence[Mapping[str, Any]]) -> None:
         self._exec("UPDATE incidents SET suspects=? WHERE id=?", (json.dumps(list(suspects), sort_keys=True), incident))
 
     def suspect_history(self, since: float, exclude: int | None = None) -> list[tuple[str, str, float]]:
-        """(job, node, closed_at) of each suspect node of incidents closed since ``since``."""
+        """(job, node, closed_at) of each suspect node of incidents closed since ``since``; not those
+        of a shared outage's jobs (an action of theirs was held): the victims of one cause."""
         rows = self._exec(
             "SELECT job, suspects, closed_at FROM incidents WHERE status = 'closed' AND closed_at >= ? "
-            "AND suspects IS NOT NULL AND suspects != '[]' AND id != ? AND job IS NOT NULL",
+            "AND suspects IS NOT NULL AND suspects != '[]' AND id != ? AND job IS NOT NULL "
+            "AND NOT EXISTS (SELECT 1 FROM actions a WHERE a.incident = incidents.id AND a.held_by IS NOT NULL)",
             (since, exclude or -1),
         )
         out = []

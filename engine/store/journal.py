@@ -28,6 +28,7 @@ class ActionStatus(str, Enum):
     VERIFIED = "verified"  # its effect was seen
     ESCALATED = "escalated"  # given up on: a person is told
     SKIPPED = "skipped"  # not needed, or refused (the note says which)
+    HELD = "held"  # held back by a shared outage (held_by); released as planned/recommended when it ends
 
     def __str__(self) -> str:  # the value in logs and f-strings, on every Python version
         return self.value
@@ -57,13 +58,28 @@ class ActionsJournal(Connection):
         mode: str,
         status: str,
         note: str = "",
+        held_by: int | None = None,
     ) -> int | None:
-        """Journal an action; returns its id, or None when the idempotency key is already there."""
+        """Journal an action; returns its id, or None when the idempotency key is already there.
+        ``held_by``: the shared outage incident that holds it (status ``held``)."""
         now = self.clock.wall()
         cur = self._exec(
             "INSERT INTO actions(incident, idem_key, action, target, argv, mode, status, note, created_at, updated_at, "
-            "term) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(idem_key) DO NOTHING",
-            (incident, idem_key, action, target, json.dumps(list(argv)), mode, str(status), note, now, now, self.term),
+            "term, held_by) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(idem_key) DO NOTHING",
+            (
+                incident,
+                idem_key,
+                action,
+                target,
+                json.dumps(list(argv)),
+                mode,
+                str(status),
+                note,
+                now,
+                now,
+                self.term,
+                held_by,
+            ),
         )
         return int(cur.lastrowid or 0) if cur.rowcount else None
 
@@ -106,7 +122,7 @@ class ActionsJournal(Connection):
         """Incidents with an acted action not in a terminal status, in id order."""
         rows = self._exec(
             "SELECT DISTINCT incident FROM actions WHERE mode = 'act' AND status NOT IN (" + _terminal_sql() + ") "
-            "ORDER BY incident"
+            f"AND status != '{ActionStatus.HELD.value}' ORDER BY incident"
         )
         return [int(r[0]) for r in rows]
 
@@ -122,7 +138,7 @@ class ActionsJournal(Connection):
 
     def recent_actions(self, action: str, since: float) -> list[tuple[str, float, int]]:
         """(target, engine time of its incident's close, incident) of actions planned since ``since``
-        (engine time: wall time live, the logs' time in replay)."""
+        (engine time: wall time live, the logs' time in replay); neither skipped nor held ones."""
         return [
             (r["target"], r["closed_at"], r["incident"])
             for r in self._exec(
@@ -130,10 +146,35 @@ class ActionsJournal(Connection):
                 # + keeps SQLite from scanning every action of that name instead): the
                 # work is the window's incidents, not every drain ever journaled
                 "SELECT a.target, i.closed_at, a.incident FROM incidents i CROSS JOIN actions a ON a.incident = i.id "
-                f"WHERE i.closed_at >= ? AND +a.action = ? AND a.status != '{ActionStatus.SKIPPED.value}'",
+                f"WHERE i.closed_at >= ? AND +a.action = ? AND a.status NOT IN ('{ActionStatus.SKIPPED.value}', "
+                f"'{ActionStatus.HELD.value}')",
                 (since, action),
             )
         ]
+
+    def held_actions(self, outage: int) -> list[dict[str, Any]]:
+        """The actions the shared outage incident ``outage`` holds back now."""
+        rows = self._exec(
+            "SELECT * FROM actions WHERE held_by = ? AND status = ? ORDER BY id", (outage, ActionStatus.HELD.value)
+        )
+        return [dict(r) | {"argv": json.loads(r["argv"])} for r in rows]
+
+    def release_held(self, outage: int, note: str) -> int:
+        """The actions ``outage`` held, released: planned (acted ones) or recommended; how many."""
+        cur = self._exec(
+            "UPDATE actions SET status = CASE mode WHEN 'act' THEN ? ELSE ? END, note = ?, updated_at = ?, term = ? "
+            "WHERE held_by = ? AND status = ?",
+            (
+                ActionStatus.PLANNED.value,
+                ActionStatus.RECOMMENDED.value,
+                note,
+                self.clock.wall(),
+                self.term,
+                outage,
+                ActionStatus.HELD.value,
+            ),
+        )
+        return int(cur.rowcount or 0)
 
     def requeued_attempts(self, job: str) -> set[tuple[str, int]]:
         rows = self._exec(

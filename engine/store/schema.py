@@ -185,6 +185,8 @@ MIGRATIONS: tuple[tuple[int, Sequence[Step]], ...] = (
             _add_column("progress", "step_time", "REAL"),
         ),
     ),
+    # a shared outage holds its jobs' requeues back: the incident that holds an action (issue 21)
+    (10, (_add_column("actions", "held_by", "INTEGER"),)),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -43,7 +43,9 @@ from ..base import (
 )
 from .hostlist import HostlistError, expand_hostlist
 from .runner import DEFAULT_MAX_OUTPUT, readable, subprocess_runner, unreadable
-from .text import gpu_map, node_gpu_count, parse_gpu_detail, parse_scontrol_line, scontrol_records
+from .nodes import clean, node_from_json, nodes_from_sinfo_text
+from .layout import detail_cpus, json_cpus, tasks_layout
+from .text import detail_pairs, gpu_map, node_gpu_count, parse_gpu_detail, parse_scontrol_line, scontrol_records
 
 __all__ = ["SlurmAdapter", "parse_gpu_detail", "parse_scontrol_line", "split_wait_status", "subprocess_runner"]
 
@@ -65,24 +67,9 @@ FINISHED_STATES = frozenset(
     }
 )
 
-# sinfo's base node states; everything else in a state list is a flag
-_BASE_NODE_STATES = frozenset({"IDLE", "ALLOCATED", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN"})
-# the one-character suffixes of sinfo's %T, and the flag each stands for
-_SINFO_SUFFIX_FLAGS = {
-    "*": "NOT_RESPONDING",
-    "~": "POWERED_DOWN",
-    "#": "POWERING_UP",
-    "!": "POWER_DOWN",
-    "%": "POWERING_DOWN",
-    "$": "MAINTENANCE",
-    "@": "REBOOT_REQUESTED",
-    "^": "REBOOT_ISSUED",
-    "-": "PLANNED",
-}
 _JOB_ID = re.compile(r"[0-9]+(?:[_+][0-9]+)?")
 # what the commands print when the option itself is unknown (a Slurm older than 21.08)
 _NO_JSON = re.compile(r"unrecognized option|invalid option|unknown option", re.IGNORECASE)
-_NULLS = ("", "(null)", "None", "N/A")
 #: what a Slurm command prints when slurmctld does not answer: not a verdict on the command
 _UNREACHABLE = re.compile(
     r"Unable to contact slurm controller|Socket timed out|Could not establish a configuration|"
@@ -214,7 +201,7 @@ class SlurmAdapter:
         if self._json is not False:
             data = self._query_json(["sinfo", "--json"])
             if data is not None:
-                return [_node_from_json(n) for n in data.get("nodes", [])]
+                return [node_from_json(n) for n in data.get("nodes", [])]
         return self._nodes_from_text()
 
     def node_gpu_count(self, node: str) -> int | None:
@@ -311,7 +298,7 @@ class SlurmAdapter:
         result = self._query(argv)
         if result.rc != 0:
             _raise_failed(argv, result)
-        return _nodes_from_sinfo_text(result.stdout)
+        return nodes_from_sinfo_text(result.stdout)
 
 
 # -- parsing (pure functions) -----------------------------------------------------------------
@@ -352,11 +339,6 @@ def _first_word(value: Any) -> str:
 
 def _hosts(value: Any) -> tuple[str, ...]:
     return tuple(expand_hostlist(value if isinstance(value, str) else None))
-
-
-def _clean(value: Any) -> str:
-    text = str(value) if value is not None else ""
-    return "" if text in _NULLS else text
 
 
 def _record_ids(record: Mapping[str, Any]) -> set[str]:
@@ -460,31 +442,23 @@ def _safe_job(job: JobInfo) -> JobInfo:
     return dataclasses.replace(job, **changes) if changes else job
 
 
-def _safe_node(node: NodeInfo) -> NodeInfo:
-    """``node`` with U+FFFD for each byte of its texts that was not UTF-8."""
-    return dataclasses.replace(
-        node,
-        name=readable(node.name),
-        state=readable(node.state),
-        flags=tuple(readable(f) for f in node.flags),
-        reason=readable(node.reason),
-        partitions=tuple(readable(p) for p in node.partitions),
-    )
-
-
 def _job_from_json(record: Mapping[str, Any], detail: bool = False) -> JobInfo:
     state = _first_word(record.get("job_state")).upper()
     exit_code, signal = _exit_status(record) if state in FINISHED_STATES else (None, None)
     stdout = _log_path(record, "standard_output")
     stderr = _log_path(record, "standard_error") or stdout  # no -e: stderr goes where stdout goes
     gpus, known = _json_gpus(record) if detail else ((), False)
+    nodes = _hosts(record.get("nodes"))
+    layout = tasks_layout(
+        json_cpus(record, nodes), record.get("tasks"), record.get("cpus_per_task"), record.get("tasks_per_node")
+    )
     return _safe_job(
         JobInfo(
             job_id=str(_num(record["job_id"])),
             attempt=int(_num(record.get("restart_cnt")) or 0),
             state=state,
-            reason=_clean(record.get("state_reason")),
-            nodes=_hosts(record.get("nodes")),
+            reason=clean(record.get("state_reason")),
+            nodes=nodes,
             name=str(record.get("name") or ""),
             exit_code=exit_code,
             signal=signal,
@@ -494,9 +468,10 @@ def _job_from_json(record: Mapping[str, Any], detail: bool = False) -> JobInfo:
             requeue=bool(record.get("requeue", True)),
             user=str(record.get("user_name") or ""),
             partition=str(record.get("partition") or ""),
-            required_nodes=_hosts(_clean(record.get("required_nodes")) or None),
+            required_nodes=_hosts(clean(record.get("required_nodes")) or None),
             gpus=gpus,
             detailed=known,
+            tasks_per_node=layout,
         )
     )
 
@@ -510,86 +485,32 @@ def _job_from_scontrol(fields: Mapping[str, str], detail: str | None = None) -> 
         code, _, sig = fields.get("ExitCode", "0:0").partition(":")
         exit_code = int(code) if code.isdigit() else None
         signal = int(sig) if sig.isdigit() and int(sig) else None
-    stdout = _clean(fields.get("StdOut")) or None
+    stdout = clean(fields.get("StdOut")) or None
+    nodes = _hosts(clean(fields.get("NodeList")))
+    num = lambda key: int(v) if (v := fields.get(key, "")).isdigit() else None  # noqa: E731
+    # per-node CPUs: the -d detail's, or a one-node job's all (several nodes without -d: not known)
+    one = [num("NumCPUs") or 0] if len(nodes) == 1 else None
+    cpus = detail_cpus(detail_pairs(detail), nodes, num("NumCPUs")) if detail else one
+    layout = tasks_layout(cpus, num("NumTasks"), num("CPUs/Task"))
     return _safe_job(
         JobInfo(
             job_id=fields["JobId"],
             attempt=int(fields.get("Restarts", "0") or 0),
             state=state,
-            reason=_clean(fields.get("Reason")),
-            nodes=_hosts(_clean(fields.get("NodeList"))),
-            name=_clean(fields.get("JobName")),
+            reason=clean(fields.get("Reason")),
+            nodes=nodes,
+            name=clean(fields.get("JobName")),
             exit_code=exit_code,
             signal=signal,
             stdout=stdout,
-            stderr=_clean(fields.get("StdErr")) or stdout,
-            excluded_nodes=_hosts(_clean(fields.get("ExcNodeList"))),
+            stderr=clean(fields.get("StdErr")) or stdout,
+            excluded_nodes=_hosts(clean(fields.get("ExcNodeList"))),
             requeue=fields.get("Requeue", "1") != "0",
             user=fields.get("UserId", "").split("(", 1)[0],
-            partition=_clean(fields.get("Partition")),
-            required_nodes=_hosts(_clean(fields.get("ReqNodeList")) or None),
+            partition=clean(fields.get("Partition")),
+            required_nodes=_hosts(clean(fields.get("ReqNodeList")) or None),
             gpus=parse_gpu_detail(detail) if detail else (),
             detailed=detail is not None,
+            tasks_per_node=layout,
         )
     )
-
-
-def _node_state(words: Iterable[str]) -> tuple[str, tuple[str, ...]]:
-    """Slurm's state words → sinfo's word for the node (lower case) and the flags."""
-    base, flags = "unknown", []
-    for word in words:
-        word = word.upper()
-        if word in _BASE_NODE_STATES and base == "unknown":
-            base = word.lower()
-        elif word not in _BASE_NODE_STATES and word not in flags:
-            flags.append(word)
-    if "DRAIN" in flags:
-        # as sinfo says it: still running jobs → draining; otherwise (idle, even down) → drained
-        busy = base in ("allocated", "mixed", "completing") or "COMPLETING" in flags
-        base = "draining" if busy else "drained"
-    return base, tuple(flags)
-
-
-def _node_from_json(record: Mapping[str, Any]) -> NodeInfo:
-    raw_state = record.get("state")
-    words = list(raw_state) if isinstance(raw_state, (list, tuple)) else [str(raw_state or "unknown")]
-    state, flags = _node_state(words + list(record.get("state_flags") or []))
-    return _safe_node(
-        NodeInfo(
-            name=str(record["name"]),
-            state=state,
-            flags=flags,
-            reason=_clean(record.get("reason")),
-            partitions=tuple(record.get("partitions") or ()),
-        )
-    )
-
-
-def _nodes_from_sinfo_text(text: str) -> list[NodeInfo]:
-    """``sinfo -N -h -o '%N|%T|%P|%E'``: one row per node and partition."""
-    by_name: dict[str, dict[str, Any]] = {}
-    for line in text.splitlines():
-        parts = line.split("|", 3)
-        if len(parts) != 4:
-            continue
-        name, word, partition, reason = (p.strip() for p in parts)
-        flags = []
-        while word and word[-1] in _SINFO_SUFFIX_FLAGS:
-            flags.append(_SINFO_SUFFIX_FLAGS[word[-1]])
-            word = word[:-1]
-        if word in ("drained", "draining", "drain"):
-            flags.append("DRAIN")
-        node = by_name.setdefault(name, {"state": word, "flags": flags, "reason": reason, "parts": []})
-        node["parts"].append(partition.rstrip("*"))
-    return [
-        _safe_node(
-            NodeInfo(
-                name=name,
-                state="drained" if n["state"] == "drain" else n["state"],
-                flags=tuple(n["flags"]),
-                reason="" if n["reason"] == "none" else n["reason"],
-                partitions=tuple(n["parts"]),
-            )
-        )
-        for name, n in by_name.items()
-    ]

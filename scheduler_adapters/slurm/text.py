@@ -52,6 +52,9 @@ _ORDER = (
     "ReqNodeList",
     "ExcNodeList",
     "NodeList",
+    "NumCPUs",
+    "NumTasks",
+    "CPUs/Task",
     "JOB_GRES",
     *_DETAIL,
     "MinCPUsNode",
@@ -190,6 +193,11 @@ def gpu_map(pairs: Iterable[tuple[str, str]]) -> tuple[tuple[str, tuple[int, ...
         for host in hosts:
             found[host] = tuple(sorted(set(found.get(host, ()) + gres_indexes(gres))))
     return tuple(sorted(found.items()))
+
+
+def detail_pairs(detail: str) -> list[tuple[str, str]]:
+    """The (key, value) pairs of a record's detail text (``Nodes=``, ``CPU_IDs=``...), in order."""
+    return _fields(detail)
 
 
 def parse_gpu_detail(detail: str) -> tuple[tuple[str, tuple[int, ...]], ...]:

@@ -121,6 +121,12 @@ CASES = {
         "warning",
         2,
     ),
+    "a shared outage window longer than the settle window": (
+        "policy:\n  settle: 30s\n  shared_outage: {window: 5m}\n",
+        "W-OUTAGE-WINDOW",
+        "warning",
+        3,
+    ),
     "a rule that needs a condition of a disabled matcher": (
         "matchers:\n  - {id: nccl_watchdog_timeout, override: true, enabled: false}\n" + rule() + fault(),
         "W-NEVER-FIRES",

@@ -63,3 +63,30 @@ def test_only_the_sites_own_plans_must_name_defined_actions(tmp_path):
     assert not result.ok
     (err,) = result.errors
     assert err.code == "E-REF" and "page_oncall" in err.message and str(site) in str(err)
+
+
+def test_the_shared_outage_policy_is_checked_and_layered(tmp_path):
+    """policy.shared_outage (issue 21): a site changes one threshold and keeps the rest; a class
+    no file declares, in it or in the other guards that name classes, is an error where it is
+    written, and so is a threshold that cannot be one."""
+    site = tmp_path / "site.yaml"
+    site.write_text(SITE + "policy:\n  shared_outage: {min_jobs: 8}\n")
+    mine = require_rulebook([str(site)], defaults=False).policy.shared_outage
+    shipped = require_rulebook().policy.shared_outage
+    assert mine.min_jobs == 8 and (mine.window, mine.min_users, mine.classes) == (
+        shipped.window,
+        shipped.min_users,
+        shipped.classes,
+    )
+    site.write_text(
+        SITE
+        + "policy:\n  shared_outage:\n    classes: [storage_io_eror]\n    min_jobs: 1\n"
+        + "  suspects: {classes: [nccl_timeuot]}\n  blast_radius: {max_requeues: -1}\n"
+    )
+    errors = [str(e) for e in load_rulebook([str(site)], defaults=False).errors]
+    assert any(
+        ":12:5: E-VALUE policy.shared_outage.classes: unknown fault class 'storage_io_eror'" in e for e in errors
+    )
+    assert any(":13:15: E-VALUE policy.shared_outage.min_jobs must be a whole number >= 2" in e for e in errors)
+    assert any("policy.suspects.classes: unknown fault class 'nccl_timeuot'" in e for e in errors)
+    assert any("policy.blast_radius.max_requeues must be a whole number >= 0" in e for e in errors)
