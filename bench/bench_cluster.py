@@ -119,6 +119,10 @@ def child(cfg_path: str) -> None:
             for n in nodes:
                 self._nodes[n]["state"] = "allocated"
 
+    if cfg.get("max_open"):  # a diagnostic: the follower's open-file budget (its default is MAX_OPEN)
+        import engine.sources.follow as follow
+
+        follow.MAX_OPEN = cfg["max_open"]
     nodes = cfg["nodes"]
     cluster = PlacedCluster([node_name(i) for i in range(nodes)], gpus=8)
     for i in range(cfg["logs"]):
@@ -324,6 +328,7 @@ def run_size(nodes: int, logs: int, args: argparse.Namespace, profile: bool) -> 
         "stats": str(tmp / "stats.json"),
         "interval": args.interval,
         "profile": str(tmp / "profile.txt") if profile else None,
+        "max_open": args.max_open,
     }
     (tmp / "cfg.json").write_text(json.dumps(cfg))
     writers = Writers(log_paths, tmp / "spool", nodes, args.period, args.spool_period)  # spool files exist first
@@ -490,6 +495,9 @@ def main() -> None:
     ap.add_argument("--cascade", type=int, default=200, help="jobs behind the failed leaf switch")
     ap.add_argument("--cascade-wait", type=float, default=90.0, help="give up on the cascade after this")
     ap.add_argument("--profile", action="store_true", help="cProfile the largest size's controller")
+    ap.add_argument(
+        "--max-open", type=int, default=0, help="a diagnostic: the follower keeps this many logs open (shipped: 512)"
+    )
     ap.add_argument("--keep", action="store_true", help="keep the work folders")
     args = ap.parse_args()
     if args.quick:
