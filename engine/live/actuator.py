@@ -29,6 +29,7 @@ the pages to people).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -223,7 +224,14 @@ class Actuator:
         return True
 
     def step(self) -> None:
-        """Advance every unfinished incident's actions by at most one state each."""
+        """Advance every unfinished incident's actions by at most one state each, reading the
+        scheduler once for the whole step where the adapter can (``snapshot()``: one squeue and
+        one sinfo, asked again after any command that may change the cluster)."""
+        snapshot = getattr(self.adapter, "snapshot", None)
+        with snapshot() if snapshot is not None else contextlib.nullcontext():
+            self._step_all()
+
+    def _step_all(self) -> None:
         for incident_id in self.store.unfinished_incidents():
             inc = self.store.incident(incident_id)
             blocked = False

@@ -26,7 +26,7 @@ import json
 import logging
 import os
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from engine.clock import SYSTEM, Clock
 from engine.facts import Fact, FactError
@@ -89,12 +89,59 @@ class KernelLineFacts:
         self.zone = log_zone(compiled.policy.log_timezone)  # the one rule for stamps without a zone, as in replay
         scanner, index_map = scanner_for(compiled, "kernel")
         ctx = FileContext(path=path, source="kernel", nodes={node})
-        # the scan -> fact loop replay and the controller share; floods are the controller's to collapse
-        self.stream = StreamFacts(scanner, HitConverter(list(compiled.matchers)), ctx, index_map, collapse=False)
+        # the scan -> fact loop replay and the controller share; floods are the controller's to
+        # collapse. No progress sampling: a line fed on its own is the last of its chunk, never
+        # left out, and lines scanned together (``scan``) must give what they give one by one
+        self.stream = StreamFacts(
+            scanner, HitConverter(list(compiled.matchers)), ctx, index_map, collapse=False, sample=False
+        )
 
     def feed(self, line: str | bytes, at: float, origin: str, fact_id: str | None = None) -> list[Fact]:
         try:
             return self._feed(line, at, origin, fact_id)
+        except (FactError, ValueError, TypeError, OverflowError):
+            return []
+
+    def scan(self, lines: Sequence[bytes]) -> list[tuple[int, list[Any]]] | None:
+        """Many lines (each without its newline) scanned as one buffer, as the follower scans a
+        job log: ``(index, hits)`` of the lines a kernel matcher hit, in order, for ``finish`` to
+        turn into facts once the caller knows their time, origin and id. The other lines cost
+        nothing more here. None when they cannot be read together exactly as ``feed`` reads them
+        one by one (bytes that are not UTF-8, a line longer than LINE_MAX): feed those."""
+        if not lines:
+            return []
+        if max(map(len, lines)) > LINE_MAX:
+            return None
+        buf = b"\n".join(lines)
+        try:
+            buf.decode("utf-8")  # as feed decodes and encodes again: the same bytes
+        except UnicodeDecodeError:
+            return None
+        return self._scan(buf.replace(b"\r", b" ") if b"\r" in buf else buf)
+
+    def scan_text(self, lines: Sequence[str]) -> list[tuple[int, list[Any]]]:
+        """``scan`` for lines already decoded (``/dev/kmsg`` records, at most LINE_MAX each)."""
+        if not lines:
+            return []
+        text = "\n".join(line[:LINE_MAX] for line in lines)
+        return self._scan(text.replace("\r", " ").encode("utf-8", "replace"))
+
+    def _scan(self, buf: bytes) -> list[tuple[int, list[Any]]]:
+        stream = self.stream
+        before = stream.scanner.position[1]  # lines the scanner has consumed
+        out: list[tuple[int, list[Any]]] = []
+        for hit in stream.scan(buf + b"\n"):
+            index = hit.line_no - before - 1
+            if out and out[-1][0] == index:
+                out[-1][1].append(hit)
+            else:
+                out.append((index, [hit]))
+        return out
+
+    def finish(self, hits: list[Any], at: float, origin: str, fact_id: str | None = None) -> list[Fact]:
+        """The facts of one line's hits (from ``scan``): what ``feed`` gives for that line."""
+        try:
+            return self._facts([self.stream.item(h) for h in hits], at, origin, fact_id)
         except (FactError, ValueError, TypeError, OverflowError):
             return []
 
@@ -105,6 +152,9 @@ class KernelLineFacts:
             return []
         text = _NEWLINES.sub(" ", line[:LINE_MAX])
         items = [item for _, _, item in self.stream.feed(text.encode("utf-8", "replace") + b"\n")]
+        return self._facts(items, at, origin, fact_id)
+
+    def _facts(self, items: list[Any], at: float, origin: str, fact_id: str | None) -> list[Fact]:
         out: list[Fact] = []
         for n, fact in enumerate(items):
             if not isinstance(fact, Fact):
@@ -355,34 +405,97 @@ class KernelLogSource:
         return pos
 
     def poll(self) -> list[Fact]:
+        """The facts of the lines read since the last call. The lines of one read are scanned as
+        one buffer; only the lines a matcher hit are dated, numbered and given an id (see
+        ``_file_facts``)."""
         facts: list[Fact] = []
         try:
             if self._kmsg is not None:
                 if self._kmsg.fd is None:
                     return facts
-                for seq, at, msg in self._kmsg.read():
-                    self.lines_read += 1
-                    origin = f"kmsg:{self.node}:{seq}"
+                records = self._kmsg.read()
+                self.lines_read += len(records)
+                lines = self.lines
+                for index, hits in lines.scan_text([msg for _, _, msg in records]):
+                    seq, at, _ = records[index]
                     fid = _line_id("kmsg", self.node, self._kmsg.boot_id, seq)
-                    facts.extend(self.lines.feed(msg, at, origin, fid))
+                    facts.extend(lines.finish(hits, at, f"kmsg:{self.node}:{seq}", fid))
             else:
                 assert self._file is not None
                 now = self.clock.wall()
                 dates = self.dates
                 dates.not_after = now  # a yearless stamp with nothing dated before it is not after now
                 dates.zone = self.lines.zone  # a reload swaps ``lines``: its rulebook's zone from then on
-                for ino, gen, offset, raw in self._file.read():
-                    self.lines_read += 1
-                    text = raw.decode("utf-8", "replace")
-                    stamp = dates.time(text)
-                    if stamp is None:  # undated: the line dated before it, as replay does; else now
-                        stamp = dates.ref
-                    origin = f"{self._file.path}:{self._line_number(ino, gen, offset, len(raw))}"
-                    fid = _line_id("file", self.node, ino, gen, offset, hashlib.blake2b(raw, digest_size=8).hexdigest())
-                    facts.extend(self.lines.feed(text, now if stamp is None else stamp, origin, fid))
+                batch = self._file.read()
+                self.lines_read += len(batch)
+                if not self._file_facts(batch, now, facts):
+                    for ino, gen, offset, raw in batch:
+                        facts.extend(self._line_facts(ino, gen, offset, raw, now))
         except Exception:  # a source must never take the agent down
             logger.exception("%s: unexpected error while reading", self.name)
         return facts
+
+    def _line_facts(self, ino: int, gen: int, offset: int, raw: bytes, now: float) -> list[Fact]:
+        """One line of the file on its own: dated, numbered, its id, then matched."""
+        text = raw.decode("utf-8", "replace")
+        stamp = self.dates.time(text)
+        if stamp is None:  # undated: the line dated before it, as replay does; else now
+            stamp = self.dates.ref
+        origin = f"{self._file_path()}:{self._line_number(ino, gen, offset, len(raw))}"
+        fid = _line_id("file", self.node, ino, gen, offset, hashlib.blake2b(raw, digest_size=8).hexdigest())
+        return self.lines.feed(text, now if stamp is None else stamp, origin, fid)
+
+    def _file_path(self) -> str:
+        assert self._file is not None
+        return self._file.path
+
+    def _file_facts(self, batch: list[tuple[int, int, int, bytes]], now: float, facts: list[Fact]) -> bool:
+        """The facts of one read of the file, its lines scanned as one buffer; False (nothing
+        done) when the read is not one run of whole lines of one file (a rotation or truncation
+        in it, a cut line) or cannot be scanned together: then each line goes on its own.
+
+        Same facts as line by line: a line is numbered by counting from the first of the run, and
+        the line numbers saved at the end are those of its last line. A hit is dated by its own
+        stamp, or else by the nearest line before it that has one (looked for backwards, as far
+        as the previous hit); at the end, the last dated line of the run is what the next read
+        dates from. One difference: a yearless stamp takes the year nearest to the last line
+        dated *here* (the previous hit), not to the line just before it, which differs only if
+        more than half a year of log lies between two hits of one read."""
+        if not batch:
+            return True
+        ino, gen, first, _ = batch[0]
+        last_ino, last_gen, last, last_raw = batch[-1]
+        raws = [raw for _, _, _, raw in batch]
+        if (ino, gen) != (last_ino, last_gen) or last - first != sum(map(len, raws)) - len(last_raw) + len(raws) - 1:
+            return False
+        found = self.lines.scan(raws)
+        if found is None:
+            return False
+        dates, path, node = self.dates, self._file_path(), self.node
+        number = self._line_number(ino, gen, first, len(raws[0]))  # the run's first line
+        lo = 0  # the lines before this one were looked at for a stamp
+        for index, hits in found:
+            raw = raws[index]
+            stamp = dates.time(raw.decode("utf-8", "replace"))
+            if stamp is None:
+                self._date_back(raws, index - 1, lo)
+                stamp = dates.ref
+            lo = index + 1
+            offset = batch[index][2]
+            fid = _line_id("file", node, ino, gen, offset, hashlib.blake2b(raw, digest_size=8).hexdigest())
+            facts.extend(self.lines.finish(hits, now if stamp is None else stamp, f"{path}:{number + index}", fid))
+        self._date_back(raws, len(raws) - 1, lo)
+        self._line_at = (ino, gen, last + len(last_raw) + 1, number + len(raws) - 1)
+        return True
+
+    def _date_back(self, raws: list[bytes], hi: int, lo: int) -> None:
+        """The stream's clock set by the last line of ``raws[lo:hi + 1]`` that has a stamp, if any."""
+        dates = self.dates
+        for i in range(hi, lo - 1, -1):
+            t = dates.peek(raws[i].decode("utf-8", "replace"))
+            if t is not None:
+                dates.ref = t
+                return
 
     def close(self) -> None:
         if self._kmsg is not None:

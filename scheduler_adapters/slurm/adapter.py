@@ -14,9 +14,8 @@ expanded here as scontrol expands it (%j %u %x %A %a). The GPU indexes a job hol
 for structure (text.py). Where ``--json`` is not understood, ``scontrol show job -o`` and
 ``sinfo -N -o`` text are parsed instead, each job record only where it is unambiguous.
 
-Tests pass ``runner=``: a plain function ``(argv, timeout) -> CommandResult``.
-
-What Slurm prints holds what users set, in any bytes (runner.py): a job name, reason or node
+Tests pass ``runner=``: a plain function ``(argv, timeout) -> CommandResult``. ``snapshot()``:
+the actuator's reads of one step share one squeue and one sinfo (snapshot.py). What Slurm prints holds what users set, in any bytes (runner.py): a job name, reason or node
 name that was not UTF-8 reaches JobInfo with U+FFFD in place of each such byte, and an output
 path that was not UTF-8 is not followed (None, with a warning) rather than followed under a
 name that is not the file's. Nothing a user sets makes a poll fail.
@@ -24,6 +23,7 @@ name that is not the file's. Nothing a user sets makes a poll fail.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -45,6 +45,7 @@ from .hostlist import HostlistError, expand_hostlist
 from .runner import DEFAULT_MAX_OUTPUT, readable, subprocess_runner, unreadable
 from .nodes import clean, node_from_json, nodes_from_sinfo_text
 from .layout import detail_cpus, json_cpus, tasks_layout
+from .snapshot import SnapshotRunner
 from .text import detail_pairs, gpu_map, node_gpu_count, parse_gpu_detail, parse_scontrol_line, scontrol_records
 
 __all__ = ["SlurmAdapter", "parse_gpu_detail", "parse_scontrol_line", "split_wait_status", "subprocess_runner"]
@@ -103,7 +104,8 @@ class SlurmAdapter:
         """``use_json=False`` reads text output only; otherwise ``--json`` is tried first and
         text is read from then on if this Slurm does not know the option. ``max_output``: the
         most bytes one command may print (a query past it fails: SchedulerUnavailable)."""
-        self._runner: Runner = runner or functools.partial(subprocess_runner, max_output=max_output)
+        self._snap = SnapshotRunner(runner or functools.partial(subprocess_runner, max_output=max_output))
+        self._runner: Runner = self._snap
         self._timeout = timeout
         self._max_output = max_output
         # job ids whose output path was not UTF-8, already warned about (bounded)
@@ -117,6 +119,9 @@ class SlurmAdapter:
         result = self._run(argv, timeout)
         # what callers log and journal: never a lone surrogate (sqlite and logs refuse them)
         return dataclasses.replace(result, stdout=readable(result.stdout), stderr=readable(result.stderr))
+
+    def snapshot(self) -> contextlib.AbstractContextManager[None]:
+        return self._snap.snapshot()  # see the module's docstring
 
     def unreachable(self, output: str) -> bool:
         """Did the command fail because slurmctld did not answer (its own messages for that)?"""
