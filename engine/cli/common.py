@@ -140,29 +140,22 @@ def _since(text: None) -> None: ...
 
 
 def _since(text: Optional[str]) -> Optional[float]:
+    """An operator's instant (engine.ops.report.parse_since: a date, epoch seconds or a span
+    back from now); a usage error, exit 2, when it is none of them."""
     if text is None:
         return None
-    from datetime import datetime, timezone
-
-    from engine.clock import SYSTEM
-
-    from engine.rulebook.schema import parse_duration
+    from engine.ops.report import parse_since
+    from engine.ops.review import ReviewError
 
     try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        d = datetime.fromisoformat(text)
-        return (d if d.tzinfo else d.replace(tzinfo=timezone.utc)).timestamp()
-    except ValueError:
-        pass
-    hours = parse_duration(text[:-1] + "h") if text.endswith("d") else None
-    ago = hours * 24 if hours is not None else parse_duration(text)
-    if ago is None:
-        _err(f"{text!r}: not a date, a number of seconds or a duration")
+        t = parse_since(text, what="time")
+    except ReviewError as exc:
+        _err(str(exc))
+        raise typer.Exit(2) from None
+    if t is None:  # blank
+        _err("time: empty; give a date, epoch seconds or a span back from now")
         raise typer.Exit(2)
-    return SYSTEM.wall() - ago
+    return t
 
 
 @contextlib.contextmanager

@@ -26,6 +26,7 @@ from engine.clock import SYSTEM
 from engine.facts import SOURCE_KINDS
 from engine.ops.review import ReviewError, latest_reviews, parse_time
 from engine.rulebook.model import DECISIONS
+from engine.rulebook.spec_types import parse_duration
 from engine.store import IncidentRow, Store
 
 logger = logging.getLogger(__name__)
@@ -77,21 +78,26 @@ class Thresholds:
     min_agreement: float = 0.95
 
 
-def parse_since(text: str | None, now: float | None = None) -> float | None:
-    """``2026-11-01``, ``2026-11-01T08:00`` (UTC unless an offset is given), epoch seconds, or a
-    span back from now: ``30m``, ``12h``, ``7d``, ``2w``. ReviewError if it is none of them."""
+def parse_since(text: str | None, now: float | None = None, what: str = "--since") -> float | None:
+    """An operator's instant, the one reading every command uses: ``2026-11-01``,
+    ``2026-11-01T08:00`` (UTC unless an offset or ``Z`` is given), epoch seconds, or a span back
+    from now: ``30m``, ``12h``, ``7d``, ``2w``, ``1h30m``. ReviewError if it is none of them."""
     if text is None or not str(text).strip():
         return None
     m = _REL.match(text)
+    span = None
     if m:
-        n, unit = float(m.group(1)), m.group(2)
-        return (now if now is not None else SYSTEM.wall()) - n * {"m": 60, "h": 3600, "d": 86400, "w": 604800}[unit]
+        span = float(m.group(1)) * {"m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
+    elif not text.strip().replace(".", "", 1).isdigit():
+        span = parse_duration(text)  # the rulebook's durations too (1h30m, 90s)
+    if span is not None:
+        return (now if now is not None else SYSTEM.wall()) - span
     try:
         return parse_time(text)
     except ReviewError:
         raise ReviewError(
-            f"--since {text!r}: give a date (2026-11-01), a date and time (2026-11-01T08:00Z), "
-            "or a span back from now (12h, 7d, 2w)"
+            f"{what} {text!r}: give a date (2026-11-01), a date and time (2026-11-01T08:00Z), "
+            "epoch seconds, or a span back from now (12h, 7d, 2w)"
         ) from None
 
 

@@ -389,7 +389,7 @@ def test_cli_filters_text_and_gpus_per_node(db):
         (["--until", "2026-11-01", "--since", "2026-11-02"], "--until must be later"),
         (["--nodes", "4"], "only with --model"),
         (["--model", "--job", "1", "--nodes", "1"], "not --model"),
-        (["--since", "yesterday-ish"], "not a date"),
+        (["--since", "yesterday-ish"], "give a date"),
     ],
 )
 def test_cli_usage_errors(db, args, why):
