@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from bench_replay import engine_mixes, engine_throughput  # noqa: E402
+from bench_replay import engine_mixes, engine_throughput
 
 
 def main() -> None:

@@ -24,9 +24,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from _common import cleanup, setup  # noqa: E402
-from bench_replay import engine_throughput, timed, to_ere  # noqa: E402
-from gen_flood import cascade, distinct  # noqa: E402
+from _common import cleanup, setup
+from bench_replay import engine_throughput, timed, to_ere
+from gen_flood import cascade, distinct
 
 RECOVER = [sys.executable, "-m", "engine.cli"]
 LOAD = (

@@ -25,8 +25,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from engine.sources.kmsg import KernelLogSource, default_rulebook  # noqa: E402
-from engine.sources.tail import LineTail  # noqa: E402
+from engine.sources.kmsg import KernelLogSource, default_rulebook
+from engine.sources.tail import LineTail
 
 NOISE = [
     "{stamp} n1 kernel: mlx5_core 0000:{bus:02x}:00.0: mlx5_port_module_event:1130: Port module event: module {bus}, Cable plugged",

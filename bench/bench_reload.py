@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import rss_mb  # noqa: E402  (puts the repository on sys.path)
+from _common import rss_mb
 
 
 def main() -> None:

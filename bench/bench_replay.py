@@ -238,7 +238,7 @@ def main() -> None:
         print()
         print(f"{'':34}{'seconds':>10}{'MB/s':>10}{'ratio to grep':>15}{'CPU s':>10}{'CPU ratio':>11}")
         print(f"{'read only (4 MiB chunks)':34}{t_read:10.2f}{size_b / 2**20 / t_read:10.0f}")
-        for i, (tg, tr, rss, grep_lines, incidents, cg, cr) in enumerate(results):
+        for i, (tg, tr, _rss, _grep_lines, _incidents, cg, cr) in enumerate(results):
             print(
                 f"{f'grep -E -c -f (round {i + 1})':34}{tg:10.2f}{size_b / 2**20 / tg:10.0f}{1.0:15.2f}{cg:10.2f}{1.0:11.2f}"
             )

@@ -26,8 +26,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from engine.core.matching import MatcherSpec, hyperscan_available  # noqa: E402
-from engine.core.scanner import Scanner  # noqa: E402
+from engine.core.matching import MatcherSpec, hyperscan_available
+from engine.core.scanner import Scanner
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from _common import rss_mb  # noqa: E402  (puts the repository on sys.path)
+from _common import rss_mb
 
 
 def main() -> None:

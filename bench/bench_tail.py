@@ -19,9 +19,9 @@ import time
 
 sys.path.insert(0, os.getcwd())
 
-from engine.facts import Fact  # noqa: E402
-from engine.sources.follow import Follower  # noqa: E402
-from engine.sources.spool import SpoolReader  # noqa: E402
+from engine.facts import Fact
+from engine.sources.follow import Follower
+from engine.sources.spool import SpoolReader
 
 try:
     from engine.sources.tail import LineTail

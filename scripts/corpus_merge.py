@@ -30,8 +30,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from engine.ops.corpus_eval import Case, load_cases  # noqa: E402
-from engine.ops.corpus_split import (  # noqa: E402
+from engine.ops.corpus_eval import Case, load_cases
+from engine.ops.corpus_split import (
     HOLDOUT_DIR,
     MANIFEST_NAME,
     TRAIN,

@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheduler_adapters.slurm import SlurmAdapter  # noqa: E402
-from tests.e2e.test_slurm_e2e import JOB, Harness  # noqa: E402
-from tests.helpers import wait_for  # noqa: E402
+from scheduler_adapters.slurm import SlurmAdapter
+from tests.e2e.test_slurm_e2e import JOB, Harness
+from tests.helpers import wait_for
 
 LEASE_S = 2.0
 

@@ -59,7 +59,7 @@ def _settings():
             _SETTINGS = load_settings()
         except ConfigError as exc:
             _err(f"config: {exc}")
-            raise typer.Exit(2)
+            raise typer.Exit(2) from None
     return _SETTINGS
 
 
@@ -77,7 +77,7 @@ def _main(
         _SETTINGS = load_settings(config)
     except ConfigError as exc:
         _err(f"config: {exc}")
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
 
 
 def _db(path: Optional[str]) -> str:
@@ -166,7 +166,7 @@ def _exit_on(*kinds: type[BaseException]):
         yield
     except kinds as exc:
         _err(str(exc))
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
 
 
 def _write_or_exit(path: str, text: str, what: str = "") -> None:
@@ -175,7 +175,7 @@ def _write_or_exit(path: str, text: str, what: str = "") -> None:
         Path(path).write_text(text, encoding="utf-8")
     except OSError as exc:
         _err(f"{what}{path}: {exc.strerror or exc}")
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
 
 
 def _open_store(db: Optional[str], readonly: bool = False):

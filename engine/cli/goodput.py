@@ -184,7 +184,7 @@ def _measured(
             with open(html, "w", encoding="utf-8") as out:
                 out.write(render_html(rep))
         except OSError as exc:
-            raise _usage(f"--html {html}: {exc.strerror or exc}")
+            raise _usage(f"--html {html}: {exc.strerror or exc}") from None
     typer.echo(json.dumps(rep, sort_keys=True) if json_out else render_text(rep))
 
 
@@ -202,7 +202,7 @@ def _what_if(
     try:
         overlay = policy_overlay(policy)
     except ValueError as exc:
-        raise _usage(str(exc))
+        raise _usage(str(exc)) from None
     books = []
     # the candidate's files replace the site's (as in `recover rules diff`); --policy layers last
     for label, paths in (("the rulebook in force", []), ("the candidate", rules)):
@@ -278,7 +278,7 @@ def _model(
     try:
         result = run_model(nodes, rate, durations["--interval"], durations["--restart"], durations.get("--write"))
     except ModelError as exc:  # the checks above should catch every bad input first
-        raise _usage(str(exc))
+        raise _usage(str(exc)) from None
 
     if json_out:
         typer.echo(json.dumps(result.to_dict()))

@@ -28,10 +28,10 @@ from engine.cli.common import (
     _setup_logging,
     _exit_on,
     path_hint,
-)  # noqa: F401
+)
 from engine.cli import rules as _rules  # noqa: F401  (registers the rules commands)
 from engine.cli import goodput as _goodput  # noqa: F401  (registers recover goodput)
-from engine.cli import dumps as _dumps  # noqa: F401  (registers recover fr-analyze)
+from engine.cli import dumps as _dumps
 from engine.cli import status as _status  # noqa: F401  (registers recover status)
 from engine.cli import outage as _outage  # noqa: F401  (registers recover outage)
 
@@ -93,7 +93,7 @@ def replay(
         bar = Progress(transient=True)
         task = bar.add_task("replay", total=total)
         bar.start()
-        on_bytes = lambda n: bar.advance(task, n)  # noqa: E731
+        on_bytes = lambda n: bar.advance(task, n)
     try:
         result = do_replay(logs, compiled, store, job=job, on_bytes=on_bytes, extra_facts=extra)
     finally:
@@ -218,7 +218,7 @@ def explain(
         report = build(store, int(incident.removeprefix("INC-").removeprefix("#")))
     except (ValueError, ExplainError) as exc:
         _err(f"no incident {incident!r} in {store.path}" if isinstance(exc, ValueError) else str(exc))
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     if json_out:
         typer.echo(json.dumps(report, default=str))
     else:
@@ -294,7 +294,7 @@ def run(
             actuator_factory = Actuator.for_controller
         except ImportError:  # pragma: no cover - the action layer is part of the package
             _err("acting needs engine.live.actuator; run with --dry-run")
-            raise typer.Exit(2)
+            raise typer.Exit(2) from None
     rule_paths, defaults, overlays = _rule_args(rules, no_defaults)
     cfg = ControllerConfig(
         rules=rule_paths,
@@ -324,10 +324,10 @@ def run(
         controller = Controller(cfg, compiled)
     except StoreError as exc:
         _err(str(exc))
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     except Exception as exc:  # e.g. the scheduler adapter cannot start
         _err(f"cannot start: {exc}")
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     code = controller.run()
     if code == RESTART:
         code = _restart_in_place(controller)
@@ -424,7 +424,7 @@ def agent(
     except ValueError:
         if fsync not in ("batch", "line", "never"):
             _err(f"--fsync: {fsync!r} is not batch, line, never or a number of seconds")
-            raise typer.Exit(2)
+            raise typer.Exit(2) from None
     adapter = None
     if scheduler != "none":
         from scheduler_adapters.registry import UnknownAdapter, get_adapter
@@ -433,7 +433,7 @@ def agent(
             adapter = get_adapter(scheduler)
         except UnknownAdapter as exc:
             _err(f"--scheduler: {exc}")
-            raise typer.Exit(2)
+            raise typer.Exit(2) from None
     rule_paths, defaults, _overlays = _rule_args(rules, no_defaults)
     compiled = _load_or_exit(rules, no_defaults)
     raise typer.Exit(

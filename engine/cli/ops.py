@@ -140,10 +140,10 @@ def _register_review(app: typer.Typer) -> None:
                 text = Path(import_file).read_bytes().decode("utf-8")
             except OSError as exc:
                 _err(f"{import_file}: {exc.strerror or exc}")
-                raise typer.Exit(2)
+                raise typer.Exit(2) from None
             except UnicodeDecodeError as exc:
                 _err(f"{import_file}: not UTF-8 text (byte {exc.start})")
-                raise typer.Exit(2)
+                raise typer.Exit(2) from None
             store = _open_store(db)
             with _exit_on(ReviewError):
                 rows, problems = parse_import(text, import_file)

@@ -17,7 +17,7 @@ from engine.cli.common import (
     _load_or_exit,
     _since,
     _write_or_exit,
-)  # noqa: F401
+)
 
 
 # -- rules ---------------------------------------------------------------------------------

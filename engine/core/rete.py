@@ -64,7 +64,7 @@ _NEVER = {"kind": "\x00never"}
 class _QuietHost(_dr.Host):
     """A durable_rules host without its background dispatch and timer threads."""
 
-    def _run(self) -> None:  # noqa: D401 - deliberately does nothing
+    def _run(self) -> None:
         return None
 
 
@@ -253,7 +253,7 @@ class ReteNetwork:
     def definition_json(self) -> str:
         """The JSON handed to durable_rules (for golden tests and debugging)."""
         out = {}
-        for key, cr in self.rules.items():
+        for _key, cr in self.rules.items():
             out[cr.rule.id] = compile_rule(cr)
         return json.dumps(out, sort_keys=True, indent=1)
 

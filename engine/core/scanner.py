@@ -343,9 +343,10 @@ class Scanner:
             ends: list[tuple[int, int]] = []
             add = ends.append
 
+            # hyperscan calls it only inside this pass's scan, so the pass's own list is the one
             def on_match(ident, _from, to, _flags, _ctx):
-                add((to, ident))
-                return len(ends) >= _STORM  # stop; the line is then checked with RE2
+                add((to, ident))  # noqa: B023
+                return len(ends) >= _STORM  # noqa: B023 -- stop; the line is then checked with RE2
 
             view = buf if pos == 0 and hi == len(buf) else memoryview(buf)[pos:hi]
             stopped = False

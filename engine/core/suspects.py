@@ -181,7 +181,7 @@ class RankEvidence:
 def _common_peer(ranks: AttemptRanks) -> tuple[str, str, dict[str, str]] | None:
     """(node, address, reporters) of the one peer that transport errors from at least two other
     hosts of the job name, where its address is a node's of the allocation by its bootstrap line."""
-    named = {addr: {h: o for h, o in rep.items()} for addr, rep in ranks.peers.items()}
+    named = {addr: dict(rep.items()) for addr, rep in ranks.peers.items()}
     best = sorted(((len(rep), addr) for addr, rep in named.items()), reverse=True)
     if not best or best[0][0] < 2 or (len(best) > 1 and best[1][0] == best[0][0]):
         return None

@@ -136,7 +136,7 @@ class DumpWatch:
                 logger.warning("job %s: refused dump %s: %s", job, r.path, r.reason)
             signals = analyze(dumps, unread={r.rank for r in refused if r.rank is not None})
             self.results.put((job, attempt, len(dumps), len(refused), signals))
-        except Exception:  # noqa: BLE001  (a worker's failure is logged, never the loop's)
+        except Exception:
             logger.exception("job %s: reading its flight-recorder dumps failed", job)
 
     def step(self, engine: Engine, batch, now: float) -> None:

@@ -248,20 +248,20 @@ def run_demo(
             target=run_agent,
             name=f"agent-{n}",
             daemon=True,
-            kwargs=dict(
-                node=n,
-                spool_dir=str(root / "spool"),
-                kernel_log=str(root / f"kern-{n}.log"),
-                nvml=True,
-                nvml_backend=nvml[n],
-                expected_gpus="gres",  # asked of the simulated scheduler, as a real agent asks Slurm
-                scheduler=sim,
-                poll_interval=1.0,
-                stop_event=stop,
-                nvml_events=False,
-                tick=0.1,
-                clock=clock,
-            ),
+            kwargs={
+                "node": n,
+                "spool_dir": str(root / "spool"),
+                "kernel_log": str(root / f"kern-{n}.log"),
+                "nvml": True,
+                "nvml_backend": nvml[n],
+                "expected_gpus": "gres",  # asked of the simulated scheduler, as a real agent asks Slurm
+                "scheduler": sim,
+                "poll_interval": 1.0,
+                "stop_event": stop,
+                "nvml_events": False,
+                "tick": 0.1,
+                "clock": clock,
+            },
         )
         for n in NODES
     ]

@@ -97,7 +97,7 @@ def build(store: Store, incident_id: int) -> dict[str, Any]:
         "weak": weak,
         "other_faults": other_faults,
         "facts": facts,
-        "firings": [{k: v for k, v in fr.items()} for fr in firings],
+        "firings": [dict(fr.items()) for fr in firings],
         "actions": store.actions(incident_id),
         "reviews": store.reviews(incident_id),
         **_context(store, inc.context),

@@ -64,8 +64,8 @@ class _Figures:
     """One row's figures: seconds and GPU-hours per cause, each with why it is an estimate."""
 
     def __init__(self) -> None:
-        self.s: dict[str, float] = {c: 0.0 for c in CAUSES}
-        self.gh: dict[str, float] = {c: 0.0 for c in CAUSES}
+        self.s: dict[str, float] = dict.fromkeys(CAUSES, 0.0)
+        self.gh: dict[str, float] = dict.fromkeys(CAUSES, 0.0)
         self.why: dict[str, list[str]] = {c: [] for c in CAUSES}
 
     def add(self, cause: str, seconds: float, gpus: int, why: str | None = None) -> None:

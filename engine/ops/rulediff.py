@@ -136,7 +136,7 @@ def reevaluate(book: CompiledRulebook, inc: IncidentRow, facts: Sequence[Fact]) 
             verdicts.append(Verdict(str(row.fault_class), str(row.decision), tuple(sorted(row.nodes)), rule))
     finally:
         mem.close()
-    rank = {name: fc for name, fc in book.policy.priorities.items()}
+    rank = dict(book.policy.priorities.items())
     return tuple(sorted(verdicts, key=lambda v: -int(rank.get(v.fault_class, 0))))
 
 

@@ -201,7 +201,7 @@ def compile_rulebook(
     used_macros: set[str] = set()
 
     # macros may use lists and other macros
-    for name, tree in book.macros.items():
+    for tree in book.macros.values():
         ls, ms = references(tree)
         used_lists |= ls
         used_macros |= ms

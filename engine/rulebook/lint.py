@@ -171,7 +171,7 @@ class _Linter:
             )
             names: set[str] = set()
             constrained = False
-            for cmp, via, required in _walk(cond.where, self.book):
+            for cmp, _via, _required in _walk(cond.where, self.book):
                 if cmp.attr == "rule" and cmp.op in ("eq", "in"):
                     for v in _values(cmp, self.book):
                         if v not in self.rule_ids:

@@ -100,7 +100,7 @@ def check_policy(c: Checker, node: Any, marks: dict) -> dict:
             out[key] = value
         elif key == "thresholds" and isinstance(value, dict):
 
-            def report(where: Any, code: str, message: str, hint: str, value: Any = value) -> None:
+            def report(where: Any, code: str, message: str, hint: str, value: Any = value, key: str = key) -> None:
                 mark = mark_of(node, key)
                 if isinstance(where, tuple):  # ("models", name[, key])
                     inner: Any = value.get("models")

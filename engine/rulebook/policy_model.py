@@ -188,30 +188,30 @@ def build_policy(document: Mapping[str, Any]) -> tuple[Policy, list[str]]:
     autonomy_doc = dict(a.doc)
     classes = autonomy_doc.pop("classes", None)
     classes = classes if isinstance(classes, Mapping) else {}
-    values: dict[str, Any] = dict(
-        settle=top("settle", float),
-        cascade=top("cascade", float),
-        distinct_lines=top("distinct_lines", int),
-        decisions=MappingProxyType(dict(document.get("decisions") or {})),
-        priorities=MappingProxyType(dict(document.get("priorities") or {})),
-        plans=MappingProxyType({k: tuple(v) for k, v in dict(document.get("plans") or {}).items()}),
-        retry=Retry(
+    values: dict[str, Any] = {
+        "settle": top("settle", float),
+        "cascade": top("cascade", float),
+        "distinct_lines": top("distinct_lines", int),
+        "decisions": MappingProxyType(dict(document.get("decisions") or {})),
+        "priorities": MappingProxyType(dict(document.get("priorities") or {})),
+        "plans": MappingProxyType({k: tuple(v) for k, v in dict(document.get("plans") or {}).items()}),
+        "retry": Retry(
             r("max_per_job", int),
             r("max_per_fingerprint", int),
             r("window", float),
             r("no_progress_attempts", int),
             MappingProxyType(_ints(r.doc.get("per_class"))),
         ),
-        blast_radius=BlastRadius(
+        "blast_radius": BlastRadius(
             b("max_drains", int), b("max_fraction", float), b("window", float), b("max_requeues", int)
         ),
-        autonomy=Autonomy(
+        "autonomy": Autonomy(
             MappingProxyType({str(k): str(v) for k, v in autonomy_doc.items() if v in LEVELS}),
             MappingProxyType({str(k): str(v) for k, v in dict(classes).items() if v in LEVELS}),
         ),
-        inhibit=Inhibit(inh("drained_nodes", bool)),
-        isolate=Isolate(frozenset(str(c) for c in (i("at_once", tuple) or ())), i("drain_retry_for", float)),
-        hang=Hang(
+        "inhibit": Inhibit(inh("drained_nodes", bool)),
+        "isolate": Isolate(frozenset(str(c) for c in (i("at_once", tuple) or ())), i("drain_retry_for", float)),
+        "hang": Hang(
             h("bound", float, nullable=True),
             h("factor", float),
             h("min_bound", float),
@@ -220,7 +220,7 @@ def build_policy(document: Mapping[str, Any]) -> tuple[Policy, list[str]]:
             h("any_output", bool),
             h("fact_ttl", float),
         ),
-        straggler=Straggler(
+        "straggler": Straggler(
             s("factor", float),
             s("duration", float),
             s("min_peers", int),
@@ -229,14 +229,14 @@ def build_policy(document: Mapping[str, Any]) -> tuple[Policy, list[str]]:
             s("baseline", int),
             s("slow_points", int),
         ),
-        suspects=Suspects(
+        "suspects": Suspects(
             frozenset(str(c) for c in (sus("classes", tuple) or ())),
             sus("max_silent", float),
             sus("exclude", bool),
             sus("drain_after", int),
             sus("window", float),
         ),
-        shared_outage=SharedOutage(
+        "shared_outage": SharedOutage(
             frozenset(str(c) for c in (out("classes", tuple) or ())),
             out("min_jobs", int),
             out("min_users", int),
@@ -244,7 +244,7 @@ def build_policy(document: Mapping[str, Any]) -> tuple[Policy, list[str]]:
             out("quiet", float),
             out("hold_limit", float),
         ),
-        thresholds=MappingProxyType(dict(document.get("thresholds") or {})),
-        log_timezone=zone if isinstance(zone := document.get("log_timezone"), str) else None,
-    )
+        "thresholds": MappingProxyType(dict(document.get("thresholds") or {})),
+        "log_timezone": zone if isinstance(zone := document.get("log_timezone"), str) else None,
+    }
     return Policy(**values, document=document), missing

@@ -204,7 +204,7 @@ class _Checker:
         ov = self.override(node, ITEM_KEYS["matcher"], f"matcher {mid}")
         if ov is not None:
             overrides[("matchers", mid)] = ov
-            overrides[("matchers.fields", mid)] = {k: "given" for k in node}
+            overrides[("matchers.fields", mid)] = dict.fromkeys(node, "given")
         marks[("matchers", mid)] = node.mark
         pattern = self.typed(node, "pattern", (str,), f"matcher {mid}", required=ov is None, default="")
         src = node.get("source", "any")
@@ -250,7 +250,7 @@ class _Checker:
         ov = self.override(node, ITEM_KEYS["rule"], f"rule {rid}")
         if ov is not None:
             overrides[("rules", rid)] = ov
-            overrides[("rules.fields", rid)] = {k: "given" for k in node}
+            overrides[("rules.fields", rid)] = dict.fromkeys(node, "given")
         marks[("rules", rid)] = node.mark
         what = f"rule {rid}"
         desc = self.typed(node, "description", (str,), what, required=ov is None, default="")
@@ -352,7 +352,7 @@ class _Checker:
         ov = self.override(node, ITEM_KEYS["action"], f"action {name}")
         if ov is not None:
             overrides[("actions", name)] = ov
-            overrides[("actions.fields", name)] = {k: "given" for k in node}
+            overrides[("actions.fields", name)] = dict.fromkeys(node, "given")
         marks[("actions", name)] = node.mark
         argv = self.typed(node, "argv", (list,), f"action {name}", required=ov is None, default=[]) or []
         if not all(isinstance(a, (str, int)) for a in argv):
@@ -398,7 +398,7 @@ class _Checker:
         ov = self.override(node, ITEM_KEYS["fault_class"], what)
         if ov is not None:
             overrides[("fault_classes", name)] = ov
-            overrides[("fault_classes.fields", name)] = {k: "given" for k in node}
+            overrides[("fault_classes.fields", name)] = dict.fromkeys(node, "given")
         marks[("fault_classes", name)] = node.mark
         decision = self.typed(node, "decision", (str,), what, required=ov is None, default="restart")
         if decision not in DECISIONS:

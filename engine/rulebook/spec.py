@@ -105,7 +105,7 @@ GUARDS: Mapping[str, Obj] = {
     "autonomy": _guard(
         "Per decision kind, per action (cancel) and per fault class (classes): "
         "observe | recommend | act; a class not named under classes recommends.",
-        **{d: _MODE for d in DECISIONS},
+        **dict.fromkeys(DECISIONS, _MODE),
         cancel=_MODE,
         drain_suspect=_MODE,
         classes=MapOf(

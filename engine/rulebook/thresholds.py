@@ -36,9 +36,8 @@ def _count(v: Any) -> bool:
 
 #: name -> (check, what a valid value is)
 THRESHOLD_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    **{
-        k: (_number_or_null, "a number >= 0 or null")
-        for k in (
+    **dict.fromkeys(
+        (
             "ecc_uncorrected_volatile_max",
             "ecc_uncorrected_aggregate_max",
             "ecc_corrected_volatile_max",
@@ -53,8 +52,9 @@ THRESHOLD_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
             "nvlink_crc_per_s",
             "pcie_replay_per_min",
             "temperature_c",
-        )
-    },
+        ),
+        (_number_or_null, "a number >= 0 or null"),
+    ),
     "window_s": (_number, "a number of seconds > 0"),
     "pcie_replay_default_per_min": (_number, "a number >= 0"),
     "temperature_hysteresis_c": (_number, "a number >= 0"),

@@ -220,7 +220,7 @@ def _decode(data: bytes, path: str) -> tuple[str, Any]:
         return form, json.loads(data)
     # the one place every error is caught: whatever the bytes make a loader raise (truncation,
     # a refused class, too deep, a number too long) is a reason to refuse this file, no more
-    except Exception as exc:  # noqa: BLE001  (RecursionError and MemoryError among them)
+    except Exception as exc:
         what = "pickle" if form == PICKLE else "JSON"
         if isinstance(exc, _ClassRefused):
             raise _Bad(f"{what} {exc}") from None

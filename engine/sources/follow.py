@@ -406,7 +406,7 @@ class Follower:
     def _make_room(self, keep: Tailed | None = None) -> bool:
         """Close the least recently read open file (its position is kept: it is opened again
         there when it changes). False when nothing could be closed."""
-        for path, other in self._open_lru.items():
+        for _path, other in self._open_lru.items():
             if other is keep:
                 continue
             self._close(other)

@@ -492,7 +492,7 @@ def _job_from_scontrol(fields: Mapping[str, str], detail: str | None = None) -> 
         signal = int(sig) if sig.isdigit() and int(sig) else None
     stdout = clean(fields.get("StdOut")) or None
     nodes = _hosts(clean(fields.get("NodeList")))
-    num = lambda key: int(v) if (v := fields.get(key, "")).isdigit() else None  # noqa: E731
+    num = lambda key: int(v) if (v := fields.get(key, "")).isdigit() else None
     # per-node CPUs: the -d detail's, or a one-node job's all (several nodes without -d: not known)
     one = [num("NumCPUs") or 0] if len(nodes) == 1 else None
     cpus = detail_cpus(detail_pairs(detail), nodes, num("NumCPUs")) if detail else one

@@ -44,16 +44,16 @@ class Agent:
         self.facts: list = []
         self.stop = threading.Event()
         self.rc: list[int] = []
-        args = dict(
-            nvml=True,
-            nvml_backend=nv,
-            poll_interval=0.05,
-            tick=0.02,
-            nvml_events=False,
-            rulebook=rulebook,
-            stop_event=self.stop,
-            nvml_retry_s=0.05,
-        )
+        args = {
+            "nvml": True,
+            "nvml_backend": nv,
+            "poll_interval": 0.05,
+            "tick": 0.02,
+            "nvml_events": False,
+            "rulebook": rulebook,
+            "stop_event": self.stop,
+            "nvml_retry_s": 0.05,
+        }
         args.update(kw)
         self.thread = threading.Thread(
             target=lambda: self.rc.append(run_agent(NODE, str(self.spool), **args)), daemon=True

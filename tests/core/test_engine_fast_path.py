@@ -22,7 +22,7 @@ from engine.rulebook import require_rulebook, stored
 from engine.store import Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from bench_replay import engine_mixes  # noqa: E402
+from bench_replay import engine_mixes
 
 #: columns that hold the wall clock (when a row was written), not what the engine concluded
 _WALL = {"detected_wall", "closed_wall", "created_at", "updated_at"}

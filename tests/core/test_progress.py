@@ -164,11 +164,11 @@ def test_a_running_unit_must_stay_slow_for_the_duration(make_engine):
 
 # -- a job compared with its own baseline (no per-node timings), through the shipped matchers ----
 
-import calendar  # noqa: E402
-import time  # noqa: E402
+import calendar
+import time
 
-from engine.core.replay import file_input, replay_inputs  # noqa: E402
-from engine.rulebook import load_rulebook  # noqa: E402
+from engine.core.replay import file_input, replay_inputs
+from engine.rulebook import load_rulebook
 
 T0 = calendar.timegm((2026, 3, 1, 10, 0, 0, 0, 0, 0))
 

@@ -108,7 +108,7 @@ def test_attempts_are_told_apart_as_without_sampling(compiled):
     full, ctx_f, _ = _facts(compiled, text, sample=False)
     assert conv.progress_skipped > 1500
     assert ctx_s.attempt == ctx_f.attempt
-    attempts = lambda facts: sorted({f.get("attempt") for f in facts})  # noqa: E731
+    attempts = lambda facts: sorted({f.get("attempt") for f in facts})
     assert attempts(sampled) == attempts(full) and len(attempts(full)) == 3
     for a in attempts(full):  # each attempt's first and last points are kept
         s = [f.at for f in sampled if f.get("attempt") == a]
@@ -123,7 +123,7 @@ def test_an_untimestamped_line_after_sampled_progress_is_dated_as_before(compile
     sampled, _, conv = _facts(compiled, text, sample=True)
     full, _, _ = _facts(compiled, text, sample=False)
     assert conv.progress_skipped > 0
-    last = lambda facts: [f for f in facts if f.kind != "progress"][-1]  # noqa: E731
+    last = lambda facts: [f for f in facts if f.kind != "progress"][-1]
     assert last(sampled).at == last(full).at == [f for f in full if f.kind == "progress"][-1].at
 
 

@@ -14,7 +14,14 @@ from engine.sources.spool import SpoolReader
 
 
 def _sig(**kw) -> RankSignal:
-    base = dict(rank=7, signal="fr_not_joined", detail="pg 0 seq 42 allreduce", origin="/fr/rank_7", group="0", seq=42)
+    base = {
+        "rank": 7,
+        "signal": "fr_not_joined",
+        "detail": "pg 0 seq 42 allreduce",
+        "origin": "/fr/rank_7",
+        "group": "0",
+        "seq": 42,
+    }
     base.update(kw)
     return RankSignal(**base)
 

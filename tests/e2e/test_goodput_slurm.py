@@ -29,7 +29,7 @@ done
 
 
 @pytest.fixture
-def h(tmp_path, slurm):  # noqa: F811
+def h(tmp_path, slurm):
     harness = Harness(tmp_path, slurm)
     yield harness
     harness.close()

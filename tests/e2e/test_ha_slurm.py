@@ -22,7 +22,7 @@ LEASE_S = 3.0
 
 
 @pytest.fixture
-def h(tmp_path, slurm):  # noqa: F811
+def h(tmp_path, slurm):
     harness = Harness(tmp_path, slurm)
     yield harness
     harness.close()

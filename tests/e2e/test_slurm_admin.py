@@ -38,7 +38,7 @@ exit 1
 
 
 @pytest.fixture
-def h(tmp_path, slurm):  # noqa: F811
+def h(tmp_path, slurm):
     harness = Harness(tmp_path, slurm)
     harness.site.write_text(SITE)
     yield harness

@@ -85,7 +85,7 @@ def test_a_printed_nodelist_does_not_move_a_genuine_xid_to_the_attacker(h):
     v = wait_for("victim running", lambda: h.running(victim), 30)
     known = lambda job: any(
         job in json.loads(r[0] or "{}") for r in h.query("SELECT value FROM meta WHERE key = 'job_states'")
-    )  # noqa: E731
+    )
     wait_for("the controller knows the victim", lambda: known(victim), 40)
     bad = v.nodes[0]
     attacker = h.submit(

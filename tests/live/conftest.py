@@ -19,7 +19,7 @@ import pytest
 
 import engine.clock
 from engine.live.launch import READY, run_argv
-from tests.helpers import wait_for  # noqa: F401  (the live tests import it from here)
+from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 

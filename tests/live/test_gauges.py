@@ -12,7 +12,7 @@ def value(m: Metrics, name: str, **labels) -> float | None:
 
 
 def update(g: Gauges, **kw) -> None:
-    args = dict(lines=0, facts=0, files=(0, 0), file_stats={}, spool_ok=None, scheduler=False)
+    args = {"lines": 0, "facts": 0, "files": (0, 0), "file_stats": {}, "spool_ok": None, "scheduler": False}
     g.update(**{**args, **kw})
 
 

@@ -58,7 +58,7 @@ def test_kill_9_mid_burst_loses_and_doubles_no_line(live):
     assert all(c == 1 for c in origins.values()), [o for o, c in origins.items() if c > 1][:10]
     assert len(origins) == total + len(marks)
     # each fact's origin names its file and line: line k of a file holds the k-th EVT written there
-    for attrs, origin, _ in live.log_facts()[:200]:
+    for _attrs, origin, _ in live.log_facts()[:200]:
         path, _, line = origin.rpartition(":")
         assert path.endswith((".out",)) and int(line) >= 1
     assert kills == 3 and live.alive()

@@ -96,13 +96,13 @@ def test_breakdown_gives_no_negative_ettr():
 @pytest.mark.parametrize(
     "args",
     [
-        dict(nodes=0, failure_rate_per_node_day=RATE, interval_s=300, restart_s=300),
-        dict(nodes=NODES, failure_rate_per_node_day=-1, interval_s=300, restart_s=300),
-        dict(nodes=NODES, failure_rate_per_node_day=RATE, interval_s=0, restart_s=300),
-        dict(nodes=NODES, failure_rate_per_node_day=RATE, interval_s=300, restart_s=-1),
-        dict(nodes=NODES, failure_rate_per_node_day=float("nan"), interval_s=300, restart_s=300),
-        dict(nodes=NODES, failure_rate_per_node_day=RATE, interval_s=float("inf"), restart_s=300),
-        dict(nodes=True, failure_rate_per_node_day=RATE, interval_s=300, restart_s=300),
+        {"nodes": 0, "failure_rate_per_node_day": RATE, "interval_s": 300, "restart_s": 300},
+        {"nodes": NODES, "failure_rate_per_node_day": -1, "interval_s": 300, "restart_s": 300},
+        {"nodes": NODES, "failure_rate_per_node_day": RATE, "interval_s": 0, "restart_s": 300},
+        {"nodes": NODES, "failure_rate_per_node_day": RATE, "interval_s": 300, "restart_s": -1},
+        {"nodes": NODES, "failure_rate_per_node_day": float("nan"), "interval_s": 300, "restart_s": 300},
+        {"nodes": NODES, "failure_rate_per_node_day": RATE, "interval_s": float("inf"), "restart_s": 300},
+        {"nodes": True, "failure_rate_per_node_day": RATE, "interval_s": 300, "restart_s": 300},
     ],
 )
 def test_library_refuses_bad_numbers(args):

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("engine.ops.ruletest")
-from engine.rulebook import load_rulebook  # noqa: E402
-from engine.ops.ruletest import run_tests, unexercised_matchers  # noqa: E402
+from engine.rulebook import load_rulebook
+from engine.ops.ruletest import run_tests, unexercised_matchers
 
 
 @pytest.fixture(scope="module")

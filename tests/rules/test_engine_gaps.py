@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 
 engine = pytest.importorskip("engine.ops.ruletest")
-from engine.rulebook import load_rulebook  # noqa: E402
-from engine.rulebook.model import RuleTest, TestInput as _Input  # noqa: E402
-from engine.core.rete import ReteNetwork  # noqa: E402
-from engine.ops.ruletest import run_one  # noqa: E402
+from engine.rulebook import load_rulebook
+from engine.rulebook.model import RuleTest, TestInput as _Input
+from engine.core.rete import ReteNetwork
+from engine.ops.ruletest import run_one
 
 
 @pytest.fixture(scope="module")

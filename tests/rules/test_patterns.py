@@ -715,7 +715,7 @@ def test_every_matcher_is_exercised():
     used = set()
     for _, _, source, line in _test_lines():
         used.update(hits(line, source))
-    for line, expected in CORPUS:
+    for line, _expected in CORPUS:
         used.update(hits(line))
     unused = sorted(set(book()[1]) - used)
     assert not unused, f"matchers no test line or corpus line hits: {unused}"
