@@ -11,7 +11,7 @@ from engine.core.ledger import JobLedger, printed_step_time
 from engine.facts import Fact
 from engine.ops.goodput import report_from_store
 from engine.store import ActionStatus, Store
-from tests.core.test_store_schema import _OLD_SCHEMA, _old_database
+from tests.store.test_store_schema import _OLD_SCHEMA, _old_database
 
 RULES = """
 rules:

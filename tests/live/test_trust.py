@@ -414,7 +414,7 @@ def test_1100_followed_files_under_a_1024_open_file_limit(tmp_path):
 import resource, time, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
 sys.path.insert(0, {str(ROOT)!r})
-from tests.core.test_trust import make, settle, incidents, WATCHDOG
+from tests.live.test_trust import make, settle, incidents, WATCHDOG
 from pathlib import Path
 logs = Path({str(logs)!r})
 ctl = make(Path({str(tmp_path)!r}), follow=[str(logs / "*.out")])

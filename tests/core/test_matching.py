@@ -27,7 +27,7 @@ BACKENDS = [
     ),
     "re2",
 ]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(specs, chunks, backend, max_line=65536):
