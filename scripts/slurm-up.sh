@@ -126,6 +126,14 @@ DBD_LOG=/var/log/slurmdbd
 MYSQL_SOCK=/run/mysqld/mysqld.sock
 acct_off=""
 [ "$ACCOUNTING" = 1 ] || acct_off="SLURM_ACCOUNTING=$ACCOUNTING"
+# closed CMD...: CMD without the descriptors this script inherited past 0-2. slurmdbd keeps what
+# it inherits: a caller's `flock /tmp/slurm.lock` would live on in it and lock everyone out.
+closed() {
+  (
+    for fd in $(ls /proc/$BASHPID/fd); do [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done
+    exec "$@"
+  )
+}
 db_ok() { mariadb-admin --socket="$MYSQL_SOCK" ping >/dev/null 2>&1; }
 # sacctmgr reads slurm.conf, which names no slurmdbd yet on a first run: it is asked with one that does
 dbd_probe=$(mktemp)
@@ -152,7 +160,7 @@ if [ -z "$acct_off" ] && ! db_ok; then
   [ -d /var/lib/mysql/mysql ] || mariadb-install-db --user=mysql >/dev/null 2>&1 || acct_off="mariadb-install-db failed"
   if [ -z "$acct_off" ]; then
     # our own MariaDB: its socket only, no TCP port
-    setsid mariadbd --user=mysql --skip-networking --socket="$MYSQL_SOCK" --pid-file=/run/mysqld/mysqld.pid \
+    closed setsid mariadbd --user=mysql --skip-networking --socket="$MYSQL_SOCK" --pid-file=/run/mysqld/mysqld.pid \
       </dev/null >>/var/log/recover-mariadb.log 2>&1 &
     for _ in $(seq 150); do db_ok && break; sleep 0.2; done
     db_ok || acct_off="MariaDB did not answer within 30 s (see /var/log/recover-mariadb.log)"
@@ -200,7 +208,7 @@ EOF
     for _ in $(seq 100); do live_pid "$DBD_RUN/slurmdbd.pid" slurmdbd >/dev/null || break; sleep 0.1; done
   fi
   if ! alive "$DBD_RUN/slurmdbd.pid" slurmdbd; then
-    slurmdbd || acct_off="slurmdbd failed to start (see $DBD_LOG/slurmdbd.log)"
+    closed slurmdbd || acct_off="slurmdbd failed to start (see $DBD_LOG/slurmdbd.log)"
   fi
   if [ -z "$acct_off" ]; then
     for _ in $(seq 60); do dbd_ok && break; sleep 0.5; done

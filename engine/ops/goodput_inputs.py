@@ -221,13 +221,13 @@ def _same_job(recs: list[Any], seen: float | None) -> bool:
 
 
 def _events(job: str, r: Any) -> list[dict[str, Any]]:
-    """One accounted attempt as the states the report reads: waiting (the first attempt from its
-    submission, a requeued one from when it was eligible again), running, and its end."""
+    """One accounted attempt as the states the report reads: waiting from its submission (a
+    requeued attempt's record is submitted when the requeue took effect; the hold before it is
+    eligible again is the queue's), running, and its end."""
     base = {"job": job, "attempt": r.attempt, "reason": None, "origin": SACCT}
     out = []
-    waiting = r.submit_at if r.attempt == 0 else (r.eligible_at if r.eligible_at is not None else r.submit_at)
-    if waiting is not None:
-        out.append(base | {"state": "PENDING", "at": waiting, "nodes": []})
+    if r.submit_at is not None:
+        out.append(base | {"state": "PENDING", "at": r.submit_at, "nodes": []})
     if r.start_at is not None:
         out.append(base | {"state": "RUNNING", "at": r.start_at, "nodes": list(r.nodes)})
     if r.end_at is not None and r.state not in JOB_ACTIVE_STATES | {"PENDING"}:
