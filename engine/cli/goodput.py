@@ -218,6 +218,7 @@ def _history(name: str, store, since: Optional[float], until: float, job: Option
     """The scheduler's accounting of job attempts (``history``: Slurm's sacct) for the report, or
     None and why not: an adapter or a site without accounting, or one that does not answer, is
     no error; the report then uses the states the controller recorded, and says so."""
+    from engine.errors import SchedulerError
     from scheduler_adapters.registry import UnknownAdapter, get_adapter
 
     try:
@@ -232,7 +233,7 @@ def _history(name: str, store, since: Optional[float], until: float, job: Option
         since = None if first is None else first - 86400.0
     try:
         records = history(since, until, job)
-    except Exception as exc:  # SchedulerError, a bad job id: the recorded states, and why
+    except (SchedulerError, ValueError) as exc:  # down, failed, a bad job id: the recorded states, and why
         return None, f"{name} accounting not read: {exc}"
     return records, str(getattr(adapter, "accounting_unavailable", "") or "")
 
