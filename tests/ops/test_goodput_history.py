@@ -91,7 +91,12 @@ def test_sacct_times_take_precedence_and_say_so(db):
     assert job["attempts"][1]["nodes"] == ["n2"]
     (f,) = rep["failures"]
     assert f["history"] == "sacct"
-    assert (f["failed_at"], f["waiting_at"], f["running_at"], f["resumed_at"]) == (T0 + 90, T0 + 100, T0 + 130, T0 + 150)
+    assert (f["failed_at"], f["waiting_at"], f["running_at"], f["resumed_at"]) == (
+        T0 + 90,
+        T0 + 100,
+        T0 + 130,
+        T0 + 150,
+    )
     assert _seconds(f) == {"work_lost": 21.0, "detection": 0.0, "decision": 10.0, "restart": 20.0, "queue": 30.0}
     assert rep["history"] == {"from": "sacct", "note": "", "jobs_from_sacct": ["7"]}
 
