@@ -53,6 +53,7 @@ _STATE = re.compile(r"([A-Z][A-Z_]{1,31})(?: by [0-9]{1,10})?")
 _TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}")
 _NO_TIME = frozenset({"Unknown", "None", ""})
 _NO_NODES = frozenset({"None assigned", "(null)", ""})
+_HOSTLIST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._,\[\]-]{0,4095}")
 _DISABLED = re.compile(r"accounting storage is disabled", re.IGNORECASE)
 #: slurmdbd (or its database) not answering
 _DBD_DOWN = re.compile(
@@ -84,6 +85,8 @@ def _line(line: str) -> tuple[str, str, float | None, float | None, float | None
     m = _STATE.fullmatch(state)
     if m is None:
         raise ValueError(f"not a job state: {state[:40]!r}")
+    if nodes not in _NO_NODES and not _HOSTLIST.fullmatch(nodes):
+        raise ValueError(f"not a node list: {nodes[:40]!r}")
     hosts = () if nodes in _NO_NODES else tuple(expand_hostlist(nodes))
     return job, m.group(1), _time(submit), _time(eligible), _time(start), _time(end), hosts
 

@@ -91,10 +91,12 @@ def test_lines_not_in_their_form_are_dropped_never_guessed_at():
         + "100|failed|2026-12-06T06:00:00|2026-12-06T06:00:00|Unknown|Unknown|n1\n"
         + "101|FAILED|06:00:00 yesterday|2026-12-06T06:00:00|Unknown|Unknown|n1\n"
         + "|||||\n"
+        + "102|FAILED|2026-12-06T06:00:00|2026-12-06T06:00:00|Unknown|Unknown|n1\r\n"
+        + "103|FAILED|2026-12-06T06:00:00|2026-12-06T06:00:00|Unknown|Unknown|n1 n2\n"
     )
     records, dropped = parse_sacct(hostile + good)
     assert [r.job_id for r in records] == ["95"]
-    assert dropped == 9
+    assert dropped == 11
     adapter, _ = _adapter(good + hostile)
     assert [r.job_id for r in adapter.job_history(None, time.time())] == ["95"]
 
