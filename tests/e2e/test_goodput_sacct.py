@@ -60,8 +60,11 @@ def test_a_job_requeued_once_gets_sacct_times(h):
     h.inject_xid(j.nodes[0])
     wait_for("attempt 1 running", lambda: (r := h.running(job)) and r.attempt == 1 and r, 60)
     wait_for(
-        "attempt 1 training",
-        lambda: h.query("SELECT first_at FROM progress WHERE job = ? AND attempt = 1 AND first_at IS NOT NULL", job),
+        "attempt 1 training, its RUNNING state polled",
+        lambda: (
+            h.query("SELECT first_at FROM progress WHERE job = ? AND attempt = 1 AND first_at IS NOT NULL", job)
+            and h.query("SELECT at FROM job_events WHERE job = ? AND attempt = 1 AND state = 'RUNNING'", job)
+        ),
         30,
     )
     # slurmdbd hears of each record from slurmctld a moment later
