@@ -94,8 +94,11 @@ def _history(rep: Mapping[str, Any]) -> str:
     """Where the job states came from: Slurm's accounting (sacct) or the controller's polls."""
     h = rep.get("history") or {}
     sacct, note = h.get("jobs_from_sacct") or [], h.get("note") or ""
-    text = f"from sacct for {len(sacct)} job(s), the rest " if sacct else "from "
-    text += "as the controller's polls recorded them"
+    if sacct and len(sacct) == len(rep["jobs"]):
+        text = "from sacct (Slurm's accounting)"
+    else:
+        text = f"from sacct for {len(sacct)} job(s), the rest " if sacct else ""
+        text += "as the controller's polls recorded them"
     return text + (f" ({note})" if note else "")
 
 

@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 
 from engine.cli import app
 from engine.ops.goodput import report_from_store
+from engine.ops.goodput_text import render_text
 from engine.store import Store
 from scheduler_adapters import registry
 from scheduler_adapters.base import CommandResult, JobRecord
@@ -99,6 +100,7 @@ def test_sacct_times_take_precedence_and_say_so(db):
     )
     assert _seconds(f) == {"work_lost": 21.0, "detection": 0.0, "decision": 10.0, "restart": 20.0, "queue": 30.0}
     assert rep["history"] == {"from": "sacct", "note": "", "jobs_from_sacct": ["7"]}
+    assert "  job states from sacct (Slurm's accounting)\n" in render_text(rep)
 
 
 def test_offline_and_without_accounting_the_recorded_states_as_before(db):
