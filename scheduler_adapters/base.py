@@ -30,6 +30,7 @@ ENDED_STATES = frozenset({"CANCELLED", "COMPLETED", "FAILED"})
 
 __all__ = [
     "JobInfo",
+    "JobRecord",
     "NodeInfo",
     "CommandResult",
     "Runner",
@@ -125,6 +126,21 @@ class CommandResult:
     truncated: bool = False  # it printed more than the runner reads: killed, its stdout dropped
 
 
+@dataclass(frozen=True)
+class JobRecord:
+    """One job attempt as the scheduler's accounting recorded it (``job_history``): times are epoch
+    seconds, None where accounting has none (not started yet, still running)."""
+
+    job_id: str
+    attempt: int  # its place among the job's records, oldest first (a requeue makes a new one)
+    state: str  # Slurm's name, upper case: REQUEUED for an attempt that was requeued
+    submit_at: float | None = None
+    eligible_at: float | None = None
+    start_at: float | None = None
+    end_at: float | None = None
+    nodes: tuple[str, ...] = ()
+
+
 #: the test seam: something that runs an argv list (no shell) with a timeout
 Runner = Callable[[Sequence[str], float], CommandResult]
 
@@ -159,3 +175,7 @@ class SchedulerAdapter(Protocol):
         """Did a command that printed ``output`` fail because the scheduler's controller did not
         answer (not a verdict on the command itself)? Each scheduler words this its own way, so
         the adapter reads it; an adapter without this method is taken to never say so."""
+
+    # Optional, not in the protocol: ``job_history(since, until, job=None) -> list[JobRecord] | None``,
+    # the scheduler's own accounting of job attempts (Slurm's sacct); None where the site has no
+    # accounting. Callers ask ``getattr(adapter, "job_history", None)``.

@@ -113,6 +113,12 @@ class SimulatedCluster:
         j = self._jobs.get(str(job_id))
         return self._info(j) if j else None
 
+    accounting_unavailable = "the simulated cluster keeps no accounting"
+
+    def job_history(self, since: float | None, until: float, job: str | None = None) -> None:
+        """No accounting here: None (``accounting_unavailable`` says so)."""
+        return None
+
     def jobs_on(self, nodes: Sequence[str]) -> list[JobInfo]:
         wanted = set(nodes)
         return [self._info(j) for j in self._jobs.values() if j.state in JOB_ACTIVE_STATES and wanted & set(j.nodes)]

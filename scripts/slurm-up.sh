@@ -14,6 +14,11 @@
 #   SLURM_CPUS   CPUs per node                      (default 2)
 #   SLURM_CLEAN  1 = wipe state and logs when the controller is (re)started (default 1)
 #   SLURM_WAIT   seconds to wait for the nodes      (default 60)
+#   SLURM_ACCOUNTING  1 = accounting through slurmdbd and MariaDB, 0 = none (default 1)
+#
+# Accounting (sacct) is optional: when MariaDB or slurmdbd cannot come up, the cluster comes up
+# without it, this script says why, and so does /run/slurm/accounting-off (read by the tests that
+# need accounting; removed while accounting works).
 #
 # Companions: scripts/slurm-down.sh stops it; scripts/slurm-node.sh kill|start NODE makes one
 # node die or return.
@@ -25,6 +30,7 @@ GPUS=${SLURM_GPUS:-4}
 CPUS=${SLURM_CPUS:-2}
 CLEAN=${SLURM_CLEAN:-1}
 WAIT_S=${SLURM_WAIT:-60}
+ACCOUNTING=${SLURM_ACCOUNTING:-1}
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ETC=/etc/slurm
@@ -112,6 +118,118 @@ if ! munge_ok; then
 fi
 
 # ---------------------------------------------------------------------------------------------
+# 2b. Accounting: MariaDB and slurmdbd (Debian's packages). Each step that fails sets acct_off
+#     to why, and the cluster comes up without accounting (accounting_storage/none).
+DBD_CONF=$ETC/slurmdbd.conf
+DBD_RUN=/run/slurmdbd
+DBD_LOG=/var/log/slurmdbd
+MYSQL_SOCK=/run/mysqld/mysqld.sock
+acct_off=""
+[ "$ACCOUNTING" = 1 ] || acct_off="SLURM_ACCOUNTING=$ACCOUNTING"
+# closed CMD...: CMD without the descriptors this script inherited past 0-2. slurmdbd keeps what
+# it inherits: a caller's `flock /tmp/slurm.lock` would live on in it and lock everyone out.
+closed() {
+  (
+    for fd in $(ls /proc/$BASHPID/fd); do [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done
+    exec "$@"
+  )
+}
+db_ok() { mariadb-admin --socket="$MYSQL_SOCK" ping >/dev/null 2>&1; }
+# sacctmgr reads slurm.conf, which names no slurmdbd yet on a first run: it is asked with one that does
+dbd_probe=$(mktemp)
+trap 'rm -f "$dbd_probe"' EXIT
+printf '%s\n' "ClusterName=recover" "SlurmctldHost=$(hostname -s)(127.0.0.1)" "AuthType=auth/munge" \
+  "AccountingStorageType=accounting_storage/slurmdbd" "AccountingStorageHost=127.0.0.1" \
+  "AccountingStoragePort=6819" >"$dbd_probe"
+dbd() { SLURM_CONF=$dbd_probe timeout 10 sacctmgr "$@"; }
+dbd_ok() { dbd -n -P list cluster format=cluster >/dev/null 2>&1; }
+if [ -z "$acct_off" ] && ! { command -v slurmdbd && command -v mariadbd; } >/dev/null; then
+  say "installing MariaDB and slurmdbd for accounting"
+  own_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d
+    own_policy=1
+  fi
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mariadb-server slurmdbd \
+    || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      mariadb-server slurmdbd; }; } >/dev/null 2>&1 || acct_off="apt-get could not install mariadb-server slurmdbd"
+  [ "$own_policy" = 0 ] || rm -f /usr/sbin/policy-rc.d
+fi
+if [ -z "$acct_off" ] && ! db_ok; then
+  mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld
+  [ -d /var/lib/mysql/mysql ] || mariadb-install-db --user=mysql >/dev/null 2>&1 || acct_off="mariadb-install-db failed"
+  if [ -z "$acct_off" ]; then
+    # our own MariaDB: its socket only, no TCP port
+    closed setsid mariadbd --user=mysql --skip-networking --socket="$MYSQL_SOCK" --pid-file=/run/mysqld/mysqld.pid \
+      </dev/null >>/var/log/recover-mariadb.log 2>&1 &
+    for _ in $(seq 150); do db_ok && break; sleep 0.2; done
+    db_ok || acct_off="MariaDB did not answer within 30 s (see /var/log/recover-mariadb.log)"
+  fi
+fi
+if [ -z "$acct_off" ]; then
+  # the database password: kept from the slurmdbd.conf already written, else a new one
+  pass=""
+  [ ! -s "$DBD_CONF" ] || pass=$(sed -n 's/^StoragePass=//p' "$DBD_CONF")
+  [[ $pass =~ ^[A-Za-z0-9]{16,64}$ ]] || pass=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+  mariadb --socket="$MYSQL_SOCK" -u root >/dev/null 2>&1 <<EOF || acct_off="could not create the database slurm_acct_db and its user"
+CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$pass';
+ALTER USER 'slurm'@'localhost' IDENTIFIED BY '$pass';
+GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
+EOF
+fi
+if [ -z "$acct_off" ]; then
+  mkdir -p "$DBD_RUN" "$DBD_LOG" && chown slurm:slurm "$DBD_RUN" "$DBD_LOG"
+  new_dbd=$(mktemp)
+  cat >"$new_dbd" <<EOF
+# Written by Recover's scripts/slurm-up.sh: accounting for the test cluster.
+AuthType=auth/munge
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=6819
+SlurmUser=slurm
+PidFile=$DBD_RUN/slurmdbd.pid
+LogFile=$DBD_LOG/slurmdbd.log
+DebugLevel=info
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageLoc=slurm_acct_db
+StorageUser=slurm
+StoragePass=$pass
+EOF
+  dbd_changed=0
+  if ! cmp -s "$new_dbd" "$DBD_CONF"; then
+    dbd_changed=1
+    install -m 600 -o slurm -g slurm "$new_dbd" "$DBD_CONF"
+  fi
+  rm -f "$new_dbd"
+  if [ "$dbd_changed" = 1 ] && pid=$(live_pid "$DBD_RUN/slurmdbd.pid" slurmdbd); then
+    kill "$pid" 2>/dev/null
+    for _ in $(seq 100); do live_pid "$DBD_RUN/slurmdbd.pid" slurmdbd >/dev/null || break; sleep 0.1; done
+  fi
+  if ! alive "$DBD_RUN/slurmdbd.pid" slurmdbd; then
+    closed slurmdbd || acct_off="slurmdbd failed to start (see $DBD_LOG/slurmdbd.log)"
+  fi
+  if [ -z "$acct_off" ]; then
+    for _ in $(seq 60); do dbd_ok && break; sleep 0.5; done
+    dbd_ok || acct_off="slurmdbd does not answer sacctmgr (see $DBD_LOG/slurmdbd.log)"
+  fi
+  if [ -z "$acct_off" ] && [ -z "$(dbd -n -P list cluster format=cluster where cluster=recover 2>/dev/null)" ]; then
+    dbd -i add cluster recover >/dev/null 2>&1 || acct_off="sacctmgr could not register the cluster 'recover'"
+  fi
+fi
+if [ -z "$acct_off" ]; then
+  ACCT_CONF="AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=6819"
+  rm -f "$RUN_DIR/accounting-off"
+else
+  ACCT_CONF="AccountingStorageType=accounting_storage/none"
+  say "accounting is off: $acct_off"
+  echo "$acct_off" >"$RUN_DIR/accounting-off"
+fi
+
+# ---------------------------------------------------------------------------------------------
 # 3. Configuration. Written to temporary files first so that a second run can tell whether
 #    anything changed.
 HOST=$(hostname -s)
@@ -119,7 +237,7 @@ NODE_SET=$(range n 1 "$NODES")
 PORTS=$(range "" 17001 $((17000 + NODES)))
 GRES_NODE=""
 new_conf=$(mktemp) new_gres=$(mktemp)
-trap 'rm -f "$new_conf" "$new_gres"' EXIT
+trap 'rm -f "$new_conf" "$new_gres" "$dbd_probe"' EXIT
 
 if [ "$GPUS" -gt 0 ]; then
   # gres/gpu wants File= (no File=: slurmd drops the GPUs and the node goes INVALID_REG), and
@@ -156,8 +274,9 @@ SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-# No slurmdbd: one line per finished run (requeues included) goes here; sacct -c reads it.
+# slurmdbd with MariaDB when it came up (sacct), else none (section 2b says why)
+$ACCT_CONF
+# Also one line per finished run (requeues included) here, with or without slurmdbd; sacct -c reads it.
 JobCompType=jobcomp/filetxt
 JobCompLoc=$LOG_DIR/jobcomp.log
 SchedulerType=sched/backfill
@@ -178,7 +297,7 @@ SlurmctldTimeout=10
 MessageTimeout=5
 InactiveLimit=0
 KillWait=5
-# Finished jobs stay visible to squeue/scontrol for an hour (there is no accounting database).
+# Finished jobs stay visible to squeue/scontrol for an hour (with or without accounting).
 MinJobAge=3600
 JobRequeue=1
 NodeName=$NODE_SET NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$PORTS CPUs=$CPUS RealMemory=1000 $GRES_NODE State=UNKNOWN
@@ -268,4 +387,6 @@ not_idle=$(sinfo -N -h -t drain,down -o '%N %T %E' 2>/dev/null || true)
 how="already running"
 [ "$fresh" = 0 ] || how="started"
 took=$(awk -v t0="$STARTED" -v t1="$(date +%s.%N)" 'BEGIN { printf "%.1f", t1 - t0 }')
-say "up: $NODES nodes, $GPUS GPUs each, $(sinfo -V), $how in $took s"
+acct="accounting through slurmdbd"
+[ -z "$acct_off" ] || acct="no accounting ($acct_off)"
+say "up: $NODES nodes, $GPUS GPUs each, $(sinfo -V), $acct, $how in $took s"

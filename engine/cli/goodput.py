@@ -96,6 +96,12 @@ def goodput(
         None, "--policy", help="With --what-if: a policy key of the candidate, KEY=VALUE (settle=30s; repeatable)."
     ),
     html: Optional[str] = typer.Option(None, "--html", help="Also write the report as a self-contained HTML page."),
+    scheduler: Optional[str] = typer.Option(
+        None,
+        "--scheduler",
+        help="Whose accounting to read the job states from (sacct): slurm | none "
+        "(default: the settings' scheduler, else none: the states the controller recorded).",
+    ),
     db: Optional[str] = DbOpt,
     json_out: bool = JsonOpt,
 ) -> None:
@@ -123,12 +129,27 @@ def goodput(
         if what_if and html:
             raise _usage("--html: for the report, not --what-if")
         _measured(
-            since, until, job, db, gpus_per_node, json_out, html, (rules or [], policy or []) if what_if else None
+            since,
+            until,
+            job,
+            db,
+            gpus_per_node,
+            json_out,
+            html,
+            (rules or [], policy or []) if what_if else None,
+            scheduler,
         )
         return
     given = [
         f
-        for f, v in (("--since", since), ("--until", until), ("--job", job), ("--db", db), ("--html", html))
+        for f, v in (
+            ("--since", since),
+            ("--until", until),
+            ("--job", job),
+            ("--db", db),
+            ("--html", html),
+            ("--scheduler", scheduler),
+        )
         if v is not None
     ]
     if what_if or rules or policy:
@@ -149,9 +170,11 @@ def _measured(
     json_out: bool,
     html: Optional[str] = None,
     what_if: Optional[tuple[List[str], List[str]]] = None,
+    scheduler: Optional[str] = None,
 ) -> None:
-    """The measured report: every figure from the store (engine.ops.goodput); with ``what_if``
-    (candidate rule paths, policy pairs), what the candidate would have changed."""
+    """The measured report: every figure from the store (engine.ops.goodput), the job states from
+    the scheduler's accounting where it has them; with ``what_if`` (candidate rule paths, policy
+    pairs), what the candidate would have changed."""
 
     from engine.ops.goodput import DEFAULT_GPUS_PER_NODE, report_from_store
     from engine.ops.goodput_text import render_text
@@ -167,10 +190,13 @@ def _measured(
     lo, hi = _since(since), _since(until)
     if lo is not None and hi is not None and hi <= lo:
         raise _usage("--until must be later than --since")
+    name = scheduler or _settings().scheduler or "none"
     store = _open_store(db, readonly=True)
     try:
+        now = SYSTEM.wall()
+        history = None if name == "none" else _history(name, store, lo, hi if hi is not None else now, job)
         rep = report_from_store(
-            store, now=SYSTEM.wall(), since=lo, until=hi, job=job, gpus_per_node=k, gpus_from=source
+            store, now=now, since=lo, until=hi, job=job, gpus_per_node=k, gpus_from=source, history=history
         )
         if what_if is not None:
             _what_if(store, rep, lo, job, what_if[0], what_if[1], json_out)
@@ -186,6 +212,30 @@ def _measured(
         except OSError as exc:
             raise _usage(f"--html {html}: {exc.strerror or exc}") from None
     typer.echo(json.dumps(rep, sort_keys=True) if json_out else render_text(rep))
+
+
+def _history(name: str, store, since: Optional[float], until: float, job: Optional[str]) -> tuple[object, str]:
+    """The scheduler's accounting of job attempts (``history``: Slurm's sacct) for the report, or
+    None and why not: an adapter or a site without accounting, or one that does not answer, is
+    no error; the report then uses the states the controller recorded, and says so."""
+    from engine.errors import SchedulerError
+    from scheduler_adapters.registry import UnknownAdapter, get_adapter
+
+    try:
+        adapter = get_adapter(name)
+    except UnknownAdapter as exc:
+        raise _usage(f"--scheduler: {exc}")
+    history = getattr(adapter, "job_history", None)
+    if history is None:
+        return None, f"the {name} adapter keeps no accounting"
+    if since is None:  # from a day before the store's first job state (a job seen after it queued)
+        first = min((e["at"] for e in store.job_events(job)), default=None)
+        since = None if first is None else first - 86400.0
+    try:
+        records = history(since, until, job)
+    except (SchedulerError, ValueError) as exc:  # down, failed, a bad job id: the recorded states, and why
+        return None, f"{name} accounting not read: {exc}"
+    return records, str(getattr(adapter, "accounting_unavailable", "") or "")
 
 
 def _what_if(

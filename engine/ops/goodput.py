@@ -27,7 +27,18 @@ from typing import Any
 
 from engine.facts import JOB_ACTIVE_STATES
 from engine.ops.goodput_compare import OVERHEAD_CAUSES, compare_job, site_failure_rate
-from engine.ops.goodput_inputs import FAILED, WAITING, Attempt, Inputs, is_requeue, job_attempts, load
+from engine.ops.goodput_inputs import (
+    FAILED,
+    RECORDED,
+    WAITING,
+    Attempt,
+    Inputs,
+    attempt_times,
+    is_requeue,
+    job_attempts,
+    load,
+    with_history,
+)
 from engine.store import IncidentRow, Store
 
 __all__ = ["CAUSES", "DEFAULT_GPUS_PER_NODE", "Inputs", "load", "measure", "report_from_store"]
@@ -229,6 +240,7 @@ class _Job:
                     "productive_s": productive,
                     "ettr": productive / wall if wall > 0 else None,
                     "estimates": notes,
+                    "scheduler": attempt_times(self.inputs, self.job, a),
                     # for the model beside it (engine.ops.goodput_compare); not printed
                     "_running_s": _overlap(run_from, r, self.lo, self.hi),
                     "_progress": a.progress,
@@ -318,6 +330,7 @@ class _Job:
             named = sorted({str(s["node"]) for s in inc.suspects if s.get("node")})
         row = {
             "job": self.job,
+            "history": self.inputs.history.get(self.job, RECORDED),
             "attempt": a.attempt,
             "incident": inc.id if inc is not None else None,
             "fault_class": (inc.fault_class or "unknown") if inc is not None else "(no incident)",
@@ -433,6 +446,7 @@ def measure(
         jobs_out.append(
             {
                 "job": name,
+                "history": inputs.history.get(name, RECORDED),
                 "state": j.attempts[-1].state,
                 "attempts": [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows],
                 "failures": len(fails),
@@ -503,9 +517,16 @@ def measure(
         "by_day": by_day,
         "failure_rate": site,
         "estimates": estimated,
+        # where the job states came from: sacct where asked and it had the job, else recorded
+        "history": dict(inputs.history_asked or {"from": RECORDED, "note": "the scheduler was not asked"})
+        | {"jobs_from_sacct": sorted(jo["job"] for jo in jobs_out if jo["history"] != RECORDED)},
     }
 
 
-def report_from_store(store: Store, **kw: Any) -> dict[str, Any]:
-    """``measure(load(store, job), ...)``."""
-    return measure(load(store, kw.get("job")), **kw)
+def report_from_store(store: Store, history: tuple[Any, str] | None = None, **kw: Any) -> dict[str, Any]:
+    """``measure(load(store, job), ...)``; with ``history`` (the scheduler adapter's records, or
+    None and why it has none), the job states of the scheduler's accounting first."""
+    inputs = load(store, kw.get("job"))
+    if history is not None:
+        inputs = with_history(inputs, *history)
+    return measure(inputs, **kw)

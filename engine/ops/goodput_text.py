@@ -90,6 +90,18 @@ def _compared(rep: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _history(rep: Mapping[str, Any]) -> str:
+    """Where the job states came from: Slurm's accounting (sacct) or the controller's polls."""
+    h = rep.get("history") or {}
+    sacct, note = h.get("jobs_from_sacct") or [], h.get("note") or ""
+    if sacct and len(sacct) == len(rep["jobs"]):
+        text = "from sacct (Slurm's accounting)"
+    else:
+        text = f"from sacct for {len(sacct)} job(s), the rest " if sacct else ""
+        text += "as the controller's polls recorded them"
+    return text + (f" ({note})" if note else "")
+
+
 def render_text(rep: Mapping[str, Any], top: int = 10) -> str:
     c = rep["cluster"]
     mark = "~" if c["estimated"] else ""
@@ -99,6 +111,7 @@ def render_text(rep: Mapping[str, Any], top: int = 10) -> str:
         f"recover goodput: {c['jobs']} job(s), {c['attempts']} attempt(s), {c['failures']} failure(s), "
         f"{window} UTC" + (f", job {rep['job']}" if rep["job"] else ""),
         f"  GPUs per node {rep['gpus_per_node']} ({rep['gpus_per_node_from']})",
+        f"  job states {_history(rep)}",
         f"  cluster ETTR {mark}{_ratio(c['ettr'])}   productive / wall GPU-hours, queueing included",
         f"  GPU-hours: {_gh(c['wall_gpu_hours'])} wall, {_gh(c['productive_gpu_hours'])} productive, "
         f"{_gh(c['lost_gpu_hours']['total'])} lost to failures",

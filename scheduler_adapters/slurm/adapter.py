@@ -5,6 +5,7 @@ Usage::
     adapter = SlurmAdapter()                       # runs squeue, sinfo, scontrol
     running = [j for j in adapter.jobs() if j.state == "RUNNING"]
     adapter.run(["scontrol", "update", "NodeName=n2", "State=DRAIN", "Reason=xid 79"])
+    attempts = adapter.job_history(since, until)       # sacct (history.py); None: no accounting
 
 Job state comes from ``squeue --json`` (openapi v0.0.38 in Slurm 22.05; later shapes are read
 too), node state from ``sinfo --json``. Two 22.05 quirks are mended here: ``exit_code`` is a raw
@@ -41,6 +42,7 @@ from ..base import (
     Runner,
     SchedulerUnavailable,
 )
+from .history import SacctHistory
 from .hostlist import HostlistError, expand_hostlist
 from .runner import DEFAULT_MAX_OUTPUT, readable, subprocess_runner, unreadable
 from .nodes import clean, node_from_json, nodes_from_sinfo_text
@@ -89,7 +91,7 @@ def split_wait_status(status: int) -> tuple[int, int | None]:
     return (status >> 8) & 0xFF, (signal or None)
 
 
-class SlurmAdapter:
+class SlurmAdapter(SacctHistory):
     """Jobs, nodes and commands of one Slurm cluster, through its command-line tools."""
 
     name = "slurm"
