@@ -224,7 +224,7 @@ def _history(name: str, store, since: Optional[float], until: float, job: Option
     try:
         adapter = get_adapter(name)
     except UnknownAdapter as exc:
-        raise _usage(f"--scheduler: {exc}")
+        raise _usage(f"--scheduler: {exc}") from None
     history = getattr(adapter, "job_history", None)
     if history is None:
         return None, f"the {name} adapter keeps no accounting"

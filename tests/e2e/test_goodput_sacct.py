@@ -36,7 +36,7 @@ def _sacct(job: str) -> list[tuple[float | None, float | None, float | None]]:
 
 
 @pytest.fixture
-def h(tmp_path, slurm):  # noqa: F811
+def h(tmp_path, slurm):
     off = Path("/run/slurm/accounting-off")
     records = slurm.job_history(time.time() - 60, time.time())
     if records is None:
