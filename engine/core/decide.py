@@ -16,9 +16,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from engine.core.actions import PlannedAction, plan_actions
 from engine.core.policy import Decision, GuardContext, decide, fingerprint
 from engine.core.progress import ProgressTracker
+from engine.core.scope import IncidentScope, SchedulerView, scope_of
 from engine.core.suspect_policy import with_suspects
 from engine.facts import Fact
 from engine.rulebook.compile import CompiledRulebook
+from engine.rulebook.model import kind_of
 from engine.store import Store
 
 logger = logging.getLogger(__name__)
@@ -67,8 +69,10 @@ class Decider:
         *,
         scheduler: str,
         mode: str,
+        view: SchedulerView | None = None,
     ):
         self.compiled = compiled
+        self.view = view  # the scheduler's word on partitions and job comments (engine.core.scope)
         self.store = store
         self.tracker = tracker
         self.node_states = node_states  # the engine's, kept current by what it ingests
@@ -115,7 +119,7 @@ class Decider:
                 p = self.tracker.get(job_id, attempt or 0)
                 if p:
                     self.store.save_progress(job_id, attempt or 0, p.get("step"), p.get("checkpoint"), p.get("last_at"))
-            ctx = self.guard_context(incident, job_id, attempt, at)
+            ctx = self.guard_context(incident, job_id, attempt, at, nodes)
             weak = next((str(f.get("keyword") or "") for f in faults if f.id == fault_id and f.get("weak")), None)
             decision = decide(self.compiled, fault_class, nodes, reason, ctx, rule, weak=weak)
             found = list(suspects) if fault_class in self.compiled.policy.suspects.classes else []
@@ -144,8 +148,10 @@ class Decider:
                     evidence=evidence,
                 )
                 problems = list(problems) + more
-            guards = [dict(n) for n in notes] + list(decision.guards) + [{"guard": "plan", "why": p} for p in problems]
             mode = self._mode_of(decision)
+            rows = self._rows(ctx.scope, plan if mode in ("recommend", "act") else [], mode)
+            guards = [dict(n) for n in notes] + list(decision.guards) + [{"guard": "plan", "why": p} for p in problems]
+            guards += _scope_guards(rows)
             self.store.close_incident(
                 incident,
                 at,
@@ -159,32 +165,15 @@ class Decider:
                 fingerprint(fault_class, decision.nodes, rule),
                 mode_why=decision.mode_why,
             )
-            if mode in ("recommend", "act"):
-                for pa in plan:
-                    self.store.add_action(
-                        incident,
-                        pa.idem_key,
-                        pa.name,
-                        pa.target,
-                        pa.argv,
-                        mode,
-                        "recommended" if mode == "recommend" else "planned",
-                    )
+            self._journal(incident, rows)
             # a drain for diagnosis has its own autonomy (policy.autonomy.drain_suspect)
             own = self.compiled.policy.autonomy.of("drain_suspect") or "recommend"
             dmode = "act" if mode == "act" and own == "act" else "recommend"
-            for pa in diagnosis if mode in ("recommend", "act") and own != "observe" else ():
-                self.store.add_action(
-                    incident,
-                    pa.idem_key,
-                    pa.name,
-                    pa.target,
-                    pa.argv,
-                    dmode,
-                    "recommended" if dmode == "recommend" else "planned",
-                    note="a suspect of several jobs' collective timeouts: drained for diagnosis"
-                    + ("" if dmode == "act" else f" (policy.autonomy.drain_suspect is {own})"),
+            if mode in ("recommend", "act") and own != "observe":
+                note = "a suspect of several jobs' collective timeouts: drained for diagnosis" + (
+                    "" if dmode == "act" else f" (policy.autonomy.drain_suspect is {own})"
                 )
+                self._journal(incident, self._rows(ctx.scope, diagnosis, dmode), note)
             plan = plan + diagnosis
         return ClosedIncident(incident, key, job_id, attempt, decision, tuple(plan), tuple(problems), at)
 
@@ -243,7 +232,7 @@ class Decider:
         if not nodes:
             return
         job_id, attempt = bound if bound is not None else split_key(key)
-        ctx = self.guard_context(incident, job_id, attempt, fault.at)
+        ctx = self.guard_context(incident, job_id, attempt, fault.at, nodes)
         decision = decide(
             self.compiled, str(fault.get("fault_class")), nodes, str(fault.get("reason", "")), ctx, fault.get("rule")
         )
@@ -260,19 +249,8 @@ class Decider:
             + (f"; job {job_id} attempt {attempt} from the scheduler's answer" if bound is not None else "")
             + ("" if mode == "act" else " (act mode would run it now)")
         )
-        for p in plan:
-            if (p.name, p.target) in decision.skip_targets:
-                continue
-            self.store.add_action(
-                incident,
-                p.idem_key,
-                p.name,
-                p.target,
-                p.argv,
-                mode,
-                "planned" if mode == "act" else "recommended",
-                note=note,
-            )
+        plan = [p for p in plan if (p.name, p.target) not in decision.skip_targets]
+        self._journal(incident, self._rows(ctx.scope, plan, mode), note)
         for n in nodes:
             if (incident, n) not in self._isolated:  # its drain counts once (blast radius)
                 self._isolated.add((incident, n))
@@ -342,7 +320,7 @@ class Decider:
         planned: list[PlannedAction] = []
         top = best or best_fault(faults)
         fault_class, reason = str(top.get("fault_class")), str(top.get("reason", ""))
-        ctx = self.guard_context(incident, job, attempt, at)
+        ctx = self.guard_context(incident, job, attempt, at, tuple(top.get("nodes") or ()))
         decision = decide(self.compiled, fault_class, tuple(top.get("nodes") or ()), reason, ctx, top.get("rule"))
         mode = self._mode_of(decision)
         if decided is not None and decision.decision != decided:
@@ -359,17 +337,39 @@ class Decider:
             names = tuple(n for n in decision.plan if n != "notify")  # the close paged already
             plan, problems = self._plan(decision, incident, job, attempt, fault_class, reason, evidence, names)
             notes += [{"guard": "plan", "why": p} for p in problems]
-            status = "recommended" if mode == "recommend" else "planned"
-            for p in plan:
-                if (p.name, p.target) in decision.skip_targets:
-                    continue
-                if self.store.add_action(
-                    incident, p.idem_key, p.name, p.target, p.argv, mode, status, note="bound after the close"
-                ):
-                    planned.append(p)
+            rows = self._rows(ctx.scope, [p for p in plan if (p.name, p.target) not in decision.skip_targets], mode)
+            notes += _scope_guards(rows)
+            planned = self._journal(incident, rows, "bound after the close")
         return planned
 
-    def guard_context(self, incident: int, job: str | None, attempt: int | None, now: float) -> GuardContext:
+    def _rows(self, scope: IncidentScope | None, plan: Sequence[PlannedAction], mode: str) -> list[_Row]:
+        """Each planned action with the mode it is journaled in: ``mode``, capped by the scope
+        (a node's partitions for its node actions; the job's partition and comment for its own)."""
+        rows = []
+        for p in plan:
+            action = self.compiled.actions.get(p.name)
+            per, page = getattr(action, "per", "job"), kind_of(action, p.name) == "page"
+            m, why = scope.row_mode(per, page, p.target, mode) if scope is not None else (mode, None)
+            rows.append(_Row(p, m, why))
+        return rows
+
+    def _journal(self, incident: int, rows: Sequence[_Row], note: str = "") -> list[PlannedAction]:
+        """Journal the rows (an observed one is not journaled); returns the actions newly added."""
+        added = []
+        for r in rows:
+            if r.mode not in ("recommend", "act"):
+                continue
+            status = "recommended" if r.mode == "recommend" else "planned"
+            text = "; ".join(x for x in (note, r.why) if x)
+            if self.store.add_action(
+                incident, r.action.idem_key, r.action.name, r.action.target, r.action.argv, r.mode, status, note=text
+            ):
+                added.append(r.action)
+        return added
+
+    def guard_context(
+        self, incident: int, job: str | None, attempt: int | None, now: float, nodes: Sequence[str] = ()
+    ) -> GuardContext:
         # ``now`` is engine time (the logs' own time in replay): a silence applies when it was
         # active then, never because it is active on the wall clock today
         progress: dict[int, dict] = {}
@@ -398,4 +398,24 @@ class Decider:
             silenced=silences.get,
             requeued_attempts=frozenset(requeued),
             forced_mode="recommend" if self.mode == "recommend" else None,
+            scope=scope_of(self.compiled.policy.scope, self.view, job, nodes),
         )
+
+
+@dataclass(frozen=True)
+class _Row:
+    """A planned action and the mode it is journaled in; ``why``: the scope lowered it."""
+
+    action: PlannedAction
+    mode: str
+    why: str | None
+
+
+def _scope_guards(rows: Sequence[_Row]) -> list[dict[str, Any]]:
+    """One ``scope`` guard per reason the scope lowered actions: it names them (the page says
+    what Recover would have done)."""
+    by_why: dict[str, list[str]] = {}
+    for r in rows:
+        if r.why:
+            by_why.setdefault(r.why, []).append(f"{r.action.name} {r.action.target}")
+    return [{"guard": "scope", "why": f"{why}: {', '.join(names)}"} for why, names in by_why.items()]

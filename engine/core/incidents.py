@@ -125,7 +125,14 @@ class Engine:
         self.node_states: dict[str, dict[str, Any]] = {}
         self.job_states: dict[str, str] = {}
         self.decider = Decider(
-            compiled, store, self.tracker, self.node_states, self.job_states, scheduler=scheduler, mode=mode
+            compiled,
+            store,
+            self.tracker,
+            self.node_states,
+            self.job_states,
+            scheduler=scheduler,
+            mode=mode,
+            view=self.cluster.view,
         )
         #: node incidents whose fault came before the scheduler said which job ran there
         self.waits = NodeWaits()

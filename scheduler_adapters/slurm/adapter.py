@@ -34,6 +34,7 @@ from typing import Any, NoReturn
 
 from ..base import (
     JOB_ACTIVE_STATES,
+    MAX_COMMENT_KEPT,
     CommandFailed,
     CommandResult,
     JobInfo,
@@ -487,6 +488,7 @@ def _job_from_json(record: Mapping[str, Any], detail: bool = False) -> JobInfo:
             required_nodes=_hosts(_clean(record.get("required_nodes")) or None),
             gpus=gpus,
             detailed=known,
+            comment=_comment(record.get("comment")),
         )
     )
 
@@ -520,8 +522,16 @@ def _job_from_scontrol(fields: Mapping[str, str], detail: str | None = None) -> 
             required_nodes=_hosts(_clean(fields.get("ReqNodeList")) or None),
             gpus=parse_gpu_detail(detail) if detail else (),
             detailed=detail is not None,
+            comment=_comment(fields.get("Comment")),
         )
     )
+
+
+def _comment(value: Any) -> str:
+    """A job's comment as its owner wrote it (Slurm prints ``(null)`` for none), bounded; a
+    comment that is cut still holds more than the engine reads (it is then ignored whole)."""
+    text = value if isinstance(value, str) else ""
+    return "" if text in _NULLS else text[: MAX_COMMENT_KEPT + 1]
 
 
 def _node_state(words: Iterable[str]) -> tuple[str, tuple[str, ...]]:
