@@ -262,3 +262,18 @@ def test_a_job_the_scheduler_never_listed_has_the_default_mode(write_rules):
 
 def _job(job_id: str, comment: str, partition: str = "debug"):
     return JobInfo(job_id=job_id, attempt=0, state="RUNNING", partition=partition, comment=comment)
+
+
+@pytest.mark.parametrize(
+    ("scope", "says"),
+    [
+        ("{default: maybe}", "policy.scope.default must be act, recommend or ignore"),
+        ("{partitions: {canary: observe}}", "policy.scope.partitions.canary must be act, recommend or ignore"),
+        ("{job_comment: perhaps}", "policy.scope.job_comment must be"),
+        ("{allow: [canary]}", "allow"),
+    ],
+)
+def test_a_bad_scope_in_a_rulebook_is_a_load_error(write_rules, scope, says):
+    result = write_rules(RULES + f"  scope: {scope}\n")
+    assert not result.ok
+    assert any(says in str(d) for d in result.errors), [str(d) for d in result.errors]
