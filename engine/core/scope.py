@@ -43,6 +43,7 @@ __all__ = [
     "partition_mode",
     "scope_of",
     "strictest",
+    "summary",
 ]
 
 #: a scope mode as the autonomy it allows
@@ -83,6 +84,11 @@ def node_mode(scope: Scope, partitions: Iterable[str] | None) -> tuple[str, str]
         return mode, partition_mode(scope, parts[0])[1]
     listed = ", ".join(f"{p} ({m})" for p, m in modes.items())
     return mode, f"it is in partitions {listed}: the strictest, {mode}, applies to node actions"
+
+
+def summary(scope: Scope) -> dict[str, Any]:
+    """The scope settings as plain data (``recover status`` shows the leader's)."""
+    return {"default": scope.default, "partitions": dict(scope.partitions), "job_comment": scope.job_comment}
 
 
 class SchedulerView:
