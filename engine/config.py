@@ -15,6 +15,9 @@
     [autonomy]                 # per decision kind: observe | recommend | act
     isolate_and_restart = "recommend"
     restart = "act"
+    [scope]                    # per Slurm partition: act | recommend | ignore (policy.scope)
+    default = "recommend"
+    partitions = { canary = "act", interactive = "ignore" }
 
 Environment: RECOVER_DB, RECOVER_RULES and RECOVER_FOLLOW (lists separated by ':'),
 RECOVER_SPOOL, RECOVER_SCHEDULER, RECOVER_FR_DUMP_MAX_BYTES.
@@ -24,7 +27,9 @@ from __future__ import annotations
 from engine.errors import ConfigError
 from engine.facts import DECISIONS
 
+import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +42,10 @@ else:  # pragma: no cover - Python 3.10
 
 __all__ = ["Settings", "ConfigError", "load_settings", "autonomy_overlay"]
 
+#: [scope] keys, and a partition's modes (as rules/50-policy.yaml's policy.scope)
+SCOPE_MODES = ("act", "recommend", "ignore")
+_PARTITION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}")
+
 KEYS: dict[str, type | tuple[type, ...]] = {
     "db": str,
     "rules": list,
@@ -45,6 +54,7 @@ KEYS: dict[str, type | tuple[type, ...]] = {
     "follow": list,
     "no_defaults": bool,
     "autonomy": dict,
+    "scope": dict,
     "fr_dump_max_bytes": int,
     "fr_dump_dir": str,
     "fr_dump_dirs": list,
@@ -64,6 +74,8 @@ class Settings:
     follow: list[str] = field(default_factory=list)
     no_defaults: bool = False
     autonomy: dict[str, str] = field(default_factory=dict)
+    #: policy.scope as the config sets it: default, partitions, job_comment (validated here)
+    scope: dict[str, Any] = field(default_factory=dict)
     #: the size bound on one flight-recorder dump (engine.sources.flight_recorder.Limits)
     fr_dump_max_bytes: int = 64 << 20
     #: live: the site's folder of a job's dumps ("{job}" in it), the folders a prefix a job prints
@@ -117,6 +129,7 @@ def load_settings(path: str | None = None, env: Mapping[str, str] | None = None)
                     f"{path}: autonomy.{dec} = {mode!r}: decisions are {', '.join(DECISIONS)}, "
                     f"modes {', '.join(AUTONOMY)}"
                 )
+        _check_scope(path, s.scope)
     if env.get("RECOVER_DB"):
         s.db = env["RECOVER_DB"]
     if env.get("RECOVER_RULES"):
@@ -135,9 +148,33 @@ def load_settings(path: str | None = None, env: Mapping[str, str] | None = None)
     return s
 
 
+def _check_scope(path: str, scope: dict[str, Any]) -> None:
+    for key, value in scope.items():
+        if key == "default" and value not in SCOPE_MODES:
+            raise ConfigError(f"{path}: scope.default = {value!r}: one of {', '.join(SCOPE_MODES)}")
+        elif key == "job_comment" and not isinstance(value, bool):
+            raise ConfigError(f"{path}: scope.job_comment must be true or false")
+        elif key == "partitions":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{path}: scope.partitions must be a table of partition = mode")
+            for name, mode in value.items():
+                if not _PARTITION.fullmatch(name) or mode not in SCOPE_MODES:
+                    raise ConfigError(
+                        f"{path}: scope.partitions.{name[:64]} = {mode!r}: a partition name, "
+                        f"and one of {', '.join(SCOPE_MODES)}"
+                    )
+        elif key not in ("default", "job_comment", "partitions"):
+            raise ConfigError(f"{path}: unknown key scope.{key} (known: default, partitions, job_comment)")
+
+
 def autonomy_overlay(settings: Settings) -> list[tuple[str, str]]:
-    """The config's autonomy as a rulebook layer (validated like any site file)."""
-    if not settings.autonomy:
-        return []
-    body = "".join(f"    {dec}: {mode}\n" for dec, mode in settings.autonomy.items())
-    return [(f"{settings.path or 'recover.toml'}[autonomy]", f"policy:\n  autonomy:\n{body}")]
+    """The config's autonomy and scope as rulebook layers (validated like any site file)."""
+    out = []
+    where = settings.path or "recover.toml"
+    if settings.autonomy:
+        body = "".join(f"    {dec}: {mode}\n" for dec, mode in settings.autonomy.items())
+        out.append((f"{where}[autonomy]", f"policy:\n  autonomy:\n{body}"))
+    if settings.scope:
+        # JSON is YAML: the names and modes were checked above, and quoting keeps them as written
+        out.append((f"{where}[scope]", "policy:\n  scope: " + json.dumps(settings.scope) + "\n"))
+    return out

@@ -25,6 +25,10 @@ from typing import Callable, Protocol, Sequence, runtime_checkable
 from engine.errors import SchedulerError, SchedulerUnavailable
 from engine.facts import JOB_ACTIVE_STATES
 
+#: the most characters of a job's comment an adapter keeps (a longer one is cut to this; Recover
+#: ignores any comment longer than engine.core.jobcomment.MAX_COMMENT that holds a directive)
+MAX_COMMENT_KEPT = 4096
+
 #: job states after which it will not run again by itself (``JobInfo.ended``)
 ENDED_STATES = frozenset({"CANCELLED", "COMPLETED", "FAILED"})
 
@@ -70,6 +74,9 @@ class JobInfo:
     detailed: bool = False  # required_nodes and gpus were read (the adapter's job_detail)
     #: its task layout as SLURM_TASKS_PER_NODE writes it ("2(x3),1"); "" where not certain
     tasks_per_node: str = ""
+    #: the job's comment (``sbatch --comment``): its owner's text, as the scheduler holds it; at
+    #: most MAX_COMMENT_KEPT characters (longer: cut, and then ignored whole by engine.core.jobcomment)
+    comment: str = ""
 
     # What the scheduler's words mean, said here (the adapters' side) so that the engine asks
     # questions of a job instead of reading Slurm's state names and reasons itself.

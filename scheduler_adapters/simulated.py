@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from engine.clock import SYSTEM, Clock
 
@@ -37,15 +37,26 @@ class SimJob:
     stdout: str | None = None
     requeue: bool = True  # --no-requeue: False
     required: tuple[str, ...] = ()  # -w
+    partition: str = "debug"
+    comment: str = ""  # --comment
 
 
 class SimulatedCluster:
     name = "simulated"
     template_scheduler = "slurm"  # it understands the Slurm command templates
 
-    def __init__(self, nodes: Sequence[str] = ("n1", "n2", "n3", "n4"), clock: Clock = SYSTEM, gpus: int | None = None):
-        """``gpus``: the GPUs each node has (``node_gpu_count``); None: the simulation does not say."""
+    def __init__(
+        self,
+        nodes: Sequence[str] = ("n1", "n2", "n3", "n4"),
+        clock: Clock = SYSTEM,
+        gpus: int | None = None,
+        partitions: Mapping[str, Sequence[str]] | None = None,
+    ):
+        """``gpus``: the GPUs each node has (``node_gpu_count``); None: the simulation does not say.
+        ``partitions``: partition -> its nodes (default: one partition, debug, of every node); a
+        job runs on nodes of its own partition."""
         self.clock = clock
+        self.partitions = {p: tuple(ns) for p, ns in (partitions or {"debug": tuple(nodes)}).items()}
         self.gpus = gpus
         self._nodes: dict[str, dict] = {n: {"state": "idle", "flags": set(), "reason": ""} for n in nodes}
         self._jobs: dict[str, SimJob] = {}
@@ -62,10 +73,20 @@ class SimulatedCluster:
         requeue: bool = True,
         required: Sequence[str] = (),
         excluded: Sequence[str] = (),
+        partition: str = "debug",
+        comment: str = "",
     ) -> str:
         job_id = str(next(self._ids))
         self._jobs[job_id] = SimJob(
-            job_id, name, nodes, stdout=stdout, requeue=requeue, required=tuple(required), excluded=tuple(excluded)
+            job_id,
+            name,
+            nodes,
+            stdout=stdout,
+            requeue=requeue,
+            required=tuple(required),
+            excluded=tuple(excluded),
+            partition=partition,
+            comment=comment,
         )
         self.tick()
         return job_id
@@ -78,7 +99,10 @@ class SimulatedCluster:
             free = [
                 n
                 for n, s in self._nodes.items()
-                if s["state"] == "idle" and "DRAIN" not in s["flags"] and n not in job.excluded
+                if s["state"] == "idle"
+                and "DRAIN" not in s["flags"]
+                and n not in job.excluded
+                and n in self.partitions.get(job.partition, ())
             ]
             if len(free) >= job.nodes_wanted:
                 job.nodes = tuple(free[: job.nodes_wanted])
@@ -137,6 +161,8 @@ class SimulatedCluster:
             excluded_nodes=j.excluded,
             requeue=j.requeue,
             required_nodes=j.required,
+            partition=j.partition,
+            comment=j.comment,
         )
 
     def nodes(self) -> list[NodeInfo]:
@@ -145,7 +171,8 @@ class SimulatedCluster:
             state = s["state"]
             if "DRAIN" in s["flags"]:
                 state = "draining" if state == "allocated" else "drained"
-            out.append(NodeInfo(name, state, tuple(sorted(s["flags"])), s["reason"], ("debug",)))
+            parts = tuple(p for p, members in self.partitions.items() if name in members)
+            out.append(NodeInfo(name, state, tuple(sorted(s["flags"])), s["reason"], parts))
         return out
 
     def node_gpu_count(self, node: str) -> int | None:

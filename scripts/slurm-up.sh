@@ -234,6 +234,7 @@ fi
 #    anything changed.
 HOST=$(hostname -s)
 NODE_SET=$(range n 1 "$NODES")
+CANARY_SET=$(range n 1 $((NODES < 2 ? NODES : 2)))
 PORTS=$(range "" 17001 $((17000 + NODES)))
 GRES_NODE=""
 new_conf=$(mktemp) new_gres=$(mktemp)
@@ -302,6 +303,9 @@ MinJobAge=3600
 JobRequeue=1
 NodeName=$NODE_SET NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$PORTS CPUs=$CPUS RealMemory=1000 $GRES_NODE State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+# A second partition over the first nodes (they are in both): Recover's scope tests make it act
+# while debug only recommends (policy.scope); jobs that name no partition still go to debug.
+PartitionName=canary Nodes=$CANARY_SET Default=NO MaxTime=INFINITE State=UP
 EOF
 
 # RebootProgram: "scontrol reboot nX" restarts only that node's slurmd. slurmd runs it as a

@@ -36,6 +36,38 @@ def test_autonomy_overlay_reaches_the_policy(tmp_path):
     assert result.compiled.policy["autonomy"]["isolate_and_restart"] == "recommend"
 
 
+def test_scope_in_the_config_reaches_the_policy_partition_by_partition(tmp_path):
+    cfg = tmp_path / "recover.toml"
+    cfg.write_text('[scope]\ndefault = "recommend"\npartitions = { canary = "act", "gpu.scratch" = "ignore" }\n')
+    site = tmp_path / "site.yaml"
+    site.write_text("policy:\n  scope: {partitions: {batch: recommend}}\n")
+    result = load_rulebook([str(site)], overlays=autonomy_overlay(load_settings(str(cfg), env={})))
+    assert result.ok, [str(d) for d in result.diagnostics]
+    scope = result.compiled.policy.scope
+    assert (scope.default, dict(scope.partitions), scope.job_comment) == (
+        "recommend",
+        {"batch": "recommend", "canary": "act", "gpu.scratch": "ignore"},
+        True,
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[scope]\ndefault = "yolo"\n',
+        '[scope]\npartitions = { canary = "observe" }\n',
+        '[scope]\npartitions = { "a b: x" = "act" }\n',
+        "[scope]\njob_comment = 1\n",
+        "[scope]\nallow = []\n",
+    ],
+)
+def test_a_bad_scope_is_a_clear_error(tmp_path, text):
+    cfg = tmp_path / "recover.toml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError, match="recover.toml: .*scope"):
+        load_settings(str(cfg), env={})
+
+
 def test_flags_win_over_file_and_env(tmp_path):
     cfg = tmp_path / "recover.toml"
     cfg.write_text(f'db = "{tmp_path / "from-file.db"}"\n')

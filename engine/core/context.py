@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from engine.core.linetime import LineClock
+from engine.core.scope import SchedulerView
 from engine.facts import NODE_RE
 from engine.hostlist import HostlistError, expand_hostlist as _expand_hostlist
 
@@ -79,6 +80,8 @@ class ClusterContext:
         self.node_job: dict[str, tuple[str, int | None, float]] = {}
         self.job_attempt: dict[str, int] = {}
         self.version = 0  # changes with every assign/release (a flood's shortcut is then rebuilt)
+        #: jobs' partitions and comments, nodes' partitions: fed by the scheduler's polls only
+        self.view = SchedulerView()
 
     def assign(self, job: str, attempt: int | None, nodes: Iterable[str], at: float) -> None:
         self.version += 1

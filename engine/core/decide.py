@@ -11,14 +11,16 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from engine.core.actions import PlannedAction, plan_actions
 from engine.core.policy import Decision, GuardContext, decide, fingerprint
 from engine.core.progress import ProgressTracker
+from engine.core.scope import IncidentScope, SchedulerView, scope_of
 from engine.core.suspect_policy import with_suspects
 from engine.facts import Fact
 from engine.rulebook.compile import CompiledRulebook
+from engine.rulebook.model import kind_of
 from engine.store import Store
 
 logger = logging.getLogger(__name__)
@@ -67,8 +69,10 @@ class Decider:
         *,
         scheduler: str,
         mode: str,
+        view: SchedulerView | None = None,
     ):
         self.compiled = compiled
+        self.view = view  # the scheduler's word on partitions and job comments (engine.core.scope)
         self.store = store
         self.tracker = tracker
         self.node_states = node_states  # the engine's, kept current by what it ingests
@@ -118,7 +122,7 @@ class Decider:
                 p = self.tracker.get(job_id, attempt or 0)
                 if p:
                     self.store.save_progress(job_id, attempt or 0, p.get("step"), p.get("checkpoint"), p.get("last_at"))
-            ctx = self.guard_context(incident, job_id, attempt, at)
+            ctx = self.guard_context(incident, job_id, attempt, at, nodes)
             weak = next((str(f.get("keyword") or "") for f in faults if f.id == fault_id and f.get("weak")), None)
             decision = decide(self.compiled, fault_class, nodes, reason, ctx, rule, weak=weak)
             found = list(suspects) if fault_class in self.compiled.policy.suspects.classes else []
@@ -151,13 +155,13 @@ class Decider:
                     evidence=evidence,
                 )
                 problems = list(problems) + more
-            guards = [dict(n) for n in notes] + list(decision.guards) + [{"guard": "plan", "why": p} for p in problems]
             held: set[str] = set()
+            outage_guard: list[dict[str, Any]] = []
             if held_by is not None:
                 held = {p.name for p in plan if self.compiled.actions[p.name].kind in ("requeue", "exclude")}
                 pages = {p.name for p in plan if self.compiled.actions[p.name].kind == "page"}
                 plan = [p for p in plan if p.name not in pages]
-                guards.append(
+                outage_guard.append(
                     {
                         "guard": "shared_outage",
                         "why": f"one of the jobs of shared outage incident {held_by}: "
@@ -166,6 +170,9 @@ class Decider:
                     }
                 )
             mode = self._mode_of(decision)
+            rows = self._rows(ctx.scope, plan if mode in ("recommend", "act") else [], mode)
+            guards = [dict(n) for n in notes] + list(decision.guards) + [{"guard": "plan", "why": p} for p in problems]
+            guards += outage_guard + _scope_guards(rows)
             self.store.close_incident(
                 incident,
                 at,
@@ -179,35 +186,15 @@ class Decider:
                 fingerprint(fault_class, decision.nodes, rule),
                 mode_why=decision.mode_why,
             )
-            if mode in ("recommend", "act"):
-                for pa in plan:
-                    hold = pa.name in held
-                    self.store.add_action(
-                        incident,
-                        pa.idem_key,
-                        pa.name,
-                        pa.target,
-                        pa.argv,
-                        mode,
-                        "held" if hold else "recommended" if mode == "recommend" else "planned",
-                        note=f"held: shared outage incident {held_by}" if hold else "",
-                        held_by=held_by if hold else None,
-                    )
+            self._journal(incident, rows, held=held, held_by=held_by)
             # a drain for diagnosis has its own autonomy (policy.autonomy.drain_suspect)
             own = self.compiled.policy.autonomy.of("drain_suspect") or "recommend"
             dmode = "act" if mode == "act" and own == "act" else "recommend"
-            for pa in diagnosis if mode in ("recommend", "act") and own != "observe" else ():
-                self.store.add_action(
-                    incident,
-                    pa.idem_key,
-                    pa.name,
-                    pa.target,
-                    pa.argv,
-                    dmode,
-                    "recommended" if dmode == "recommend" else "planned",
-                    note="a suspect of several jobs' collective timeouts: drained for diagnosis"
-                    + ("" if dmode == "act" else f" (policy.autonomy.drain_suspect is {own})"),
+            if mode in ("recommend", "act") and own != "observe":
+                note = "a suspect of several jobs' collective timeouts: drained for diagnosis" + (
+                    "" if dmode == "act" else f" (policy.autonomy.drain_suspect is {own})"
                 )
+                self._journal(incident, self._rows(ctx.scope, diagnosis, dmode), note)
             plan = plan + diagnosis
         return ClosedIncident(incident, key, job_id, attempt, decision, tuple(plan), tuple(problems), at)
 
@@ -266,7 +253,7 @@ class Decider:
         if not nodes:
             return
         job_id, attempt = bound if bound is not None else split_key(key)
-        ctx = self.guard_context(incident, job_id, attempt, fault.at)
+        ctx = self.guard_context(incident, job_id, attempt, fault.at, nodes)
         decision = decide(
             self.compiled, str(fault.get("fault_class")), nodes, str(fault.get("reason", "")), ctx, fault.get("rule")
         )
@@ -283,19 +270,8 @@ class Decider:
             + (f"; job {job_id} attempt {attempt} from the scheduler's answer" if bound is not None else "")
             + ("" if mode == "act" else " (act mode would run it now)")
         )
-        for p in plan:
-            if (p.name, p.target) in decision.skip_targets:
-                continue
-            self.store.add_action(
-                incident,
-                p.idem_key,
-                p.name,
-                p.target,
-                p.argv,
-                mode,
-                "planned" if mode == "act" else "recommended",
-                note=note,
-            )
+        plan = [p for p in plan if (p.name, p.target) not in decision.skip_targets]
+        self._journal(incident, self._rows(ctx.scope, plan, mode), note)
         for n in nodes:
             if (incident, n) not in self._isolated:  # its drain counts once (blast radius)
                 self._isolated.add((incident, n))
@@ -365,7 +341,7 @@ class Decider:
         planned: list[PlannedAction] = []
         top = best or best_fault(faults)
         fault_class, reason = str(top.get("fault_class")), str(top.get("reason", ""))
-        ctx = self.guard_context(incident, job, attempt, at)
+        ctx = self.guard_context(incident, job, attempt, at, tuple(top.get("nodes") or ()))
         decision = decide(self.compiled, fault_class, tuple(top.get("nodes") or ()), reason, ctx, top.get("rule"))
         mode = self._mode_of(decision)
         if decided is not None and decision.decision != decided:
@@ -382,17 +358,56 @@ class Decider:
             names = tuple(n for n in decision.plan if n != "notify")  # the close paged already
             plan, problems = self._plan(decision, incident, job, attempt, fault_class, reason, evidence, names)
             notes += [{"guard": "plan", "why": p} for p in problems]
-            status = "recommended" if mode == "recommend" else "planned"
-            for p in plan:
-                if (p.name, p.target) in decision.skip_targets:
-                    continue
-                if self.store.add_action(
-                    incident, p.idem_key, p.name, p.target, p.argv, mode, status, note="bound after the close"
-                ):
-                    planned.append(p)
+            rows = self._rows(ctx.scope, [p for p in plan if (p.name, p.target) not in decision.skip_targets], mode)
+            notes += _scope_guards(rows)
+            planned = self._journal(incident, rows, "bound after the close")
         return planned
 
-    def guard_context(self, incident: int, job: str | None, attempt: int | None, now: float) -> GuardContext:
+    def _rows(self, scope: IncidentScope | None, plan: Sequence[PlannedAction], mode: str) -> list[_Row]:
+        """Each planned action with the mode it is journaled in: ``mode``, capped by the scope
+        (a node's partitions for its node actions; the job's partition and comment for its own)."""
+        rows = []
+        for p in plan:
+            action = self.compiled.actions.get(p.name)
+            per, page = getattr(action, "per", "job"), kind_of(action, p.name) == "page"
+            m, why = scope.row_mode(per, page, p.target, mode) if scope is not None else (mode, None)
+            rows.append(_Row(p, m, why))
+        return rows
+
+    def _journal(
+        self,
+        incident: int,
+        rows: Sequence[_Row],
+        note: str = "",
+        held: Collection[str] = (),
+        held_by: int | None = None,
+    ) -> list[PlannedAction]:
+        """Journal the rows (an observed one is not journaled); returns the actions newly added.
+        ``held``: the names of actions a shared outage (``held_by``) holds until it ends."""
+        added = []
+        for r in rows:
+            if r.mode not in ("recommend", "act"):
+                continue
+            hold = held_by is not None and r.action.name in held
+            status = "held" if hold else "recommended" if r.mode == "recommend" else "planned"
+            text = "; ".join(x for x in (note, f"held: shared outage incident {held_by}" if hold else "", r.why) if x)
+            if self.store.add_action(
+                incident,
+                r.action.idem_key,
+                r.action.name,
+                r.action.target,
+                r.action.argv,
+                r.mode,
+                status,
+                note=text,
+                held_by=held_by if hold else None,
+            ):
+                added.append(r.action)
+        return added
+
+    def guard_context(
+        self, incident: int, job: str | None, attempt: int | None, now: float, nodes: Sequence[str] = ()
+    ) -> GuardContext:
         # ``now`` is engine time (the logs' own time in replay): a silence applies when it was
         # active then, never because it is active on the wall clock today
         progress: dict[int, dict] = {}
@@ -423,4 +438,24 @@ class Decider:
             silenced=silences.get,
             requeued_attempts=frozenset(requeued),
             forced_mode="recommend" if self.mode == "recommend" else None,
+            scope=scope_of(self.compiled.policy.scope, self.view, job, nodes),
         )
+
+
+@dataclass(frozen=True)
+class _Row:
+    """A planned action and the mode it is journaled in; ``why``: the scope lowered it."""
+
+    action: PlannedAction
+    mode: str
+    why: str | None
+
+
+def _scope_guards(rows: Sequence[_Row]) -> list[dict[str, Any]]:
+    """One ``scope`` guard per reason the scope lowered actions: it names them (the page says
+    what Recover would have done)."""
+    by_why: dict[str, list[str]] = {}
+    for r in rows:
+        if r.why:
+            by_why.setdefault(r.why, []).append(f"{r.action.name} {r.action.target}")
+    return [{"guard": "scope", "why": f"{why}: {', '.join(names)}"} for why, names in by_why.items()]

@@ -116,8 +116,9 @@ class Engine:
         self.closed: list[ClosedIncident] = []
         self.node_states: dict[str, dict[str, Any]] = {}
         self.job_states: dict[str, str] = {}
+        view = self.cluster.view  # the scheduler's partitions and comments, for policy.scope
         self.decider = Decider(
-            compiled, store, self.tracker, self.node_states, self.job_states, scheduler=scheduler, mode=mode
+            compiled, store, self.tracker, self.node_states, self.job_states, scheduler=scheduler, mode=mode, view=view
         )
         #: node incidents whose fault came before the scheduler said which job ran there
         self.waits = NodeWaits()

@@ -12,6 +12,9 @@ Guards, in the order they apply (each configurable under ``policy:`` in the rule
     throttle      one requeue per job attempt, one drain per node per incident
     autonomy      per decision kind and per fault class: observe | recommend | act, the lower of
                   the two; a class not named in autonomy.classes recommends (--dry-run forces recommend)
+    scope         the job's partition's mode (policy.scope) caps it: recommend, or ignore (observe);
+                  the job's comment may lower its restart budget (recover:max_restarts=N)
+                  (engine.core.scope; each action's own cap is applied when it is journaled)
 
 Each guard that changes a decision or a plan says so in the ``guards`` list of the result, which
 the store keeps and ``explain`` prints: "why did it not restart?" is answered without code.
@@ -22,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from engine.core.scope import IncidentScope, lower
 from engine.rulebook.compile import CompiledRulebook
 from engine.rulebook.policy_model import LEVELS
 
@@ -72,6 +76,7 @@ class GuardContext:
     requeued_attempts: frozenset[tuple[str, int]] = frozenset()
     forced_mode: str | None = None  # "recommend" under --dry-run
     job_state: str | None = None  # the scheduler's last word on this job
+    scope: IncidentScope | None = None  # its partition's mode and its comment (engine.core.scope)
 
 
 #: fault classes of a job that is still running: without a node to isolate, notify only
@@ -166,7 +171,15 @@ def decide(
         same = [h for h in recent if h.get("fingerprint") == fp]
         class_budget = retry.per_class.get(fault_class)  # fault_classes: {NAME: {retry: N}}
         same_class = [h for h in recent if h.get("fault_class") == fault_class]
-        if len(recent) >= retry.max_per_job:
+        asked = ctx.scope.directives.max_restarts if ctx.scope is not None else None
+        if asked is not None and asked < retry.max_per_job and len(recent) >= asked:
+            change(
+                "retry_budget",
+                "stop",
+                f"job {ctx.job} was already restarted {len(recent)} times: its comment asks at most "
+                f"{asked} (recover:max_restarts={asked}; the site allows {retry.max_per_job} per {int(window)} s)",
+            )
+        elif len(recent) >= retry.max_per_job:
             change(
                 "retry_budget",
                 "stop",
@@ -265,10 +278,23 @@ def decide(
         why = (
             f"weak evidence only (keyword {weak!r}) for {fault_class}, a node-scoped class: recommended, never acted on"
         )
+    scoped = False
+    problem = ctx.scope.directives.problem if ctx.scope is not None else None
+    if problem is not None and (decision != "observe" or plan):
+        guards.append(
+            {"guard": "scope", "why": f"job {ctx.job}'s comment is ignored ({problem}): the site's settings apply"}
+        )
+    if ctx.scope is not None:
+        scope_mode, scope_why = ctx.scope.cap(nodes)
+        if lower(autonomy, scope_mode) != autonomy:
+            why = f"{scope_why} (the policy grants {autonomy}: {why})"
+            autonomy, scoped = lower(autonomy, scope_mode), True
+            if decision != "observe" or plan:
+                guards.append({"guard": "scope", "why": f"{scope_why}: {autonomy} only"})
     if ctx.forced_mode == "recommend":
         why = f"monitor mode (--dry-run): recommended only; in act mode: {autonomy}, {why}"
         autonomy = "recommend" if autonomy == "act" else autonomy
-    elif autonomy != "act" and (decision != "observe" or plan):
+    elif autonomy != "act" and not scoped and (decision != "observe" or plan):
         guards.append({"guard": "autonomy", "why": f"{autonomy}: {why}"})
     return Decision(
         fault_class, decision, nodes, reason, tuple(guards), autonomy, plan_only, frozenset(skip), plan, why

@@ -37,6 +37,7 @@ from engine.core.incidents import ClosedIncident, Engine
 from engine.core.context import ClusterContext
 from engine.core.converter import HitConverter
 from engine.core.rete import is_registered, ruleset_definition
+from engine.core.scope import summary
 from engine.live.frdumps import DumpWatch
 from engine.sources.flight_recorder import Limits
 from engine.live.batch import STORE_ERRORS, Batch
@@ -393,7 +394,8 @@ class Controller:
         """What this controller sees, for ``recover status`` (written with its heartbeat)."""
         sched = getattr(self, "sched", None)
         health = "none" if sched is None else ("ok" if sched.ok else "unavailable")
-        return {"scheduler": health, "scheduler_name": self.cfg.scheduler}
+        scope = summary(self.compiled.policy.scope)  # the partitions' modes in force
+        return {"scheduler": health, "scheduler_name": self.cfg.scheduler, "scope": scope}
 
     def _take_over(self) -> None:
         """This controller became the leader: what it holds in memory is rebuilt from what the

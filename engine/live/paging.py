@@ -52,9 +52,14 @@ def outcome(store: Store, compiled: CompiledRulebook, incident_id: int) -> str:
         else:
             waiting.append(f"{what} {a['status']}")
     inc = store.incident(incident_id)
-    policy = [g.get("why", "") for g in (inc.guards if inc is not None else ()) if g.get("guard") in POLICY_GUARDS]
+    guards = inc.guards if inc is not None else ()
+    policy = [g.get("why", "") for g in guards if g.get("guard") in POLICY_GUARDS]
+    # what the scope kept from running (a job that opted out, a partition that only recommends):
+    # its owner reads here what Recover would have done
+    scoped = [g.get("why", "") for g in guards if g.get("guard") == "scope"]
     parts = []
     for label, items in (
+        ("scope", scoped),  # first: a page is cut at actions.MAX_OUTCOME characters
         ("done", done),
         ("FAILED", failed),
         ("refused", refused + policy),

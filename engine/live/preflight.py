@@ -6,6 +6,11 @@ policy's autonomy for that action only recommends). What is checked depends on t
 kind, its verifier: ``PREFLIGHT`` maps a kind to its check. Every check may raise
 ``StateUnknown`` (the scheduler could not tell) or ``NotYet`` (the job is between states).
 
+Before that, the scope (``engine.core.scope``) is checked against the live state: a job's own
+action is refused when its comment now says ``recover:off``, and recommended (not run) when its
+partition does not act; a node's action when the strictest mode of its partitions does not act.
+What the incident was planned with can only be lowered here, never raised.
+
 The checks journal what they learn on the incident (``Actuator.note_incident``), plan follow-up
 actions (a requeue for the job that really holds the faulty GPU, a keep-held for a job that
 requires an isolated node) and page people; they never run a command themselves.
@@ -16,9 +21,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
 from engine.core.actions import idem_key
+from engine.core.scope import job_refusal, node_refusal
 from engine.errors import NotYet, SchedulerError, StateUnknown
 from engine.live.paging import is_page
 from engine.live.verify import base_attempt, live_job, node_named, verify_name
+from engine.rulebook.model import kind_of
 from engine.store import ActionStatus
 
 if TYPE_CHECKING:
@@ -43,6 +50,11 @@ def preflight(act: "Actuator", action: dict, inc) -> Decision:
     check = PREFLIGHT.get(kind)
     if check is not None:
         return check(act, action, inc)
+    own = kind_of(act.compiled.actions.get(action["action"]), action["action"])
+    if kind != "job_cancelled" and own not in ("page", "other"):
+        decided = _scoped(act, action)  # a hold, a release, a resume: their own target's scope
+        if decided is not None:
+            return decided
     if kind == "none" and is_page(act.compiled, action["action"]) or "{{ outcome }}" in _sources(act, action):
         # a page says what happened so far, as of now, not as of the plan
         so_far = act.outcome(inc.id)
@@ -57,6 +69,30 @@ def autonomy_of(act: "Actuator", name: str) -> str | None:
     return policy.autonomy.of(name) if name not in policy.plans else None
 
 
+def _scope_status(refusal: tuple[str, str] | None) -> Decision:
+    if refusal is None:
+        return None
+    mode, note = refusal
+    return (ActionStatus.RECOMMENDED, note) if mode == "recommend" else (ActionStatus.SKIPPED, note)
+
+
+def _job_scope(act: "Actuator", live) -> Decision:
+    """The job's comment and partition, as the scheduler has them now (None: go on)."""
+    return _scope_status(job_refusal(act.compiled.policy.scope, live)) if live is not None else None
+
+
+def _scoped(act: "Actuator", action: dict) -> Decision:
+    """An action without a check of its own, scoped by its target as the scheduler has it now."""
+    per = getattr(act.compiled.actions.get(action["action"]), "per", "job")
+    if per == "node":
+        try:
+            node = node_named(act.adapter, action["target"])
+        except SchedulerError as exc:
+            raise StateUnknown(str(exc)) from exc
+        return _scope_status(node_refusal(act.compiled.policy.scope, node)) if node is not None else None
+    return _job_scope(act, live_job(act.adapter, action["target"]))
+
+
 def _sources(act: "Actuator", action: dict) -> str:
     a = act.compiled.actions.get(action["action"])
     return " ".join(t.source for t in a.argv) if a is not None else ""
@@ -69,7 +105,7 @@ def _pre_cancel(act: "Actuator", action: dict, inc) -> Decision:
         return ActionStatus.SKIPPED, f"job {job} already ended: nothing to free"
     if live.attempt != base_attempt(action, inc):
         return ActionStatus.SKIPPED, f"job {job} runs a newer attempt ({live.attempt}): not cancelled"
-    return None
+    return _job_scope(act, live)
 
 
 def _pre_requeue(act: "Actuator", action: dict, inc) -> Decision:
@@ -79,6 +115,9 @@ def _pre_requeue(act: "Actuator", action: dict, inc) -> Decision:
     bad = set(inc.nodes)
     if live is None:
         return ActionStatus.SKIPPED, f"job {job} is no longer known to the scheduler"
+    scoped = _job_scope(act, live)
+    if scoped is not None:
+        return scoped
     if not live.requeue:
         return (
             ActionStatus.SKIPPED,
@@ -183,6 +222,9 @@ def _pre_exclude(act: "Actuator", action: dict, inc) -> Decision:
     live = live_job(act.adapter, job)
     if live is None:
         return ActionStatus.SKIPPED, f"job {job} is no longer known to the scheduler"
+    scoped = _job_scope(act, live)
+    if scoped is not None:
+        return scoped
     bad = set(inc.nodes)
     required = bad & set(getattr(live, "required_nodes", ()) or ())
     if required:
@@ -236,7 +278,7 @@ def _pre_drain(act: "Actuator", action: dict, inc) -> Decision:
             ActionStatus.VERIFIED,
             f"already drained by someone else (reason: {(node.reason or '-')[:80]}); their reason kept",
         )
-    return None
+    return _scope_status(node_refusal(act.compiled.policy.scope, node))
 
 
 #: an action's kind (its verifier) -> the check made before it runs

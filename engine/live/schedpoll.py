@@ -188,6 +188,7 @@ class SchedulerPoll:
         """An answer about some nodes: who holds them goes into the cluster context, and the
         incidents that wait for it are bound (inside the batch)."""
         self.batch.begin()
+        self.cluster.view.saw_jobs(answer.jobs, now)
         for j in answer.jobs:
             self.cluster.assign(j.job_id, j.attempt, j.nodes, now)
         engine.holders(answer.jobs, answer.nodes, answer.started)
@@ -204,6 +205,9 @@ class SchedulerPoll:
             return
         jobs, nodes, asked_at = got
         self.batch.begin()
+        # partitions and comments first: what an incident decided in this poll may act on is scoped
+        self.cluster.view.saw_nodes(nodes)
+        self.cluster.view.saw_jobs(jobs, now)
         states_changed = False
         # nodes first: a node that died is seen while its job is still assigned to it
         first_poll = not self.node_states

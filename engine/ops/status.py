@@ -1,6 +1,6 @@
 """``recover status``: who leads the store (holder, term, lease age and what is left of it), the
-controllers that follow, the scheduler's health as the leader last saw it, and the backlog (acted
-actions not finished, open incidents). Read from the store only: it works from any host that can
+controllers that follow, the scheduler's health as the leader last saw it, the partitions' modes
+the leader applies (policy.scope), and the backlog (acted actions not finished, open incidents). Read from the store only: it works from any host that can
 read the database, with no controller to ask."""
 
 from __future__ import annotations
@@ -32,12 +32,13 @@ def status_of(store: Store) -> dict[str, Any]:
             "expires_in_s": round(lease.left_s, 3),
             "live": lease.live,
         }
-    followers, scheduler = [], None
+    followers, scheduler, scope = [], None, None
     for c in controllers:
         info = json.loads(c["info"]) if c.get("info") else {}
         entry = {"holder": c["holder"], "role": c["role"], "mode": c["mode"], "seen_s_ago": round(c["age_s"], 3)}
         if lease is not None and c["holder"] == lease.holder and lease.live:
             scheduler = info.get("scheduler")
+            scope = info.get("scope") if isinstance(info.get("scope"), dict) else None
             if leader is not None:
                 leader["mode"] = c["mode"]
         elif c["role"] == "follower" or (lease is not None and c["holder"] != lease.holder):
@@ -51,6 +52,7 @@ def status_of(store: Store) -> dict[str, Any]:
         "last_leader": leader,
         "followers": followers,
         "scheduler": scheduler or "unknown",
+        "scope": scope,  # the leader's policy.scope: each partition's mode (engine.core.scope)
         "backlog": {
             "actions": sum(backlog.values()),
             "by_status": backlog,
@@ -78,6 +80,13 @@ def render_status(st: dict[str, Any]) -> str:
     else:
         lines.append("follower   none")
     lines.append(f"scheduler  {st['scheduler']}")
+    sc = st.get("scope")
+    if sc:
+        named = ", ".join(f"{p} {m}" for p, m in sorted(sc.get("partitions", {}).items()))
+        lines.append(
+            f"scope      {named + '; ' if named else ''}other partitions {sc.get('default')}; "
+            f"job comments {'read' if sc.get('job_comment') else 'not read'}"
+        )
     b = st["backlog"]
     detail = ", ".join(f"{k} {v}" for k, v in sorted(b["by_status"].items()))
     lines.append(

@@ -4,7 +4,7 @@ A later item with the name of an earlier one must say ``override:``; then each f
 replaces the earlier value, or is appended to it where the override says ``append`` (structured
 fields only: conditions, join, sources, argv, list items, attrs). An override of a name that no
 earlier file defines is an error. ``policy`` mappings merge key by key (``autonomy.classes``
-class by class).
+class by class, ``scope.partitions`` partition by partition).
 
 Tests are replaced whole: a later test with the name of an earlier one and ``override: true``
 supersedes it; with ``enabled: false`` as well it disables it (``rules show`` and ``rules test``
@@ -181,10 +181,11 @@ def layer(files: Sequence[FileModel]) -> tuple[Rulebook, list[Diagnostic]]:
         for key, value in fm.policy.items():
             if isinstance(value, Mapping) and isinstance(policy.get(key), Mapping):
                 merged = {**policy[key], **value}
-                old_classes, new_classes = policy[key].get("classes"), value.get("classes")
-                if key == "autonomy" and isinstance(old_classes, Mapping) and isinstance(new_classes, Mapping):
-                    # a site that grants its own class keeps the grants of the shipped ones
-                    merged["classes"] = {**old_classes, **new_classes}
+                inner = {"autonomy": "classes", "scope": "partitions"}.get(key)
+                old_map, new_map = policy[key].get(inner), value.get(inner)
+                if inner and isinstance(old_map, Mapping) and isinstance(new_map, Mapping):
+                    # a site that grants its own class (or sets one partition) keeps the others'
+                    merged[inner] = {**old_map, **new_map}
                 policy[key] = merged
             else:
                 policy[key] = value

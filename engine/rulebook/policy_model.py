@@ -29,10 +29,13 @@ __all__ = [
     "Straggler",
     "Suspects",
     "SharedOutage",
+    "Scope",
+    "SCOPE_MODES",
     "build_policy",
 ]
 
 LEVELS = ("observe", "recommend", "act")  # autonomy, lowest first
+SCOPE_MODES = ("ignore", "recommend", "act")  # a partition's mode, the least Recover does first
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,16 @@ class SharedOutage:
 
 
 @dataclass(frozen=True)
+class Scope:
+    """What Recover may touch (engine.core.scope): a partition's mode (``partitions``, else
+    ``default``), and whether job comments are read (``job_comment``)."""
+
+    default: str
+    partitions: Mapping[str, str]
+    job_comment: bool
+
+
+@dataclass(frozen=True)
 class Policy(Mapping[str, Any]):
     settle: float
     cascade: float
@@ -132,6 +145,7 @@ class Policy(Mapping[str, Any]):
     straggler: Straggler
     suspects: Suspects
     shared_outage: SharedOutage
+    scope: Scope
     thresholds: Mapping[str, Any]
     #: the zone of stamps without one (``core.linetime.log_zone`` checks it); None: not set
     log_timezone: str | None = None
@@ -184,7 +198,8 @@ def build_policy(document: Mapping[str, Any]) -> tuple[Policy, list[str]]:
     top = _Reader(document, "policy.", missing)
     r, b, a = top.section("retry"), top.section("blast_radius"), top.section("autonomy")
     i, h, s, inh = top.section("isolate"), top.section("hang"), top.section("straggler"), top.section("inhibit")
-    sus, out = top.section("suspects"), top.section("shared_outage")
+    sus, out, sc = top.section("suspects"), top.section("shared_outage"), top.section("scope")
+    parts = sc("partitions", dict) or {}
     autonomy_doc = dict(a.doc)
     classes = autonomy_doc.pop("classes", None)
     classes = classes if isinstance(classes, Mapping) else {}
@@ -243,6 +258,11 @@ def build_policy(document: Mapping[str, Any]) -> tuple[Policy, list[str]]:
             out("window", float),
             out("quiet", float),
             out("hold_limit", float),
+        ),
+        "scope": Scope(
+            sc("default", str),
+            MappingProxyType({str(k): str(v) for k, v in parts.items() if v in SCOPE_MODES}),
+            sc("job_comment", bool),
         ),
         "thresholds": MappingProxyType(dict(document.get("thresholds") or {})),
         "log_timezone": zone if isinstance(zone := document.get("log_timezone"), str) else None,

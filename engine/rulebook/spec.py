@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from engine.facts import DECISIONS, SOURCE_KIND_ORDER
 from engine.rulebook.conditions import OPS
 from engine.rulebook.model import ACTION_KINDS, EMITS, SOURCES
+from engine.rulebook.policy_model import SCOPE_MODES
 from engine.rulebook.spec_types import (
     ALIAS_PATTERN,
     DUR_PATTERN,
@@ -72,6 +73,9 @@ _ORDERED_OPS = ("gt", "ge", "lt", "le")
 # -- the spec -------------------------------------------------------------------------------------
 
 _MODE = Enum(values=AUTONOMY, want_text="observe, recommend or act")
+_SCOPE_MODE = Enum(values=SCOPE_MODES, want_text="act, recommend or ignore")
+#: a Slurm partition name, as a site writes it in policy.scope.partitions
+PARTITION_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}$"
 _NAME = Str(pattern=ID_PATTERN)
 _CLASS_NAMES = ListOf(item=_NAME, want_text="a list of fault class names")
 
@@ -159,6 +163,20 @@ GUARDS: Mapping[str, Obj] = {
         at_once=_CLASS_NAMES,
         drain_retry_for=Dur(),
     ),
+    "scope": _guard(
+        "What Recover may touch, per Slurm partition: act, recommend or ignore (partitions; "
+        "default for the rest). A node's actions follow the strictest mode of its partitions. "
+        "job_comment: a job's comment may opt it out or lower its restarts (recover:off, "
+        "recover:max_restarts=N), never raise them.",
+        default=_SCOPE_MODE,
+        partitions=MapOf(
+            keys=Str(pattern=PARTITION_PATTERN),
+            value=_SCOPE_MODE,
+            want_text="a mapping of partition name -> act, recommend or ignore",
+            per_entry=True,
+        ),
+        job_comment=Bool(),
+    ),
 }
 
 POLICY = Obj(
@@ -179,6 +197,7 @@ POLICY = Obj(
         "shared_outage": GUARDS["shared_outage"],
         "thresholds": Raw(schema_={"type": "object"}),  # checked by rulebook.thresholds
         "isolate": GUARDS["isolate"],
+        "scope": GUARDS["scope"],
         "distinct_lines": Int(
             minimum=1,
             description="Different lines of one matcher one job attempt holds in the rule engine; "

@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 
 from ..base import (
     JOB_ACTIVE_STATES,
+    MAX_COMMENT_KEPT,
     CommandFailed,
     CommandResult,
     JobInfo,
@@ -45,7 +46,7 @@ from ..base import (
 from .history import SacctHistory
 from .hostlist import HostlistError, expand_hostlist
 from .runner import DEFAULT_MAX_OUTPUT, readable, subprocess_runner, unreadable
-from .nodes import clean, node_from_json, nodes_from_sinfo_text
+from .nodes import NULLS, clean, node_from_json, nodes_from_sinfo_text
 from .layout import detail_cpus, json_cpus, tasks_layout
 from .snapshot import SnapshotRunner
 from .text import detail_pairs, gpu_map, node_gpu_count, parse_gpu_detail, parse_scontrol_line, scontrol_records
@@ -479,6 +480,7 @@ def _job_from_json(record: Mapping[str, Any], detail: bool = False) -> JobInfo:
             gpus=gpus,
             detailed=known,
             tasks_per_node=layout,
+            comment=_comment(record.get("comment")),
         )
     )
 
@@ -519,5 +521,13 @@ def _job_from_scontrol(fields: Mapping[str, str], detail: str | None = None) -> 
             gpus=parse_gpu_detail(detail) if detail else (),
             detailed=detail is not None,
             tasks_per_node=layout,
+            comment=_comment(fields.get("Comment")),
         )
     )
+
+
+def _comment(value: Any) -> str:
+    """A job's comment as its owner wrote it (Slurm prints ``(null)`` for none), bounded; a
+    comment that is cut still holds more than the engine reads (it is then ignored whole)."""
+    text = value if isinstance(value, str) else ""
+    return "" if text in NULLS else text[: MAX_COMMENT_KEPT + 1]

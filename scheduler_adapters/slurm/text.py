@@ -138,18 +138,18 @@ def _check(pairs: list[tuple[str, str]]) -> str | None:
 def scontrol_records(text: str) -> list[tuple[dict[str, str], str]]:
     """The unambiguous records of ``scontrol show job -o [-d]`` text: (fields, GPU detail
     text), each refused record logged and left out."""
-    records: list[list] = []  # [pairs, ambiguous why]
+    records: list[list] = []  # [pairs, ambiguous why, line]
     for line in text.splitlines():
         if line.startswith("JobId="):
             pairs = _fields(line)
-            records.append([pairs, _check(pairs)])
+            records.append([pairs, _check(pairs), line])
         elif line.strip() and records:
             records[-1][1] = records[-1][1] or "a newline inside a field"
     counts: dict[str, int] = {}
-    for pairs, _ in records:
+    for pairs, _, _ in records:
         counts[pairs[0][1]] = counts.get(pairs[0][1], 0) + 1
     out = []
-    for pairs, why in records:
+    for pairs, why, line in records:
         job = pairs[0][1]
         if why is None and counts[job] > 1:
             why = "more than one record of this job id"
@@ -157,12 +157,26 @@ def scontrol_records(text: str) -> list[tuple[dict[str, str], str]]:
             _warn(readable(job)[:40], why)
             continue
         fields = dict(pairs)
+        if "Comment" in fields:
+            fields["Comment"] = _comment(line)
         if fields.get("BatchFlag", "1") != "1":  # a job that prints no output paths has none to read
             fields.pop("StdOut", None)
             fields.pop("StdErr", None)
         detail = " ".join(f"{k}={v}" for k, v in pairs if k in _DETAIL)
         out.append((fields, detail))
     return out
+
+
+def _comment(line: str) -> str:
+    """The Comment of a checked record, whole: from ``Comment=`` to the next key this adapter
+    reads (a comment such as ``recover:max_restarts=2`` holds ``word=`` text that splitting at
+    every key would cut it at). _check has made sure ``Comment=`` is there once, in its place."""
+    matches = list(_SCONTROL_FIELD.finditer(line))
+    for i, m in enumerate(matches):
+        if m.group(1) == "Comment":
+            ends = (x.start() for x in matches[i + 1 :] if x.group(1) in _RANK or x.group(1) in _DETAIL)
+            return line[m.end() : next(ends, len(line))].strip()
+    return ""
 
 
 def _indexes(text: str) -> tuple[int, ...]:

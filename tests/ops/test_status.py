@@ -58,3 +58,16 @@ def test_status_of_a_store_no_controller_led(tmp_path):
     out = runner.invoke(app, ["status", "--db", str(tmp_path / "r.db")])
     assert out.exit_code == 0, out.output
     assert "no controller has led this store" in out.output
+
+
+def test_status_shows_the_partitions_modes_the_leader_applies(tmp_path):
+    db = tmp_path / "r.db"
+    a = Store(db)
+    scope = {"default": "recommend", "partitions": {"canary": "act", "scratch": "ignore"}, "job_comment": True}
+    lead = Leadership(a, 30, holder="hostA:11:1.0", info=lambda: {"scheduler": "ok", "scope": scope})
+    assert lead.tick() == "took"
+    st = json.loads(runner.invoke(app, ["status", "--db", str(db), "--json"]).output)
+    assert st["scope"] == scope
+    text = runner.invoke(app, ["status", "--db", str(db)]).output
+    assert "scope      canary act, scratch ignore; other partitions recommend; job comments read" in text
+    a.close()

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from scheduler_adapters.base import CommandFailed, CommandResult
+from scheduler_adapters.base import MAX_COMMENT_KEPT, CommandFailed, CommandResult
 from scheduler_adapters.slurm import SlurmAdapter, text
 
 FORGED = "Nodes=n3 CPU_IDs=0 Mem=0 GRES=gpu:8(IDX:0-7)"
@@ -149,3 +149,32 @@ def test_json_detail_with_a_gres_list_that_does_not_match_the_nodes_is_unknown()
     answers = {SQUEUE: CommandResult(0, json.dumps({"jobs": [record]}))}
     j = SlurmAdapter(runner=lambda a, t: answers[tuple(a)]).job_detail("2")
     assert j.gpus_on("n1") is None  # not known: the actuator does not guess
+
+
+# -- the job comment, whole (issue 22: its recover: directives hold "word=" text) -----------------
+
+
+@pytest.mark.parametrize(
+    "comment",
+    [
+        "recover:off",
+        "project=llm7 recover:max_restarts=2  owner=ana",  # word=... inside, two spaces kept
+        "(null)",
+        "recover:off;rm -rf /",
+    ],
+)
+def test_the_comment_is_read_whole_from_text_and_json(comment):
+    want = "" if comment == "(null)" else comment
+    j = text_adapter(line(comment=comment) + "\n").job_detail("2")
+    assert j is not None and j.comment == want
+    record = {"job_id": 2, "job_state": "RUNNING", "nodes": "n1", "comment": comment, "partition": "canary"}
+    answers = {SQUEUE: CommandResult(0, json.dumps({"jobs": [record]}))}
+    [info] = SlurmAdapter(runner=lambda a, t: answers[tuple(a)]).jobs()
+    assert (info.comment, info.partition) == (want, "canary")
+
+
+def test_a_huge_comment_is_kept_bounded():
+    record = {"job_id": 2, "job_state": "RUNNING", "nodes": "n1", "comment": "recover:off " + "x" * 100_000}
+    answers = {SQUEUE: CommandResult(0, json.dumps({"jobs": [record]}))}
+    [info] = SlurmAdapter(runner=lambda a, t: answers[tuple(a)]).jobs()
+    assert len(info.comment) == MAX_COMMENT_KEPT + 1  # longer than the engine reads: ignored whole there
