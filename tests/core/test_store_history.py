@@ -12,10 +12,9 @@ import pytest
 from engine.store import Store
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
+def _filled(target: str) -> Store:
     rnd = random.Random(3)
-    st = Store(str(tmp_path_factory.mktemp("hist") / "r.db"))
+    st = Store(target)
     with st.transaction():
         for i in range(3000):
             job = str(rnd.randrange(200))
@@ -27,8 +26,30 @@ def store(tmp_path_factory):
                     mode = rnd.choice(["act", "recommend"])
                     status = rnd.choice(["succeeded", "skipped", "planned", "failed"])
                     st.add_action(inc, f"{action}-{i}", action, target, ["x"], mode, status)
+    return st
+
+
+@pytest.fixture(scope="module")
+def sqlite_store(tmp_path_factory):
+    st = _filled(str(tmp_path_factory.mktemp("hist") / "r.db"))
     yield st
     st.close()
+
+
+@pytest.fixture(scope="module")
+def pg_store(pg_server):
+    from tests.conftest import pg_schema
+
+    with pg_schema(pg_server) as dsn:
+        st = _filled(dsn)
+        yield st
+        st.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request):
+    """The same history on each database (PostgreSQL's: the same answers, from its own plan)."""
+    return request.getfixturevalue({"sqlite": "sqlite_store", "postgres": "pg_store"}[request.param])
 
 
 def _rows(st: Store):
@@ -64,9 +85,10 @@ def test_requeued_attempts_are_the_acted_requeues_of_the_job(store):
         assert store.requeued_attempts(job) == want
 
 
-def test_the_history_queries_start_from_the_window_not_from_every_action(store):
+def test_the_history_queries_start_from_the_window_not_from_every_action(sqlite_store):
     """SQLite's plan: from the incidents of the window (or of the job) to their actions by
     incident, never a scan of every action of that name (which grows for as long as it runs)."""
+    store = sqlite_store
     seen: list[str] = []
     real = store.db
 

@@ -1,4 +1,5 @@
-"""The leader lease and its fence, on one SQLite file shared by two connections (two controllers):
+"""The leader lease and its fence, on one database shared by two connections (two controllers),
+SQLite and PostgreSQL (``db_target``):
 one holder at a time, a new term at each change, and a stale term refused by the database itself
 (the triggers of schema migration 7), not by the code that believes it leads."""
 
@@ -13,8 +14,8 @@ from engine.store import ActionStatus, Store
 
 
 @pytest.fixture
-def two(tmp_path):
-    a, b = Store(tmp_path / "r.db"), Store(tmp_path / "r.db")
+def two(db_target):
+    a, b = Store(db_target), Store(db_target)
     yield a, b
     a.close()
     b.close()
@@ -87,9 +88,9 @@ def test_no_term_refused_once_a_lease_exists(two):
     assert b.add_action(inc, "k2", "drain", "n1", ["x"], "recommend", ActionStatus.RECOMMENDED) is not None
 
 
-def test_store_without_a_lease_is_unfenced(tmp_path):
+def test_store_without_a_lease_is_unfenced(db_target):
     """A store no controller ever led (replay, tools, unit tests) journals as before."""
-    s = Store(tmp_path / "r.db")
+    s = Store(db_target)
     inc = _incident(s)
     assert s.add_action(inc, "k1", "drain", "n1", ["x"], "act", ActionStatus.PLANNED) is not None
     s.close()
