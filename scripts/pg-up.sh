@@ -33,20 +33,23 @@ else
 fi
 mkdir -p "$DIR"
 chown "$OWNER" "$DIR"
-chmod 700 "$DIR"
+chmod 755 "$DIR"  # the dsn file is read by the tests, whoever runs them; data/ stays 0700
 if [ -f "$DIR/dsn" ] && as "$BIN/pg_ctl" -D "$DIR/data" status >/dev/null 2>&1 \
     && "$BIN/psql" "$(cat "$DIR/dsn")" -qAtc 'SELECT 1' >/dev/null 2>&1; then
   cat "$DIR/dsn"; exit 0
 fi
 if [ ! -f "$DIR/data/PG_VERSION" ]; then
   rm -rf "$DIR/data"
-  as "$BIN/initdb" -D "$DIR/data" -U "$OWNER" -A trust -E UTF8 --no-locale >"$DIR/initdb.log" 2>&1 \
+  # the superuser only through the unix socket, which only its owner may open (below); the
+  # tests' role with its password over TCP
+  as "$BIN/initdb" -D "$DIR/data" -U "$OWNER" --auth-local=trust --auth-host=scram-sha-256 -E UTF8 --no-locale \
+    >"$DIR/initdb.log" 2>&1 \
     || { cat "$DIR/initdb.log" >&2; exit 1; }
 fi
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 # fsync off: a test database, thrown away; it makes each test's schema seconds faster
 as "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w -t 60 start \
-  -o "-c listen_addresses=127.0.0.1 -p $PORT -k $DIR -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+  -o "-c listen_addresses=127.0.0.1 -p $PORT -k $DIR -c unix_socket_permissions=0700 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
   >/dev/null || { tail -20 "$DIR/server.log" >&2; exit 1; }
 psql_su() { as "$BIN/psql" -h "$DIR" -p "$PORT" -U "$OWNER" -d postgres -qAt "$@"; }
 psql_su -c "SELECT 1 FROM pg_roles WHERE rolname = 'recover'" | grep -q 1 \
