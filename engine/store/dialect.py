@@ -36,6 +36,10 @@ NOW_MARK = "(RECOVER_NOW)"
 _ID_TABLES = frozenset({"incidents", "firings", "actions", "silences", "quarantine", "reviews", "job_events"})
 
 
+#: translated statements kept (the store's own are a few hundred)
+_CACHE_MAX = 4096
+
+
 def _db_errors() -> tuple[type[BaseException], ...]:
     try:
         import psycopg
@@ -75,15 +79,18 @@ class Dialect:
         self.now = now
         #: taken first in a lease decision, so two controllers decide one after the other
         self.lock_lease = lock_lease
-        self._cache: dict[tuple[str, bool], str] = {}
+        # by whether the statement has parameters (PostgreSQL's % differs), then by its text
+        self._cache: dict[bool, dict[str, str]] = {True: {}, False: {}}
 
     def sql(self, text: str, has_args: bool = True) -> str:
         """A statement of the store, as this database takes it (cached: the store's statements
         are a few hundred strings)."""
-        key = (text, has_args)
-        out = self._cache.get(key)
+        cache = self._cache[has_args]
+        out = cache.get(text)
         if out is None:
-            out = self._cache[key] = self._translate(text, has_args)
+            if len(cache) >= _CACHE_MAX:  # statements built with varying IN (?, ?, ...) lists
+                cache.clear()
+            out = cache[text] = self._translate(text, has_args)
         return out
 
     def _translate(self, text: str, has_args: bool) -> str:
