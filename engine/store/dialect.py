@@ -17,7 +17,8 @@ schema version's table) is given per dialect in ``schema.py``.
 PostgreSQL goes through psycopg 3 (the maintained driver, libpq underneath); a ``PgDb`` offers
 what the store uses of ``sqlite3.Connection`` (``execute``, ``executemany``, ``in_transaction``,
 rows readable by index and by name, ``lastrowid``), so the store's code does not know which it has.
-psycopg is imported only when a ``postgresql://`` store is opened (the ``postgres`` extra).
+psycopg is imported only when a ``postgresql://`` store is opened (the ``postgres`` extra); its
+errors reach the store as ``PgError``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,19 @@ import sqlite3
 from typing import Any, Iterator, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["DB_ERRORS", "Dialect", "PgDb", "POSTGRES", "SQLITE", "dialect_for", "display_name", "is_postgres"]
+from engine.errors import RecoverError
+
+__all__ = [
+    "DB_ERRORS",
+    "Dialect",
+    "PgDb",
+    "PgError",
+    "POSTGRES",
+    "SQLITE",
+    "dialect_for",
+    "display_name",
+    "is_postgres",
+]
 
 #: the marker of the database's clock in statements (``schema.NOW_SQL``)
 NOW_MARK = "(RECOVER_NOW)"
@@ -40,16 +53,14 @@ _ID_TABLES = frozenset({"incidents", "firings", "actions", "silences", "quaranti
 _CACHE_MAX = 4096
 
 
-def _db_errors() -> tuple[type[BaseException], ...]:
-    try:
-        import psycopg
-    except ImportError:  # the postgres extra is not installed: only SQLite can be opened
-        return (sqlite3.Error,)
-    return (sqlite3.Error, psycopg.Error)
+class PgError(RecoverError):
+    """What the PostgreSQL driver raised, as ``PgDb`` passes it on (the store turns it into
+    ``StoreError``, as it does ``sqlite3.Error``): psycopg is not imported until a PostgreSQL store
+    is opened, so the store's ``except`` clauses cannot name its errors."""
 
 
 #: what a database call raises (the store turns each into ``StoreError``)
-DB_ERRORS: tuple[type[BaseException], ...] = _db_errors()
+DB_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, PgError)
 
 
 def is_postgres(target: str) -> bool:
@@ -206,7 +217,10 @@ class PgDb:
         self._dsn = dsn
         self._readonly = readonly
         self._tx = False  # between this connection's BEGIN and its COMMIT or ROLLBACK
-        self.conn = self._connect()
+        try:
+            self.conn = self._connect()
+        except psycopg.Error as exc:
+            raise PgError(str(exc).strip()) from None
 
     def _connect(self) -> Any:
         conn = self._psycopg.connect(self._dsn, autocommit=True, connect_timeout=10, row_factory=_row_factory)
@@ -221,13 +235,19 @@ class PgDb:
         return bool(self.conn.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE)
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> PgCursor:
+        try:
+            return self._execute(sql, args)
+        except self._psycopg.Error as exc:
+            raise PgError(str(exc).strip()) from None
+
+    def _execute(self, sql: str, args: Sequence[Any]) -> PgCursor:
         head = sql[:8].upper()
         if self.conn.closed or self.conn.broken:
             if head.startswith("ROLLBACK"):  # what was begun on the lost connection is gone with it
                 self._tx = False
                 return PgCursor([], -1, None)
             if self._tx:
-                raise self._psycopg.OperationalError("the connection to PostgreSQL was lost during a transaction")
+                raise PgError("the connection to PostgreSQL was lost during a transaction")
             self.conn.close()
             self.conn = self._connect()
         cur = self.conn.execute(sql, [_arg(a) for a in args] if args else None)
@@ -243,11 +263,17 @@ class PgDb:
         return PgCursor(rows, cur.rowcount, lastrowid)
 
     def executemany(self, sql: str, seq: Sequence[Sequence[Any]]) -> None:
-        with self.conn.cursor() as cur:
-            cur.executemany(sql, [[_arg(a) for a in args] for args in seq])
+        try:
+            with self.conn.cursor() as cur:
+                cur.executemany(sql, [[_arg(a) for a in args] for args in seq])
+        except self._psycopg.Error as exc:
+            raise PgError(str(exc).strip()) from None
 
     def close(self) -> None:
-        self.conn.close()
+        try:
+            self.conn.close()
+        except self._psycopg.Error as exc:
+            raise PgError(str(exc).strip()) from None
 
     def __del__(self) -> None:
         # a store dropped unclosed (a read command that ends) closes its connection as SQLite's
