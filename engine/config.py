@@ -121,7 +121,7 @@ def load_settings(path: str | None = None, env: Mapping[str, str] | None = None)
             setattr(s, key, value)
         base = Path(path).resolve().parent  # relative paths in the file are relative to it
         s.rules = [str(base / r) if not os.path.isabs(r) else r for r in s.rules]
-        if s.db and not os.path.isabs(s.db):
+        if s.db and not os.path.isabs(s.db) and not s.db.startswith(("postgresql://", "postgres://")):
             s.db = str(base / s.db)
         for dec, mode in s.autonomy.items():
             if dec not in DECISIONS or mode not in AUTONOMY:

@@ -26,6 +26,12 @@ if [ "$(id -u)" = 0 ]; then
 else
   echo "test.sh: not root, so no Slurm cluster: the real-Slurm tests will be skipped" >&2
 fi
+# the store's tests run on PostgreSQL too: a throwaway one (installed from Debian's packages when
+# missing and root); without it they skip, and fail under CI
+if ! bash scripts/pg-up.sh >/dev/null; then
+  echo "test.sh: PostgreSQL did not come up: the PostgreSQL store tests will say so" >&2
+  [ -n "${CI:-}" ] && exit 1
+fi
 # gates first (the same for a person and for CI): lint, format, types, layering
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

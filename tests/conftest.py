@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import textwrap
+import uuid
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -37,3 +41,71 @@ def write_rules(tmp_path: Path):
         return load_rulebook(paths, defaults=defaults)
 
     return write
+
+
+# -- the store on PostgreSQL ------------------------------------------------------------------
+# scripts/pg-up.sh (run by scripts/test.sh) starts a throwaway PostgreSQL and writes its DSN to
+# $RECOVER_PG_DIR/dsn; $RECOVER_TEST_PG names another. Without one the PostgreSQL cases skip
+# with the reason, and under CI=... they fail, like the Slurm tests (tests/slurm/conftest.py).
+
+
+def _pg_dsn_or_why() -> tuple[str | None, str]:
+    dsn = os.environ.get("RECOVER_TEST_PG", "").strip()
+    where = Path(os.environ.get("RECOVER_PG_DIR", "/tmp/recover-pg")) / "dsn"
+    if not dsn:
+        try:
+            dsn = where.read_text().strip()
+        except OSError:
+            return None, f"no PostgreSQL for the store's tests ({where} missing): start one with scripts/pg-up.sh"
+    try:
+        import psycopg
+    except ImportError:
+        return None, "psycopg is not installed (pip install -e '.[test]')"
+    try:
+        with psycopg.connect(dsn, connect_timeout=5) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        return None, f"the PostgreSQL of {where} does not answer ({str(exc).strip()[:200]}): run scripts/pg-up.sh"
+    return dsn, ""
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> str:
+    """The DSN of the test PostgreSQL (its database 'recover')."""
+    dsn, why = _pg_dsn_or_why()
+    if dsn is None:
+        if os.environ.get("CI"):
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
+    return dsn
+
+
+@contextlib.contextmanager
+def pg_schema(server: str) -> Iterator[str]:
+    """A DSN whose tables live in a schema of their own (a fresh, empty store), dropped after."""
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in server else "?"
+    try:
+        yield f"{server}{sep}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def pg_dsn(pg_server):
+    """A fresh store on the test PostgreSQL, for this test alone."""
+    with pg_schema(pg_server) as dsn:
+        yield dsn
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_target(request, tmp_path) -> str:
+    """Where a test's store lives, once on each database: a SQLite file, or a PostgreSQL DSN."""
+    if request.param == "sqlite":
+        return str(tmp_path / "r.db")
+    return str(request.getfixturevalue("pg_dsn"))

@@ -86,3 +86,12 @@ def test_flags_win_over_file_and_env(tmp_path):
     assert (tmp_path / "from-env.db").exists()
     assert run("replay", "--db", str(tmp_path / "from-flag.db"), str(log)).returncode == 0
     assert (tmp_path / "from-flag.db").exists()
+
+
+def test_a_postgresql_dsn_is_kept_as_written(tmp_path):
+    """A relative db path is relative to the config file; a DSN is not a path (issue 22)."""
+    cfg = tmp_path / "recover.toml"
+    cfg.write_text('db = "postgresql://recover@db1.example.org:5432/recover"\n')
+    assert load_settings(str(cfg), env={}).db == "postgresql://recover@db1.example.org:5432/recover"
+    cfg.write_text('db = "state/recover.db"\n')
+    assert load_settings(str(cfg), env={}).db == str(tmp_path / "state" / "recover.db")

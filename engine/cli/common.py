@@ -40,7 +40,11 @@ RulesOpt = typer.Option(
 NoDefaultsOpt = typer.Option(False, "--no-defaults", help="Do not load the shipped default rulebook.")
 
 
-DbOpt = typer.Option(None, "--db", help="SQLite incident store (default: $RECOVER_DB or ./recover.db).")
+DbOpt = typer.Option(
+    None,
+    "--db",
+    help="Incident store: a SQLite file, or a postgresql://... DSN (default: $RECOVER_DB or ./recover.db).",
+)
 
 
 JsonOpt = typer.Option(False, "--json", help="Machine-readable output: one JSON object per line.")
@@ -181,9 +185,10 @@ def _write_or_exit(path: str, text: str, what: str = "") -> None:
 def _open_store(db: Optional[str], readonly: bool = False):
     """The store at --db; exit 2 when it does not exist (never create an empty one by mistake)."""
     from engine.store import Store, StoreError
+    from engine.store.dialect import is_postgres
 
     path = _db(db)
-    if path != ":memory:" and not Path(path).is_file():
+    if path != ":memory:" and not is_postgres(path) and not Path(path).is_file():
         _err(f"{path}: no such database (give --db FILE or set RECOVER_DB)")
         raise typer.Exit(2)
     with _exit_on(StoreError):

@@ -124,7 +124,9 @@ def _register_review(app: typer.Typer) -> None:
             help="Import reviews: JSON list, JSON lines, or CSV with columns incident,verdict,did,by[,at].",
         ),
         db: Optional[str] = typer.Option(
-            None, "--db", help="SQLite incident store (default: $RECOVER_DB or ./recover.db)."
+            None,
+            "--db",
+            help="Incident store: a SQLite file, or a postgresql://... DSN (default: $RECOVER_DB or ./recover.db).",
         ),
         json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
     ) -> None:
@@ -198,7 +200,9 @@ def _register_review(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="The whole report as one JSON object."),
         html: Optional[str] = typer.Option(None, "--html", help="Write the report as one self-contained HTML page."),
         db: Optional[str] = typer.Option(
-            None, "--db", help="SQLite incident store (default: $RECOVER_DB or ./recover.db)."
+            None,
+            "--db",
+            help="Incident store: a SQLite file, or a postgresql://... DSN (default: $RECOVER_DB or ./recover.db).",
         ),
         min_reviewed: int = typer.Option(
             50, "--min-reviewed", help="Reviewed incidents a decision kind needs for autonomy."

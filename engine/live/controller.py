@@ -41,6 +41,7 @@ from engine.core.scope import summary
 from engine.live.frdumps import DumpWatch
 from engine.sources.flight_recorder import Limits
 from engine.live.batch import STORE_ERRORS, Batch
+from engine.store.dialect import display_name, is_postgres
 from engine.live.ingest import FileIngest, FileState, SpoolIngest, engine_time, set_job
 from engine.live.launch import READY
 from engine.live.leader import DEFAULT_LEASE_S, Leadership
@@ -228,8 +229,8 @@ class Controller:
 
     # -- setup -----------------------------------------------------------------------------
     def _identity_of_db(self) -> tuple[int, int] | None:
-        if self.cfg.db == ":memory:":
-            return None
+        if self.cfg.db == ":memory:" or is_postgres(self.cfg.db):
+            return None  # a PostgreSQL store is not a file that could be deleted or replaced
         try:
             st = os.stat(self.cfg.db)
         except OSError:
@@ -540,7 +541,7 @@ class Controller:
             ",".join(self.cfg.follow) or "-",
             self.cfg.spool or "-",
             self.cfg.scheduler,
-            self.cfg.db,
+            display_name(self.cfg.db),  # a DSN's password is not logged
         )
         if self.cfg.reloaded:
             self.rulebook.accepted(self.compiled)

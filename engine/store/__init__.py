@@ -1,4 +1,5 @@
-"""The incident store: SQLite in WAL mode, safe to read from another process while one writes.
+"""The incident store: SQLite in WAL mode, safe to read from another process while one writes, or
+PostgreSQL for a ``postgresql://`` DSN (``dialect.py``), with the same tables and the same API.
 
 Tables: incidents, facts (with origins), firings (rule id, rulebook file:line, matched facts,
 what was asserted), actions (the journal: rendered argv, mode, status, idempotency key),
@@ -15,6 +16,7 @@ module, and every statement runs through ``Connection._exec``, so the only error
 raises is ``StoreError``:
 
     connection.py   opening, migrating (schema.py), write-behind buffers, transactions
+    dialect.py      where SQLite and PostgreSQL differ; the psycopg connection (PgDb)
     incidents.py    incidents, facts, firings, job progress, reviews
     journal.py      the actions journal and ``ActionStatus``
     cursors.py      offsets and meta

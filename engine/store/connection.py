@@ -1,9 +1,10 @@
-"""The one SQLite connection every part of the store writes through.
+"""The one database connection every part of the store writes through: SQLite, or PostgreSQL
+for a ``postgresql://`` DSN (``dialect.py``: the one place where the two differ).
 
 It owns what the parts share: opening (private file, read-only or immutable readers), the
 schema migrations, the write-behind buffers of ``touch_incident`` and ``bump_fact``, the
 re-entrant transaction, and ``_exec``, the only place a statement runs. ``_exec`` fetches every
-row before it returns, so no ``sqlite3.Error`` can surface later while a caller iterates a cursor:
+row before it returns, so no driver error can surface later while a caller iterates a cursor:
 the store raises ``StoreError`` and nothing else.
 """
 
@@ -18,6 +19,7 @@ from urllib.parse import quote
 
 from engine.clock import SYSTEM, Clock
 from engine.errors import Fenced, StoreError
+from engine.store.dialect import DB_ERRORS, PgDb, dialect_for, display_name, is_postgres
 from engine.store.schema import FENCED_MESSAGE, migrate
 
 __all__ = ["Connection", "Rows", "store_error"]
@@ -28,18 +30,18 @@ class Rows:
 
     __slots__ = ("rows", "lastrowid", "rowcount")
 
-    def __init__(self, rows: list[sqlite3.Row], lastrowid: int | None, rowcount: int):
+    def __init__(self, rows: list[Any], lastrowid: int | None, rowcount: int):
         self.rows = rows
         self.lastrowid = lastrowid
         self.rowcount = rowcount
 
-    def __iter__(self) -> Iterator[sqlite3.Row]:
+    def __iter__(self) -> Iterator[Any]:
         return iter(self.rows)
 
-    def fetchone(self) -> sqlite3.Row | None:
+    def fetchone(self) -> Any:
         return self.rows[0] if self.rows else None
 
-    def fetchall(self) -> list[sqlite3.Row]:
+    def fetchall(self) -> list[Any]:
         return list(self.rows)
 
 
@@ -49,7 +51,12 @@ class Connection:
     def __init__(
         self, path: str | Path = ":memory:", readonly: bool = False, mode: int = 0o600, *, clock: Clock = SYSTEM
     ):
-        self.path = str(path)
+        target = str(path)
+        #: how messages name the store (a DSN without its password)
+        self.path = display_name(target)
+        #: SQLite or PostgreSQL: how the statements are spelled for this database
+        self.dialect = dialect_for(target)
+        self.db: Any
         #: stamps what it writes (created, updated, read at) with this clock's wall time
         self.clock = clock
         self._lock = threading.RLock()
@@ -68,24 +75,27 @@ class Connection:
         self.term: int | None = None
         try:
             self.fresh = False
-            if readonly:
-                if self.path != ":memory:" and not Path(self.path).exists():
+            if is_postgres(target):
+                self.db = PgDb(target, readonly=readonly)
+            elif readonly:
+                if target != ":memory:" and not Path(target).exists():
                     raise StoreError(f"{self.path}: no such database")
-                self.db = _connect_readonly(self.path)
+                self.db = _connect_readonly(target)
+                self.db.row_factory = sqlite3.Row
             else:
-                if self.path != ":memory:":
-                    _create_private(Path(self.path), mode)
-                self.db = sqlite3.connect(self.path, check_same_thread=False, timeout=10, isolation_level=None)
-            self.db.row_factory = sqlite3.Row
-            if not readonly:
+                if target != ":memory:":
+                    _create_private(Path(target), mode)
+                self.db = sqlite3.connect(target, check_same_thread=False, timeout=10, isolation_level=None)
+                self.db.row_factory = sqlite3.Row
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=NORMAL")
                 self.db.execute("PRAGMA foreign_keys=ON")
+            if not readonly:
                 # a database that did not exist before (or was never used) knows nothing of the past
-                self.fresh = migrate(self.db) is None
+                self.fresh = migrate(self.db, self.dialect) is None
             else:
                 self.db.execute("SELECT 1 FROM incidents LIMIT 1").fetchall()
-        except sqlite3.Error as exc:
+        except DB_ERRORS as exc:
             raise StoreError(f"{self.path}: {exc}") from None
         except OSError as exc:
             raise StoreError(f"{self.path}: {exc.strerror or exc}") from None
@@ -94,11 +104,15 @@ class Connection:
         with self._lock:
             try:
                 pending = not self.db.in_transaction
-            except sqlite3.ProgrammingError:  # closed already
+            except DB_ERRORS:  # closed already (a ProgrammingError)
                 pending = False
             if pending:
                 self.flush()
             self.db.close()
+
+    def _x(self, sql: str, args: Sequence[Any] = ()) -> Any:
+        """One statement as written in the store (``dialect.py``), on this database; raw errors."""
+        return self.db.execute(self.dialect.sql(sql, bool(args)), args)
 
     def _exec(self, sql: str, args: Sequence[Any] = (), *, pending_ok: bool = False) -> Rows:
         """One statement, its rows fetched here; the buffered writes go first unless it cannot see
@@ -107,9 +121,9 @@ class Connection:
             if not pending_ok and (self._touches or self._bumps):
                 self.flush()
             try:
-                cur = self.db.execute(sql, args)
+                cur = self.db.execute(self.dialect.sql(sql, bool(args)), args)
                 return Rows(cur.fetchall(), cur.lastrowid, cur.rowcount)
-            except sqlite3.Error as exc:
+            except DB_ERRORS as exc:
                 raise store_error(self.path, exc) from None
 
     def flush(self) -> None:
@@ -120,19 +134,21 @@ class Connection:
             try:
                 if touches:
                     self.db.executemany(
-                        "UPDATE incidents SET last_evidence_at = MAX(last_evidence_at, ?) WHERE id = ?",
+                        self.dialect.sql(
+                            "UPDATE incidents SET last_evidence_at = GREATEST(last_evidence_at, ?) WHERE id = ?"
+                        ),
                         [(at, inc) for inc, at in touches.items()],
                     )
                 for fact_id, (by, flood) in bumps.items():
                     self._write_bump(fact_id, by, flood)
-            except sqlite3.Error as exc:
+            except DB_ERRORS as exc:
                 raise StoreError(f"{self.path}: {exc}") from None
 
     def _write_bump(self, fact_id: str, by: int, flood: str | None) -> None:
         if flood is None:
-            self.db.execute("UPDATE facts SET count = count + ? WHERE id = ?", (by, fact_id))
+            self._x("UPDATE facts SET count = count + ? WHERE id = ?", (by, fact_id))
         else:
-            self.db.execute("UPDATE facts SET count = count + ?, flood = ? WHERE id = ?", (by, flood, fact_id))
+            self._x("UPDATE facts SET count = count + ?, flood = ? WHERE id = ?", (by, flood, fact_id))
 
     def _discard_pending(self) -> None:
         self._touches.clear()
@@ -169,7 +185,7 @@ def _connect_readonly(path: str) -> sqlite3.Connection:
     return sqlite3.connect(f"file:{quote(path)}?immutable=1", uri=True, check_same_thread=False, timeout=10)
 
 
-def store_error(path: str, exc: sqlite3.Error) -> StoreError:
+def store_error(path: str, exc: BaseException) -> StoreError:
     """The store's one error for a failed statement; ``Fenced`` when the database refused a stale term."""
     if FENCED_MESSAGE in str(exc):
         return Fenced(f"{path}: this controller's leader term is no longer the lease's: the write was refused")
@@ -188,11 +204,11 @@ class _Tx:
         if st._depth == 0:
             try:
                 st.flush()  # what was written before the transaction is not part of it
-                st.db.execute("BEGIN IMMEDIATE")
+                st.db.execute(st.dialect.begin)
             except StoreError:
                 st._lock.release()
                 raise
-            except sqlite3.Error as exc:  # busy, locked, or closed: never a raw sqlite3 error
+            except DB_ERRORS as exc:  # busy, locked, or closed: never a raw sqlite3 error
                 st._lock.release()
                 raise StoreError(f"{st.path}: {exc}") from None
         st._depth += 1
@@ -211,20 +227,20 @@ class _Tx:
                         if st.term is not None:
                             # the database checks the term under the write lock the commit holds:
                             # a leader whose lease was taken over (or ran out) commits nothing
-                            st.db.execute("UPDATE lease SET fence = ? WHERE name = 'leader'", (st.term,))
+                            st._x("UPDATE lease SET fence = ? WHERE name = 'leader'", (st.term,))
                         st.db.execute("COMMIT")
-                    except (sqlite3.Error, StoreError) as e:
+                    except DB_ERRORS + (StoreError,) as e:
                         # a failed COMMIT (disk full, I/O error) may already have rolled back
                         if st.db.in_transaction:
                             try:
                                 st.db.execute("ROLLBACK")
-                            except sqlite3.Error:
+                            except DB_ERRORS:
                                 pass
                         raise (e if isinstance(e, StoreError) else store_error(st.path, e)) from e
                 elif st.db.in_transaction:
                     try:
                         st.db.execute("ROLLBACK")
-                    except sqlite3.Error:
+                    except DB_ERRORS:
                         pass  # the original exception is the one to see
         finally:
             st._lock.release()

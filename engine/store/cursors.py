@@ -15,9 +15,9 @@ class CursorTables(Connection):
         """``head``: a fingerprint of the file's first bytes, so that a new file that got the old
         one's inode number is not taken for it after a restart."""
         self._exec(
-            "INSERT INTO offsets(source, inode, offset, line_no, updated_at, head) VALUES (?,?,?,?,?,?) "
-            "ON CONFLICT(source) DO UPDATE SET inode=excluded.inode, offset=excluded.offset, line_no=excluded.line_no, "
-            "updated_at=excluded.updated_at, head=COALESCE(excluded.head, head)",
+            'INSERT INTO offsets(source, inode, "offset", line_no, updated_at, head) VALUES (?,?,?,?,?,?) '
+            'ON CONFLICT(source) DO UPDATE SET inode=excluded.inode, "offset"=excluded."offset", line_no=excluded.line_no, '
+            "updated_at=excluded.updated_at, head=COALESCE(excluded.head, offsets.head)",
             (source, inode, offset, line_no, self.clock.wall(), head),
         )
 

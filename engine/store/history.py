@@ -72,15 +72,15 @@ class JobHistoryTables(Connection):
         self._exec(
             "INSERT INTO progress(job, attempt, step, checkpoint, last_at, first_at, first_step, checkpoint_at, step_time) "
             "VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(job, attempt) DO UPDATE SET "
-            "step = MAX(COALESCE(step, excluded.step), COALESCE(excluded.step, step)), "
-            "checkpoint_at = CASE WHEN excluded.checkpoint IS NOT NULL AND (checkpoint IS NULL OR excluded.checkpoint > checkpoint) "
-            "THEN excluded.checkpoint_at ELSE checkpoint_at END, "
-            "checkpoint = MAX(COALESCE(checkpoint, excluded.checkpoint), COALESCE(excluded.checkpoint, checkpoint)), "
-            "last_at = MAX(COALESCE(last_at, excluded.last_at), COALESCE(excluded.last_at, last_at)), "
-            "first_step = CASE WHEN excluded.first_at IS NOT NULL AND (first_at IS NULL OR excluded.first_at < first_at) "
-            "THEN excluded.first_step ELSE first_step END, "
-            "first_at = MIN(COALESCE(first_at, excluded.first_at), COALESCE(excluded.first_at, first_at)), "
-            "step_time = COALESCE(excluded.step_time, step_time)",
+            "step = GREATEST(COALESCE(progress.step, excluded.step), COALESCE(excluded.step, progress.step)), "
+            "checkpoint_at = CASE WHEN excluded.checkpoint IS NOT NULL AND (progress.checkpoint IS NULL OR excluded.checkpoint > progress.checkpoint) "
+            "THEN excluded.checkpoint_at ELSE progress.checkpoint_at END, "
+            "checkpoint = GREATEST(COALESCE(progress.checkpoint, excluded.checkpoint), COALESCE(excluded.checkpoint, progress.checkpoint)), "
+            "last_at = GREATEST(COALESCE(progress.last_at, excluded.last_at), COALESCE(excluded.last_at, progress.last_at)), "
+            "first_step = CASE WHEN excluded.first_at IS NOT NULL AND (progress.first_at IS NULL OR excluded.first_at < progress.first_at) "
+            "THEN excluded.first_step ELSE progress.first_step END, "
+            "first_at = LEAST(COALESCE(progress.first_at, excluded.first_at), COALESCE(excluded.first_at, progress.first_at)), "
+            "step_time = COALESCE(excluded.step_time, progress.step_time)",
             (job, int(attempt), step, checkpoint, last_at, first_at, first_step, checkpoint_at, step_time),
             pending_ok=True,  # a table no buffered write touches
         )

@@ -4,13 +4,13 @@ firings that derived them, the job progress they were judged with, and operators
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from engine.errors import StoreError
 from engine.facts import Fact
 from engine.store.connection import Connection
+from engine.store.dialect import DB_ERRORS
 
 __all__ = ["IncidentRow", "IncidentTables"]
 
@@ -47,7 +47,7 @@ class IncidentRow:
         return d
 
 
-def _row_to_incident(r: sqlite3.Row) -> IncidentRow:
+def _row_to_incident(r: Any) -> IncidentRow:
     return IncidentRow(
         id=r["id"],
         key=r["key"],
@@ -235,7 +235,7 @@ class IncidentTables(Connection):
             if bump is not None:  # counted before this row existed: it must not count it
                 try:
                     self._write_bump(fact.id, *bump)
-                except sqlite3.Error as exc:
+                except DB_ERRORS as exc:
                     raise StoreError(f"{self.path}: {exc}") from None
             self._exec(
                 "INSERT INTO facts(incident, id, kind, attrs, at, origin, derived_by) VALUES (?,?,?,?,?,?,?) "
@@ -310,9 +310,12 @@ class IncidentTables(Connection):
         ]
 
     def rules_fired(self, incident: int) -> list[str]:
+        """Each rule once, in the order it first fired."""
         return [
             r["rule"]
-            for r in self._exec("SELECT DISTINCT rule FROM firings WHERE incident = ? ORDER BY id", (incident,))
+            for r in self._exec(
+                "SELECT rule FROM firings WHERE incident = ? GROUP BY rule ORDER BY MIN(id)", (incident,)
+            )
         ]
 
     # -- job progress ----------------------------------------------------------------------
@@ -321,8 +324,8 @@ class IncidentTables(Connection):
     ) -> None:
         self._exec(
             "INSERT INTO progress(job, attempt, step, checkpoint, last_at) VALUES (?,?,?,?,?) "
-            "ON CONFLICT(job, attempt) DO UPDATE SET step=MAX(COALESCE(step, excluded.step), COALESCE(excluded.step, step)), "
-            "checkpoint=MAX(COALESCE(checkpoint, excluded.checkpoint), COALESCE(excluded.checkpoint, checkpoint)), "
+            "ON CONFLICT(job, attempt) DO UPDATE SET step=GREATEST(COALESCE(progress.step, excluded.step), COALESCE(excluded.step, progress.step)), "
+            "checkpoint=GREATEST(COALESCE(progress.checkpoint, excluded.checkpoint), COALESCE(excluded.checkpoint, progress.checkpoint)), "
             "last_at=excluded.last_at",
             (job, attempt, step, checkpoint, last_at),
         )

@@ -98,7 +98,7 @@ class ActionsJournal(Connection):
         self._exec(
             "UPDATE actions SET status=?, rc=COALESCE(?, rc), output=COALESCE(?, output), verified=COALESCE(?, verified), "
             "note=COALESCE(?, note), attempts=attempts + ?, updated_at=?, term=?, "
-            "issued_at=CASE WHEN ? THEN ? ELSE issued_at END WHERE id=?",
+            "issued_at=CASE WHEN ? = 1 THEN ? ELSE issued_at END WHERE id=?",
             (
                 str(status),
                 rc,

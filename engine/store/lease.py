@@ -1,10 +1,11 @@
 """The leader lease: one row naming the controller that may act, its term and its expiry, and the
 controllers that share the store (leader and followers, for ``recover status``).
 
-Every decision about the lease is one ``BEGIN IMMEDIATE`` transaction that reads and writes the
-row against the database's own clock (``schema.NOW_SQL``: on SQLite the wall clock of the process
-that writes, the one writer at a time), never the caller's: two controllers cannot both see the
-lease free. A new holder gets the next term; the term is the fencing token that every acted
+Every decision about the lease is one write transaction (SQLite's ``BEGIN IMMEDIATE``; on
+PostgreSQL a lock on the lease table taken first) that reads and writes the row against the
+database's own clock (``schema.NOW_SQL``: on SQLite the wall clock of the process that writes,
+the one writer at a time; on PostgreSQL the server's), never the caller's: two controllers cannot
+both see the lease free. A new holder gets the next term; the term is the fencing token that every acted
 journal row and every leader transaction carries, checked by the database (schema migration 7).
 
     lease = store.acquire("host:123:1700000000", ttl=15.0)   # a LeaseView; .term set when ours
@@ -14,12 +15,12 @@ journal row and every leader transaction carries, checked by the database (schem
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import StoreError
 from engine.store.connection import Connection, store_error
+from engine.store.dialect import DB_ERRORS
 from engine.store.schema import NOW_SQL
 
 __all__ = ["LeaseTables", "LeaseView"]
@@ -51,30 +52,31 @@ class LeaseTables(Connection):
     """lease, controllers."""
 
     def _locked(self, fn) -> Any:
-        """``fn(db)`` in its own write transaction (the lease is never part of a batch)."""
+        """``fn()`` in its own write transaction (the lease is never part of a batch)."""
         with self._lock:
             if self.db.in_transaction:
                 raise RuntimeError("the lease is decided in its own transaction, not inside another")
             try:
-                self.db.execute("BEGIN IMMEDIATE")
+                self.db.execute(self.dialect.begin)
                 try:
-                    out = fn(self.db)
+                    if self.dialect.lock_lease:
+                        self.db.execute(self.dialect.lock_lease)
+                    out = fn()
                 except BaseException:
                     self.db.execute("ROLLBACK")
                     raise
                 self.db.execute("COMMIT")
                 return out
-            except sqlite3.Error as exc:
+            except DB_ERRORS as exc:
                 if self.db.in_transaction:
                     try:
                         self.db.execute("ROLLBACK")
-                    except sqlite3.Error:
+                    except DB_ERRORS:
                         pass
                 raise store_error(self.path, exc) from None
 
-    @staticmethod
-    def _row(db: sqlite3.Connection) -> LeaseView | None:
-        row = db.execute(
+    def _row(self) -> LeaseView | None:
+        row = self._x(
             f"SELECT holder, term, expires, acquired_at, renewed_at, {NOW_SQL} FROM lease WHERE name = 'leader'"
         ).fetchone()
         if row is None:
@@ -85,8 +87,8 @@ class LeaseTables(Connection):
         """The lease as it stands (None: no controller ever led this store). Reads only."""
         with self._lock:
             try:
-                return self._row(self.db)
-            except sqlite3.Error as exc:
+                return self._row()
+            except DB_ERRORS as exc:
                 raise store_error(self.path, exc) from None
 
     def acquire(self, holder: str, ttl: float, dead: str | None = None) -> LeaseView:
@@ -95,29 +97,29 @@ class LeaseTables(Connection):
         after the decision: ``.ours`` says whether ``holder`` holds it now. ``dead``: a holder the
         caller knows has exited (a process of its own host that is gone): its lease is free too."""
 
-        def take(db: sqlite3.Connection) -> LeaseView:
-            cur = self._row(db)
+        def take() -> LeaseView:
+            cur = self._row()
             if cur is None:
-                db.execute(
+                self._x(
                     "INSERT INTO lease(name, holder, term, expires, acquired_at, renewed_at) "
                     f"VALUES ('leader', ?, 1, {NOW_SQL} + ?, {NOW_SQL}, {NOW_SQL})",
                     (holder, ttl),
                 )
             elif cur.holder == holder and cur.live:
-                db.execute(
+                self._x(
                     f"UPDATE lease SET expires = {NOW_SQL} + ?, renewed_at = {NOW_SQL} WHERE name = 'leader'", (ttl,)
                 )
             elif not cur.live or (dead is not None and cur.holder == dead):
                 # a holder that let it run out gets a new term too: what it did under the old one is
                 # resumed from the journal like anyone else's
-                db.execute(
+                self._x(
                     f"UPDATE lease SET holder = ?, term = term + 1, expires = {NOW_SQL} + ?, "
                     f"acquired_at = {NOW_SQL}, renewed_at = {NOW_SQL} WHERE name = 'leader'",
                     (holder, ttl),
                 )
             else:
                 return cur
-            got = self._row(db)
+            got = self._row()
             assert got is not None
             return LeaseView(**{**got.__dict__, "ours": True})
 
@@ -127,8 +129,8 @@ class LeaseTables(Connection):
     def renew(self, holder: str, term: int, ttl: float) -> bool:
         """Extend a live lease this holder holds under this term; False when it is no longer so."""
 
-        def extend(db: sqlite3.Connection) -> bool:
-            cur = db.execute(
+        def extend() -> bool:
+            cur = self._x(
                 f"UPDATE lease SET expires = {NOW_SQL} + ?, renewed_at = {NOW_SQL} "
                 f"WHERE name = 'leader' AND holder = ? AND term = ? AND expires > {NOW_SQL}",
                 (ttl, holder, term),
@@ -142,9 +144,9 @@ class LeaseTables(Connection):
         """Give the lease up (a clean stop, or a renewal that failed): it expires now, so a
         follower takes it on its next try. The row stays, with its term: fencing goes on."""
 
-        def give_up(db: sqlite3.Connection) -> bool:
-            cur = db.execute(
-                f"UPDATE lease SET expires = MIN(expires, {NOW_SQL}) WHERE name = 'leader' AND holder = ? AND term = ?",
+        def give_up() -> bool:
+            cur = self._x(
+                f"UPDATE lease SET expires = LEAST(expires, {NOW_SQL}) WHERE name = 'leader' AND holder = ? AND term = ?",
                 (holder, term),
             )
             return cur.rowcount == 1
@@ -160,12 +162,12 @@ class LeaseTables(Connection):
             self.term = None
             try:
                 self._locked(
-                    lambda db: db.execute(
-                        f"UPDATE lease SET expires = MIN(expires, {NOW_SQL}) WHERE name = 'leader' AND term = ?",
+                    lambda: self._x(
+                        f"UPDATE lease SET expires = LEAST(expires, {NOW_SQL}) WHERE name = 'leader' AND term = ?",
                         (term,),
                     )
                 )
-            except (StoreError, sqlite3.Error, RuntimeError):
+            except DB_ERRORS + (StoreError, RuntimeError):
                 pass  # it runs out by itself
         super().close()
 
@@ -182,10 +184,10 @@ class LeaseTables(Connection):
         """This controller is alive, as leader or follower (``recover status`` lists them); those
         not heard of for ``forget_after`` seconds (killed, their host gone) leave the list."""
 
-        def beat(db: sqlite3.Connection) -> None:
+        def beat() -> None:
             if forget_after is not None:
-                db.execute(f"DELETE FROM controllers WHERE seen_at < {NOW_SQL} - ?", (forget_after,))
-            db.execute(
+                self._x(f"DELETE FROM controllers WHERE seen_at < {NOW_SQL} - ?", (forget_after,))
+            self._x(
                 "INSERT INTO controllers(holder, role, term, mode, started_at, seen_at, info) "
                 f"VALUES (?, ?, ?, ?, ?, {NOW_SQL}, ?) ON CONFLICT(holder) DO UPDATE SET role = excluded.role, "
                 "term = excluded.term, mode = excluded.mode, seen_at = excluded.seen_at, info = excluded.info",
@@ -196,7 +198,7 @@ class LeaseTables(Connection):
 
     def forget_controller(self, holder: str) -> None:
         """A controller that stopped cleanly leaves the list."""
-        self._locked(lambda db: db.execute("DELETE FROM controllers WHERE holder = ?", (holder,)))
+        self._locked(lambda: self._x("DELETE FROM controllers WHERE holder = ?", (holder,)))
 
     def controllers(self) -> list[dict[str, Any]]:
         """Every controller that said it was alive, with how long ago (``age_s``, database clock)."""

@@ -12,17 +12,34 @@ the columns added since: migration 2 creates what is missing, and every column a
 migration is added only where it is missing.
 
 A new column or table is a new entry at the end; an entry once released is never edited.
+
+One list serves both databases (``dialect.py``): a statement is written once, in SQLite's types,
+which PostgreSQL gets as its own (``Dialect.ddl``); where the two cannot say the same thing (the
+stale-term triggers, a column added where missing, the schema version's table) a step is given
+per dialect (``PerDialect``) or is a function of the connection and its dialect.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from typing import Callable, Sequence, Union
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence, Union
 
-__all__ = ["FENCED_MESSAGE", "MIGRATIONS", "NOW_SQL", "SCHEMA_VERSION", "migrate", "schema_version"]
+from engine.store.dialect import NOW_MARK, SQLITE, Dialect
 
-#: a statement, or a step that needs to look at the database first
-Step = Union[str, Callable[[sqlite3.Connection], None]]
+__all__ = ["FENCED_MESSAGE", "MIGRATIONS", "NOW_SQL", "SCHEMA_VERSION", "PerDialect", "migrate", "schema_version"]
+
+
+@dataclass(frozen=True)
+class PerDialect:
+    """Statements that differ between the databases: each gets its own (none: nothing to do)."""
+
+    sqlite: tuple[str, ...] = ()
+    postgresql: tuple[str, ...] = ()
+
+
+#: a statement (both databases), statements per database, or a step that looks at the database first
+Step = Union[str, PerDialect, Callable[[Any, Dialect], None]]
 
 #: the tables and indexes as the first versioned store created them
 _TABLES: tuple[str, ...] = (
@@ -71,7 +88,7 @@ _TABLES: tuple[str, ...] = (
     "CREATE INDEX IF NOT EXISTS incidents_job ON incidents(job)",
     "CREATE INDEX IF NOT EXISTS incidents_closed ON incidents(closed_at)",
     """CREATE TABLE IF NOT EXISTS offsets (
-    source TEXT PRIMARY KEY, inode INTEGER, offset INTEGER NOT NULL, line_no INTEGER NOT NULL,
+    source TEXT PRIMARY KEY, inode INTEGER, "offset" INTEGER NOT NULL, line_no INTEGER NOT NULL,
     updated_at REAL NOT NULL
 )""",
     """CREATE TABLE IF NOT EXISTS progress (
@@ -97,13 +114,38 @@ _TABLES: tuple[str, ...] = (
 
 
 #: the database's clock, in Unix seconds: on SQLite the clock of the process that writes (the
-#: library runs in it); every lease decision is taken in SQL against this one expression
-NOW_SQL = "((julianday('now') - 2440587.5) * 86400.0)"
+#: library runs in it), on PostgreSQL the server's; every lease decision is taken in SQL against
+#: this one expression (a marker each dialect spells: ``Dialect.now``)
+NOW_SQL = NOW_MARK
 
 #: a write with a stale term is refused here, by the database, whatever the process believes
 FENCED_MESSAGE = "recover: stale leader term"
 
-_LEASE: tuple[str, ...] = (
+#: the same fence on PostgreSQL: trigger functions, raising the same message (one function for an
+#: action's insert and update; the lease's checks the term a leader's transaction commits under)
+_PG_FENCE: tuple[str, ...] = (
+    f"""CREATE OR REPLACE FUNCTION recover_actions_term() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.mode = 'act' AND EXISTS (SELECT 1 FROM lease WHERE name = 'leader')
+     AND NOT EXISTS (SELECT 1 FROM lease WHERE name = 'leader' AND term = NEW.term AND expires > {NOW_SQL}) THEN
+    RAISE EXCEPTION '{FENCED_MESSAGE}';
+  END IF;
+  RETURN NEW;
+END $$""",
+    "DROP TRIGGER IF EXISTS actions_term ON actions",
+    "CREATE TRIGGER actions_term BEFORE INSERT OR UPDATE ON actions FOR EACH ROW EXECUTE FUNCTION recover_actions_term()",
+    f"""CREATE OR REPLACE FUNCTION recover_lease_fence() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.fence IS DISTINCT FROM OLD.term OR OLD.expires <= {NOW_SQL} THEN
+    RAISE EXCEPTION '{FENCED_MESSAGE}';
+  END IF;
+  RETURN NEW;
+END $$""",
+    "DROP TRIGGER IF EXISTS lease_fence ON lease",
+    "CREATE TRIGGER lease_fence BEFORE UPDATE OF fence ON lease FOR EACH ROW EXECUTE FUNCTION recover_lease_fence()",
+)
+
+_LEASE: tuple[Step, ...] = (
     """CREATE TABLE IF NOT EXISTS lease (
     name TEXT PRIMARY KEY,          -- 'leader'
     holder TEXT NOT NULL,           -- host:pid:start of the controller that holds it
@@ -117,28 +159,36 @@ _LEASE: tuple[str, ...] = (
     started_at REAL NOT NULL, seen_at REAL NOT NULL,
     info TEXT                       -- JSON: what it sees (the scheduler's health)
 )""",
-    # an acted action is journaled and moved only under the lease's live term (once a lease exists:
-    # a store no controller ever led, a replay's or a test's, has no leader to fence)
-    f"""CREATE TRIGGER IF NOT EXISTS actions_term_insert BEFORE INSERT ON actions
+    PerDialect(
+        sqlite=(
+            # an acted action is journaled and moved only under the lease's live term (once a lease exists:
+            # a store no controller ever led, a replay's or a test's, has no leader to fence)
+            f"""CREATE TRIGGER IF NOT EXISTS actions_term_insert BEFORE INSERT ON actions
 WHEN NEW.mode = 'act' AND EXISTS (SELECT 1 FROM lease WHERE name = 'leader')
   AND NOT EXISTS (SELECT 1 FROM lease WHERE name = 'leader' AND term = NEW.term AND expires > {NOW_SQL})
 BEGIN SELECT RAISE(ABORT, '{FENCED_MESSAGE}'); END""",
-    f"""CREATE TRIGGER IF NOT EXISTS actions_term_update BEFORE UPDATE ON actions
+            f"""CREATE TRIGGER IF NOT EXISTS actions_term_update BEFORE UPDATE ON actions
 WHEN NEW.mode = 'act' AND EXISTS (SELECT 1 FROM lease WHERE name = 'leader')
   AND NOT EXISTS (SELECT 1 FROM lease WHERE name = 'leader' AND term = NEW.term AND expires > {NOW_SQL})
 BEGIN SELECT RAISE(ABORT, '{FENCED_MESSAGE}'); END""",
-    # a leader's write transaction (incidents, facts, read offsets) sets lease.fence to its term
-    # before it commits: refused unless that term is the live one
-    f"""CREATE TRIGGER IF NOT EXISTS lease_fence BEFORE UPDATE OF fence ON lease
+            # a leader's write transaction (incidents, facts, read offsets) sets lease.fence to its term
+            # before it commits: refused unless that term is the live one
+            f"""CREATE TRIGGER IF NOT EXISTS lease_fence BEFORE UPDATE OF fence ON lease
 WHEN NEW.fence IS NOT OLD.term OR OLD.expires <= {NOW_SQL}
 BEGIN SELECT RAISE(ABORT, '{FENCED_MESSAGE}'); END""",
+        ),
+        postgresql=_PG_FENCE,
+    ),
 )
 
 
-def _add_column(table: str, column: str, decl: str) -> Callable[[sqlite3.Connection], None]:
+def _add_column(table: str, column: str, decl: str) -> Callable[[Any, Dialect], None]:
     """``ALTER TABLE ... ADD COLUMN`` where the column is missing (see the module docstring)."""
 
-    def step(db: sqlite3.Connection) -> None:
+    def step(db: Any, dialect: Dialect) -> None:
+        if dialect is not SQLITE:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {dialect.ddl(decl)}")
+            return
         have = {r[1] for r in db.execute(f"PRAGMA table_info({table})").fetchall()}
         if column not in have:
             db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
@@ -149,7 +199,16 @@ def _add_column(table: str, column: str, decl: str) -> Callable[[sqlite3.Connect
 
 #: (version, steps), in order
 MIGRATIONS: tuple[tuple[int, Sequence[Step]], ...] = (
-    (1, _TABLES),
+    # PostgreSQL has no rowid: facts get one, the order they were recorded in (SQLite's is implicit)
+    (
+        1,
+        (
+            *_TABLES,
+            PerDialect(
+                postgresql=("ALTER TABLE facts ADD COLUMN IF NOT EXISTS rowid BIGINT GENERATED BY DEFAULT AS IDENTITY",)
+            ),
+        ),
+    ),
     # a database the ad-hoc era marked 1 may predate some tables and indexes
     (2, _TABLES),
     # offsets keep a fingerprint of the file's first bytes (a new file on a reused inode)
@@ -192,9 +251,13 @@ MIGRATIONS: tuple[tuple[int, Sequence[Step]], ...] = (
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 
-def schema_version(db: sqlite3.Connection) -> int | None:
+def schema_version(db: Any, dialect: Dialect = SQLITE) -> int | None:
     """The version ``meta`` records; None for a database that never had one (a new file)."""
-    if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone() is None:
+    if dialect is SQLITE:
+        probe = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+    else:
+        probe = "SELECT 1 WHERE to_regclass('meta') IS NOT NULL"
+    if db.execute(probe).fetchone() is None:
         return None
     row = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
     if row is None:
@@ -205,29 +268,46 @@ def schema_version(db: sqlite3.Connection) -> int | None:
         raise sqlite3.DatabaseError(f"meta.schema is {row[0]!r}, not a version") from None
 
 
-def migrate(db: sqlite3.Connection) -> int | None:
+#: PostgreSQL: the transaction-scoped advisory lock two processes migrating one database take
+#: (SQLite's ``BEGIN IMMEDIATE`` is the write lock itself); an arbitrary constant of this program
+_MIGRATE_LOCK = 0x5245434F
+
+
+def _apply(db: Any, dialect: Dialect, step: Step) -> None:
+    if isinstance(step, PerDialect):
+        for sql in step.sqlite if dialect is SQLITE else step.postgresql:
+            db.execute(dialect.ddl(sql))
+    elif callable(step):
+        step(db, dialect)
+    else:
+        db.execute(dialect.ddl(step))
+
+
+def migrate(db: Any, dialect: Dialect = SQLITE) -> int | None:
     """Apply the migrations above the database's version; the version it had (None: new).
 
-    ``db`` is in autocommit mode (``isolation_level=None``): each migration is its own
-    ``BEGIN IMMEDIATE`` ... ``COMMIT``. A database newer than this code is left as it is: its
-    extra columns do not stop this version from reading and writing the ones it knows."""
-    had = schema_version(db)
+    ``db`` is in autocommit mode (``isolation_level=None``; psycopg's autocommit): each migration
+    is its own write transaction. A database newer than this code is left as it is: its extra
+    columns do not stop this version from reading and writing the ones it knows."""
+    had = schema_version(db, dialect)
     if had is not None and had >= SCHEMA_VERSION:
         return had  # up to date: no write lock taken (another process may be writing)
     for version, steps in MIGRATIONS:
-        db.execute("BEGIN IMMEDIATE")
+        db.execute(dialect.begin)
         try:
-            now = schema_version(db)  # again, under the write lock: another process may have migrated
+            if dialect is not SQLITE:
+                db.execute(f"SELECT pg_advisory_xact_lock({_MIGRATE_LOCK})")
+            now = schema_version(db, dialect)  # again, under the lock: another process may have migrated
             if now is not None and now >= version:
                 db.execute("ROLLBACK")
                 continue
             for step in steps:
-                if callable(step):
-                    step(db)
-                else:
-                    db.execute(step)
+                _apply(db, dialect, step)
             db.execute(
-                "INSERT INTO meta(key, value) VALUES ('schema', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                dialect.sql(
+                    "INSERT INTO meta(key, value) VALUES ('schema', ?) "
+                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+                ),
                 (str(version),),
             )
             db.execute("COMMIT")

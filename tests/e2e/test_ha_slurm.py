@@ -1,7 +1,8 @@
 """Two `recover run` on one SQLite store against the real Slurm (issue 22, "one leader, fenced"):
 the second follows; the leader killed with SIGKILL between the drain and the requeue is replaced
 within the lease + 10 s and the plan completes with no action doubled; a leader paused (SIGSTOP)
-past its lease and resumed never acts again. Run under the cluster lock:
+past its lease and resumed never acts again, on SQLite and on PostgreSQL (there the lease runs out
+by the server's clock and the server's triggers refuse the old term). Run under the cluster lock:
 
     flock /tmp/slurm.lock .venv/bin/python -m pytest -q -p no:cacheprovider tests/e2e/test_ha_slurm.py
 """
@@ -14,6 +15,7 @@ import time
 
 import pytest
 
+from engine.store import Store, StoreError
 from tests.e2e.test_slurm_e2e import JOB, Harness, slurm  # noqa: F401  (the module's fixture)
 from tests.helpers import wait_for
 
@@ -24,6 +26,31 @@ LEASE_S = 3.0
 @pytest.fixture
 def h(tmp_path, slurm):
     harness = Harness(tmp_path, slurm)
+    yield harness
+    harness.close()
+
+
+class PgHarness(Harness):
+    """The same world with the store on PostgreSQL, read through a read-only Store."""
+
+    def __init__(self, tmp, slurm, dsn: str):
+        super().__init__(tmp, slurm)
+        self.db = dsn  # type: ignore[assignment]
+
+    def query(self, sql: str, *args):
+        try:
+            st = Store(self.db, readonly=True)
+        except StoreError:  # the controller has not created the tables yet
+            return []
+        try:
+            return [tuple(r) for r in st._exec(sql, args)]
+        finally:
+            st.close()
+
+
+@pytest.fixture
+def h_pg(tmp_path, slurm, pg_dsn):
+    harness = PgHarness(tmp_path, slurm, pg_dsn)
     yield harness
     harness.close()
 
@@ -109,6 +136,14 @@ def test_leader_killed_between_drain_and_requeue_the_follower_completes_the_plan
 
 
 def test_leader_paused_past_its_lease_never_acts_when_resumed(h):
+    paused_leader_never_acts(h)
+
+
+def test_leader_paused_past_its_lease_never_acts_when_resumed_on_postgresql(h_pg):
+    paused_leader_never_acts(h_pg)
+
+
+def paused_leader_never_acts(h: Harness) -> None:
     h.start_agents()
     # a short hold: the leader runs the drain and is paused before it journals the result
     a = start(h, "a", env={"RECOVER_TEST_HOLD_AFTER_RUN": "3"})

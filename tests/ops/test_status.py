@@ -15,8 +15,8 @@ from engine.store import ActionStatus, Store
 runner = CliRunner()
 
 
-def test_status_names_leader_followers_scheduler_and_backlog(tmp_path):
-    db = tmp_path / "r.db"
+def test_status_names_leader_followers_scheduler_and_backlog(db_target):
+    db = db_target
     a, b = Store(db), Store(db)
     lead = Leadership(a, 30, holder="hostA:11:1.0", info=lambda: {"scheduler": "ok"})
     follow = Leadership(b, 30, holder="hostB:22:2.0")
@@ -53,9 +53,9 @@ def test_status_names_leader_followers_scheduler_and_backlog(tmp_path):
     b.close()
 
 
-def test_status_of_a_store_no_controller_led(tmp_path):
-    Store(tmp_path / "r.db").close()
-    out = runner.invoke(app, ["status", "--db", str(tmp_path / "r.db")])
+def test_status_of_a_store_no_controller_led(db_target):
+    Store(db_target).close()
+    out = runner.invoke(app, ["status", "--db", db_target])
     assert out.exit_code == 0, out.output
     assert "no controller has led this store" in out.output
 

@@ -1,4 +1,5 @@
-"""The leader lease and its fence, on one SQLite file shared by two connections (two controllers):
+"""The leader lease and its fence, on one database shared by two connections (two controllers),
+SQLite and PostgreSQL (``db_target``):
 one holder at a time, a new term at each change, and a stale term refused by the database itself
 (the triggers of schema migration 7), not by the code that believes it leads."""
 
@@ -8,13 +9,16 @@ import time
 
 import pytest
 
+from engine.clock import FakeClock
 from engine.errors import Fenced
+from engine.live.leader import Leadership
 from engine.store import ActionStatus, Store
+from tests.helpers import wait_for
 
 
 @pytest.fixture
-def two(tmp_path):
-    a, b = Store(tmp_path / "r.db"), Store(tmp_path / "r.db")
+def two(db_target):
+    a, b = Store(db_target), Store(db_target)
     yield a, b
     a.close()
     b.close()
@@ -87,9 +91,9 @@ def test_no_term_refused_once_a_lease_exists(two):
     assert b.add_action(inc, "k2", "drain", "n1", ["x"], "recommend", ActionStatus.RECOMMENDED) is not None
 
 
-def test_store_without_a_lease_is_unfenced(tmp_path):
+def test_store_without_a_lease_is_unfenced(db_target):
     """A store no controller ever led (replay, tools, unit tests) journals as before."""
-    s = Store(tmp_path / "r.db")
+    s = Store(db_target)
     inc = _incident(s)
     assert s.add_action(inc, "k1", "drain", "n1", ["x"], "act", ActionStatus.PLANNED) is not None
     s.close()
@@ -111,3 +115,45 @@ def test_controllers_not_heard_of_are_forgotten(two):
     time.sleep(0.3)
     a.heartbeat("A", "leader", 1, "act", 1.0, forget_after=0.2)  # B was killed: not listed
     assert [r["holder"] for r in a.controllers()] == ["A"]
+
+
+def test_a_paused_leader_is_fenced_by_the_database_clock(db_target):
+    """Two controllers on one store, each with its own Leadership. The leader is paused (it simply
+    stops renewing; its process clock is frozen, so it still believes it leads); the lease runs out
+    by the database's clock (on PostgreSQL the server's), the follower takes it under the next
+    term, and every write the old leader still tries is refused by the database."""
+    frozen = FakeClock(start=1_000.0)  # the paused leader's own clock: it never sees time pass
+    a = Store(db_target, clock=frozen)
+    b = Store(db_target, clock=FakeClock(start=1e10))  # a follower whose clock runs far ahead
+    try:
+        lead = Leadership(a, ttl=0.5, holder="A", clock=frozen)
+        follow = Leadership(b, ttl=30, holder="B")
+        assert lead.tick() == "took" and a.term == 1
+        assert follow.tick() is None and b.term is None  # its clock says nothing: the lease is live
+        inc = _incident(a)
+        aid = a.add_action(inc, "k1", "drain", "n1", ["scontrol"], "act", ActionStatus.PLANNED)
+        assert aid is not None  # the holder's write lands
+        with pytest.raises(Fenced):  # and no one else's
+            b.add_action(inc, "k2", "drain", "n2", ["scontrol"], "act", ActionStatus.PLANNED)
+
+        # the pause: no tick from A; the database's clock alone ends its lease
+        wait_for("the lease to run out by the database's clock", lambda: not b.lease().live, timeout=10)
+        assert lead.acting()  # A's frozen clock still says it leads: only the database stops it
+        # the follower looks again on its own schedule (every second at most)
+        wait_for("the follower to take the lease", lambda: follow.tick() == "took", timeout=10)
+        assert b.term == 2 and b.lease().holder == "B"
+
+        with pytest.raises(Fenced):
+            a.update_action(aid, ActionStatus.STARTED, attempt=True)
+        with pytest.raises(Fenced):
+            a.add_action(inc, "k3", "requeue", "1", ["scontrol"], "act", ActionStatus.PLANNED)
+        with pytest.raises(Fenced):
+            with a.transaction():
+                a.save_offset("/logs/slurm-1.out", 7, 4096, 12)
+        assert b.offsets() == {}  # rolled back with the refused transaction
+        assert [(r["idem_key"], r["status"], r["term"]) for r in b.actions(inc)] == [("k1", "planned", 1)]
+        b.update_action(aid, ActionStatus.STARTED, attempt=True)  # the new leader resumes it
+        assert b.actions(inc)[0]["term"] == 2
+    finally:
+        a.close()
+        b.close()

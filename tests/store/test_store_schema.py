@@ -197,7 +197,7 @@ def test_a_migration_that_fails_leaves_the_database_at_the_version_before(tmp_pa
     _old_database(path, _OLDER_SCHEMA)
     import engine.store.schema as schema
 
-    def boom(db):
+    def boom(db, dialect):
         raise sqlite3.OperationalError("disk I/O error")
 
     broken = tuple((v, (boom,) if v == 4 else steps) for v, steps in schema.MIGRATIONS)
