@@ -31,6 +31,7 @@ data-loading column is never a straggler. The conclusion is a ``slow_node`` fact
 ``scope: job`` and a ``peer`` (the unit as printed), and never a ``node``: the job's text does
 not place the slow unit on a node (DESIGN.md, "who may say what").
 
+Table parts are never sampled out like heartbeats (``StreamFacts``), so a table is read whole.
 Pure and bounded: at most ``MAX_ROWS`` rows per table, ``MAX_COLS`` figures per row, one open
 table per file.
 """

@@ -126,3 +126,26 @@ def test_warmup_and_figures_of_another_kind_are_no_straggler():
     mixed = [running(s, r, 800.0, metric="speed", unit="samples/sec") for s in range(1, 9) for r in range(4)]
     mixed += [running(s, 0, 150.0, metric="eval_speed", unit="samples/sec") for s in range(1, 9)]
     assert track(mixed) == []
+
+
+# -- through the shipped matchers and a replay -----------------------------------------------
+
+
+def _replay(tmp_path, text: str) -> list[tuple]:
+    from engine.core.replay import file_input, replay_inputs
+    from engine.store import Store
+
+    path = tmp_path / "slurm-4344.out"
+    path.write_text(text)
+    store = Store(":memory:")
+    res = replay_inputs([file_input(str(path))], require_rulebook(), store)
+    return [(c.decision.fault_class, c.decision.decision, c.decision.nodes) for c in res.incidents]
+
+
+def test_a_long_table_is_read_whole_no_row_is_sampled_out(tmp_path):
+    # 64 ranks, the slow one last: past the progress sampler's burst, which no table row is subject to
+    rows = "\n".join(f"  {r:4d}  {0.020 + r / 10000:8.3f}  {1.250:8.3f}" for r in range(63))
+    text = f"step 100\n  rank   data_time   step_time\n{rows}\n    63   41.500     1.250\n"
+    assert _replay(tmp_path, text) == [("straggler", "observe", ())]
+    healthy = text.replace("41.500", " 0.021")
+    assert _replay(tmp_path, healthy) == []
