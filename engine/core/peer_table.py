@@ -161,8 +161,8 @@ class PeerTables:
             self._open.pop(key, None)  # the table ended before this row
             return []
         t.line = line
-        cells = [float(x) for x in _NUM.findall(str(fact.get("cells") or ""))[:MAX_COLS]]
-        peer = str(fact.get("peer"))
+        cells = [float(x) for x in _NUM.findall(str(fact.get("cells") or fact.get("cell1") or ""))[:MAX_COLS]]
+        peer = str(fact.get("peer") or fact.get("peer1"))
         if t.kind == "header" and len(cells) != t.ncols:
             self._open.pop(key, None)
             return []

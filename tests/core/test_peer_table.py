@@ -149,3 +149,12 @@ def test_a_long_table_is_read_whole_no_row_is_sampled_out(tmp_path):
     assert _replay(tmp_path, text) == [("straggler", "observe", ())]
     healthy = text.replace("41.500", " 0.021")
     assert _replay(tmp_path, healthy) == []
+
+
+def test_a_one_column_table_of_hosts(tmp_path):
+    rows = "\n".join(f"gpu{n:02d}   {45.0 + n / 10:.1f}" for n in range(1, 8))
+    text = f"node   throughput(GB/s)\n{rows}\ngpu08   21.3\n"
+    assert _replay(tmp_path, text) == [("straggler", "observe", ())]
+    assert _replay(tmp_path, text.replace("21.3", "44.8")) == []
+    # the same lines with no header are no table
+    assert _replay(tmp_path, text.split("\n", 1)[1]) == []
