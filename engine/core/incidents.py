@@ -179,7 +179,8 @@ class Engine:
                     job, attempt, str(fact.get("node")), str(fact.get("peer")), fact.origin, self._holding(job, attempt)
                 )
         if fact.kind == "progress":
-            self.ledger.progress(fact)
+            if fact.get("table") is None:  # a part of a table of peers (peer_table) is no training step
+                self.ledger.progress(fact)
             for conclusion in self.tracker.observe(fact):
                 self._assert_chain(conclusion)
             return

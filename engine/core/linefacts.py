@@ -69,7 +69,13 @@ class StreamFacts:
         self._looked = scanner.position[0]  # stream offset up to which earlier bytes were looked at
         self._data, self._base = b"", 0
         # progress matchers (scanner numbering); those whose lines are sampled, see ProgressSampler
-        self._all_progress = frozenset(i for i, j in enumerate(index_map) if converter.matchers[j].emit == "progress")
+        # (the parts of a table of peers, ``attrs: {table: ...}``, are no heartbeat: never sampled,
+        # and no sign the job went on after an error line; engine.core.peer_table)
+        self._all_progress = frozenset(
+            i
+            for i, j in enumerate(index_map)
+            if converter.matchers[j].emit == "progress" and "table" not in converter.matchers[j].attrs
+        )
         self._progress = self._all_progress if sample else frozenset()
         # progress matchers with a checkpoint group (scanner numbering): their lines that name one are kept
         names = getattr(scanner, "group_names", None)

@@ -26,6 +26,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from engine.core.peer_table import MIN_EXCESS_S, PeerTables, unit_cost
 from engine.facts import Fact
 from engine.rulebook.policy_model import Hang, Policy, Straggler
 
@@ -56,6 +57,8 @@ class _Attempt:
     times: dict[str, deque] = field(default_factory=dict)  # node -> recent step times
     slow_since: dict[str, float] = field(default_factory=dict)
     reported_slow: set[str] = field(default_factory=set)
+    points: dict[str, int] = field(default_factory=dict)  # peer unit -> points seen
+    slow_run: dict[str, int] = field(default_factory=dict)  # peer unit -> consecutive slow points
     own: dict[str, "_Series"] = field(default_factory=dict)  # progress matcher -> the job's own speed
 
 
@@ -76,6 +79,7 @@ class ProgressTracker:
         self.straggler: Straggler = policy.straggler
         self.attempts: dict[tuple[str, int], _Attempt] = {}
         self.running: dict[str, tuple[int, bool]] = {}  # job -> (attempt, running)
+        self.tables = PeerTables(self.straggler.table_factor, self.straggler.table_min_peers)
         self._out: list[Fact] = []
 
     def get(self, job: str, attempt: int) -> dict[str, Any] | None:
@@ -119,6 +123,9 @@ class ProgressTracker:
         if job is None:
             return []
         attempt = int(fact.get("attempt") or 0)
+        if fact.get("table") is not None:
+            # a part of a table of peers (engine.core.peer_table): no training step, no clock
+            return self.tables.observe(str(job), attempt, fact)
         a = self._touch(str(job), attempt, fact.at)
         for name in ("step", "checkpoint"):
             v = fact.get(name)
@@ -182,21 +189,34 @@ class ProgressTracker:
         cfg = self.straggler
         window = cfg.window
         a.times.setdefault(who, deque(maxlen=window)).append(st)
-        if len(a.times) < cfg.min_peers + 1:
+        unit = who.startswith("peer:")
+        if unit:
+            a.points[who] = a.points.get(who, 0) + 1
+        group = _group(who)
+        mates = [v for k, v in a.times.items() if v and _group(k) == group]
+        if len(mates) < cfg.min_peers + 1:
             return []
         mine = statistics.median(a.times[who])
-        peers = [statistics.median(v) for k, v in a.times.items() if k != who and v]
+        peers = [statistics.median(v) for k, v in a.times.items() if k != who and v and _group(k) == group]
         if not peers:
             return []
         typical = statistics.median(peers)
         if typical <= 0:
             return []
         ratio = mine / typical
-        if ratio < cfg.factor:
+        small = unit and _is_time(fact) and mine - typical < MIN_EXCESS_S  # milliseconds of noise
+        if ratio < cfg.factor or small or (unit and a.points[who] <= cfg.warmup):
+            # a unit's first points (compilation, cold caches, a slow first iteration) never count
             a.slow_since.pop(who, None)
+            a.slow_run.pop(who, None)
             return []
         since = a.slow_since.setdefault(who, fact.at)
-        if fact.at - since < cfg.duration or who in a.reported_slow:
+        # a run counts the unit's own points that are slow, not just a median still slow from before
+        run = a.slow_run[who] = a.slow_run.get(who, 0) + 1 if st >= cfg.factor * typical else 0
+        if who in a.reported_slow:
+            return []
+        # slow for ``duration``, or (a unit the job printed) for ``slow_points`` of its points in a row
+        if fact.at - since < cfg.duration and not (unit and run >= max(1, cfg.slow_points)):
             return []
         a.reported_slow.add(who)
         attrs = {
@@ -212,7 +232,7 @@ class ProgressTracker:
             attrs.update(
                 scope="job",
                 peer=who.rsplit(":", 1)[1],
-                evidence=f"{fact.get('matcher') or 'progress'}: unit {who.rsplit(':', 1)[1]} at x{ratio:.2f} its peers for {fact.at - since:.0f}s",
+                evidence=f"{fact.get('matcher') or 'progress'}: unit {who.rsplit(':', 1)[1]} at x{ratio:.2f} its peers for {run} points, {fact.at - since:.0f}s",
             )
         elif fact.get("node"):
             attrs["node"] = fact.get("node")
@@ -228,7 +248,9 @@ class ProgressTracker:
         is slow at once. Other points are running speeds: like a node's step time, the unit must
         stay slow for ``duration`` (``_straggler``'s rule)."""
         cfg = self.straggler
-        key = f"peer:{fact.get('matcher') or '-'}:{peer}"
+        # one group per way of printing: the matcher, what the figure is (its words) and its unit
+        metric = "".join(ch for ch in str(fact.get("metric") or "").lower() if ch.isalpha())[:40]
+        key = f"peer:{fact.get('matcher') or '-'}/{metric}/{str(fact.get('unit') or '').lower()}:{peer}"
         if not fact.get("final"):
             return self._straggler(job, attempt, a, key, cost, fact)
         a.times.setdefault(key, deque(maxlen=cfg.window)).append(cost)
@@ -293,10 +315,26 @@ class ProgressTracker:
 
     def forget(self, job: str, attempt: int) -> None:
         self.attempts.pop((job, attempt), None)
+        self.tables.forget(job, attempt)
+
+
+def _is_time(fact: Fact) -> bool:
+    """Whether a printed unit's figure is a time (rather than a rate)."""
+    unit = fact.get("unit")
+    return isinstance(unit, str) and "/" not in unit and "flop" not in unit.lower()
+
+
+def _group(key: str) -> str:
+    """Which units a unit is compared with: a printed unit with the others of its way of
+    printing; nodes and ranks with each other."""
+    return key.rsplit(":", 1)[0] if key.startswith("peer:") else ""
 
 
 def _cost(fact: Fact) -> float | None:
     """Seconds per step (or, from a throughput, its inverse): larger is slower; None if absent."""
+    value, unit = fact.get("value"), fact.get("unit")
+    if isinstance(value, (int, float)) and isinstance(unit, str):
+        return unit_cost(float(value), unit)
     for name, scale in _SPEED:
         v = fact.get(name)
         if isinstance(v, (int, float)) and v > 0:

@@ -234,13 +234,15 @@ def replay_inputs(
             for seq, item in enumerate(scan_chunks(inp.chunks(), scanner, converter, ctx, index_map, on_bytes)):
                 # a flood is applied when its first repeat was seen, with every repeat counted by then
                 collected.append((item.at, index, seq, item))
+                # a part of a table of peers (engine.core.peer_table) is output, not training progress
+                trained = isinstance(item, Fact) and item.kind == "progress" and item.get("table") is None
                 if isinstance(item, Fact):
                     last = item
-                    if item.kind == "progress":
+                    if trained:
                         weak = None
                     elif item.kind == "log" and item.get("weak"):
                         weak = item
-                tail_progress = isinstance(item, Fact) and item.kind == "progress"
+                tail_progress = trained
         except OSError as exc:
             logger.error("%s: cannot read: %s", inp.name, exc.strerror or exc)
             result.unreadable.append(inp.name)

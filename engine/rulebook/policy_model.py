@@ -97,6 +97,8 @@ class Straggler:
     warmup: int
     baseline: int
     slow_points: int
+    table_factor: float  # a table of peers (one measurement each): this many times the others' median
+    table_min_peers: int  # ... with at least this many other units in the table
 
 
 @dataclass(frozen=True)
@@ -243,6 +245,8 @@ def build_policy(document: Mapping[str, Any]) -> tuple[Policy, list[str]]:
             s("warmup", int),
             s("baseline", int),
             s("slow_points", int),
+            s("table_factor", float),
+            s("table_min_peers", int),
         ),
         "suspects": Suspects(
             frozenset(str(c) for c in (sus("classes", tuple) or ())),

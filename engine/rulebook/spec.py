@@ -136,6 +136,8 @@ GUARDS: Mapping[str, Obj] = {
         warmup=Int(),
         baseline=Int(),
         slow_points=Int(),
+        table_factor=Num(),
+        table_min_peers=Int(),
     ),
     "suspects": _guard(
         "Suspects of a collective timeout (ranks the evidence points at): excluded from the "

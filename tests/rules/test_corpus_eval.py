@@ -20,8 +20,10 @@ CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 #: holdout frozen that day scores 85.6% (154/180) before issue 20's round of rule changes.
 #: 2026-12-02: 1,033 cases from 562 sources; the round on the train side took it from 89.7%
 #: (927/1033, the rulebook of 6d51f51) to 92.6% (957/1033). A later round from train misses only:
-#: 93.1% (962/1033) -> 93.9% (970/1033), the frozen holdout 208/235 before and after
-FLOOR = 0.935
+#: 93.1% (962/1033) -> 93.9% (970/1033), the frozen holdout 208/235 before and after.
+#: 2026-12-06: stragglers read from tables of peers (engine/core/peer_table.py), from train misses
+#: only: 93.9% (970/1033) -> 94.2% (973/1033)
+FLOOR = 0.94
 
 
 @pytest.fixture(scope="module")

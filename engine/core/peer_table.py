@@ -1,0 +1,263 @@
+"""Peers printed side by side: one of N like units far slower than the others, read from a job's
+own tables (a per-rank timing table, a bandwidth matrix, a per-node dict on one line).
+
+The matchers (``rules/10-matchers-job.yaml``, ``attrs: {table: ...}``) only find the parts of a
+table; this module puts them together, per log file, and judges them:
+
+- ``table: matrix`` — the title of a square matrix of one measurement between devices
+  (``Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)``); its rows follow as ``table: row``
+  hits (a device index, then one figure per device). Device k's figure is the median of its row
+  and its column, the diagonal left out (a device's copy to itself is no link): one device
+  whose every link is low has a low figure, while a topology (two sockets, NVLink pairs) lowers
+  every device's row alike.
+- ``table: header`` — the header of a per-unit table (``rank  data_time  step_time``): the
+  first column names the units (``peer_col``), the others (``cols``) say what each figure is.
+  A column whose name is a time (``time``, ``_s``, ``_ms``, ``latency``, ``elapsed``) is a cost;
+  one whose name is a rate (``throughput``, ``speed``, ``bandwidth``, ``flops``, ``/s``) is
+  turned into one (1 / rate). Other columns (counts, sizes, losses) are never compared, so a
+  size column that grows by design says nothing. Its rows follow as ``table: row`` hits.
+- ``table: dict`` — a whole ``{unit: figure, ...}`` on one line after a word that says what the
+  figures are (``elapsed time``, ``throughput``).
+
+Rows belong to the table whose title or header came at most ``GAP`` lines before the first of
+them, and each next row to the line after the previous one; any other row is no table's.
+
+A table is one measurement of every unit, so its verdict needs no persistence: with at least
+``policy.straggler.table_min_peers`` other units, the unit whose cost is at least
+``policy.straggler.table_factor`` x the median of the others' (a rate at most 1/factor of
+theirs) is slow at once, reported once per table. A time must also exceed the others' median by
+``MIN_EXCESS_S`` (columns named ``_ms``/``_us`` are scaled), so that milliseconds of noise in a
+data-loading column is never a straggler. The conclusion is a ``slow_node`` fact with
+``scope: job`` and a ``peer`` (the unit as printed), and never a ``node``: the job's text does
+not place the slow unit on a node (DESIGN.md, "who may say what").
+
+Table parts are never sampled out like heartbeats (``StreamFacts``), so a table is read whole.
+Pure and bounded: at most ``MAX_ROWS`` rows per table, ``MAX_COLS`` figures per row, one open
+table per file.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.facts import Fact
+
+__all__ = ["PeerTables", "outlier", "unit_cost"]
+
+GAP = 3  # lines between a table's title or header and its first row (a column header, a rule)
+MAX_ROWS = 256
+MAX_COLS = 64
+MIN_EXCESS_S = 0.05
+
+_NUM = re.compile(r"-?\d+(?:\.\d+)?")
+_DICT_ITEM = re.compile(r"""['"]?([\w.:-]{1,64})['"]?\s*:\s*(\d+(?:\.\d+)?)""")
+_TIME_COL = re.compile(r"(?:time|_s$|_sec$|_secs$|_ms$|_us$|latency|elapsed|duration|\(s\)|\(ms\)|\(us\)|\bsec\b)")
+_RATE_COL = re.compile(r"(?:throughput|speed|bandwidth|\bbw\b|_bw$|flops|/s\b|per_s|per_sec|samples|tokens)")
+_RATE_WORD = re.compile(r"(?:throughput|speed|bandwidth|flops|/s\b|per sec|per_s)", re.IGNORECASE)
+
+#: a unit as printed -> (scale to seconds, or -1 for a rate turned into 1 / rate)
+_UNITS = {
+    "s": 1.0,
+    "sec": 1.0,
+    "secs": 1.0,
+    "second": 1.0,
+    "seconds": 1.0,
+    "ms": 1e-3,
+    "msec": 1e-3,
+    "us": 1e-6,
+    "usec": 1e-6,
+    "min": 60.0,
+}
+
+
+def unit_cost(value: float, unit: str) -> float | None:
+    """A figure and its unit as a cost (larger is slower, seconds where it is a time); None when
+    the unit is neither a time nor a rate."""
+    if value <= 0:
+        return None
+    u = unit.strip().lower()
+    scale = _UNITS.get(u)
+    if scale is not None:
+        return value * scale
+    if "/" in u or "flop" in u or u.endswith("ps"):
+        return 1.0 / value
+    return None
+
+
+def outlier(
+    costs: dict[str, float], factor: float, min_peers: int, time_scale: float | None
+) -> tuple[str, float, float] | None:
+    """The unit whose cost is at least ``factor`` x the median of the others' (``min_peers``
+    others at least): (unit, ratio, the others' median), the worst such unit; None if none.
+    ``time_scale`` (seconds per printed unit) is given for times, whose excess must also be
+    ``MIN_EXCESS_S`` or more; None for rates."""
+    if len(costs) < min_peers + 1:
+        return None
+    ordered = sorted(costs.values())
+    n = len(ordered)
+    best: tuple[str, float, float] | None = None
+    for who, c in costs.items():
+        # the median of the others: the sorted list without one copy of c
+        i = ordered.index(c)
+        rest = ordered[:i] + ordered[i + 1 :]
+        typical = statistics.median(rest) if n > 1 else 0.0
+        if typical <= 0 or c < factor * typical:
+            continue
+        if time_scale is not None and (c - typical) * time_scale < MIN_EXCESS_S:
+            continue
+        ratio = c / typical
+        if best is None or ratio > best[1]:
+            best = (who, ratio, typical)
+    return best
+
+
+@dataclass
+class _Table:
+    kind: str  # matrix | header
+    path: str
+    line: int  # the line of the title/header, then of the last row
+    rate: bool = False  # matrix: its figures are rates
+    cols: list[tuple[int, bool, float]] = field(default_factory=list)  # header: (cell index, rate, scale)
+    ncols: int = 0  # header: the figures a row has
+    rows: dict[str, list[float]] = field(default_factory=dict)
+    reported: bool = False
+
+
+class PeerTables:
+    """The open table of each file (job, attempt, path), and the verdict on it."""
+
+    def __init__(self, factor: float, min_peers: int):
+        self.factor = factor
+        self.min_peers = min_peers
+        self._open: dict[tuple[str, int, str], _Table] = {}
+
+    def observe(self, job: str, attempt: int, fact: Fact) -> list[Fact]:
+        kind = fact.get("table")
+        path, line = _where(fact.origin)
+        key = (job, attempt, path)
+        if kind == "dict":
+            return self._dict(job, attempt, fact)
+        if kind == "matrix":
+            unit = str(fact.get("unit") or "")
+            self._open[key] = _Table("matrix", path, line, rate="/" in unit)
+            return []
+        if kind == "header":
+            cols = _columns(str(fact.get("cols") or ""))
+            if cols:
+                self._open[key] = _Table("header", path, line, cols=cols, ncols=len(str(fact.get("cols")).split()))
+            else:
+                self._open.pop(key, None)
+            return []
+        if kind != "row":
+            return []
+        t = self._open.get(key)
+        if t is None:
+            return []
+        gap = line - t.line
+        if gap <= 0 or gap > (GAP if not t.rows else 1) or len(t.rows) >= MAX_ROWS:
+            self._open.pop(key, None)  # the table ended before this row
+            return []
+        t.line = line
+        cells = [float(x) for x in _NUM.findall(str(fact.get("cells") or fact.get("cell1") or ""))[:MAX_COLS]]
+        peer = str(fact.get("peer") or fact.get("peer1"))
+        if t.kind == "header" and len(cells) != t.ncols:
+            self._open.pop(key, None)
+            return []
+        t.rows[peer] = cells
+        if t.reported:
+            return []
+        found = self._matrix(t) if t.kind == "matrix" else self._columns_of(t)
+        if found is None:
+            return []
+        t.reported = True
+        who, ratio, typical, what = found
+        return [_slow(job, attempt, fact, who, ratio, typical, len(t.rows), what)]
+
+    def _matrix(self, t: _Table) -> tuple[str, float, float, str] | None:
+        """Device k's figure: the median of its row and column without the diagonal; judged once
+        the matrix is square."""
+        n = len(next(iter(t.rows.values())))
+        if len(t.rows) != n or n < self.min_peers + 1 or not t.rate:
+            return None
+        rows = list(t.rows.items())
+        if any(len(cells) != n for _, cells in rows):
+            return None
+        costs: dict[str, float] = {}
+        for k, (who, cells) in enumerate(rows):
+            links = [cells[j] for j in range(n) if j != k] + [rows[i][1][k] for i in range(n) if i != k]
+            figure = statistics.median(links)
+            if figure <= 0:
+                return None
+            costs[who] = 1.0 / figure
+        found = outlier(costs, self.factor, self.min_peers, None)
+        if found is None:
+            return None
+        who, ratio, typical = found
+        return who, ratio, typical, "bandwidth matrix: every link of one device"
+
+    def _columns_of(self, t: _Table) -> tuple[str, float, float, str] | None:
+        for index, rate, scale in t.cols:
+            costs: dict[str, float] = {}
+            for who, cells in t.rows.items():
+                v = cells[index]
+                if v > 0:
+                    costs[who] = 1.0 / v if rate else v
+            found = outlier(costs, self.factor, self.min_peers, None if rate else scale)
+            if found is not None:
+                return (*found, f"per-unit table, column {index + 1}")
+        return None
+
+    def _dict(self, job: str, attempt: int, fact: Fact) -> list[Fact]:
+        metric = str(fact.get("metric") or "")
+        rate = bool(_RATE_WORD.search(metric))
+        costs: dict[str, float] = {}
+        for who, v in _DICT_ITEM.findall(str(fact.get("peers") or ""))[:MAX_ROWS]:
+            x = float(v)
+            if x > 0:
+                costs[who] = 1.0 / x if rate else x
+        found = outlier(costs, self.factor, self.min_peers, None if rate else 1.0)
+        if found is None:
+            return []
+        who, ratio, typical = found
+        return [_slow(job, attempt, fact, who, ratio, typical, len(costs), f"one line of {metric.strip()} per unit")]
+
+    def forget(self, job: str, attempt: int) -> None:
+        for key in [k for k in self._open if k[0] == job and k[1] == attempt]:
+            del self._open[key]
+
+
+def _where(origin: str) -> tuple[str, int]:
+    path, _, line = str(origin).rpartition(":")
+    return (path, int(line)) if line.isdigit() else (str(origin), 0)
+
+
+def _columns(text: str) -> list[tuple[int, bool, float]]:
+    """The comparable columns of a header after its unit column: (index, is a rate, seconds per
+    printed unit)."""
+    out = []
+    for i, name in enumerate(text.lower().split()[:MAX_COLS]):
+        if _RATE_COL.search(name):
+            out.append((i, True, 1.0))
+        elif _TIME_COL.search(name):
+            scale = 1e-3 if "ms" in name else 1e-6 if "us" in name.replace("bus", "") else 1.0
+            out.append((i, False, scale))
+    return out
+
+
+def _slow(job: str, attempt: int, fact: Fact, who: str, ratio: float, typical: float, peers: int, what: str) -> Fact:
+    matcher = fact.get("matcher") or "progress"
+    attrs: dict[str, Any] = {
+        "job": job,
+        "attempt": attempt,
+        "scope": "job",
+        "peer": who[:64],
+        "ratio": round(ratio, 3),
+        "peer_step_time": round(typical, 6),
+        "peers": peers,
+        "matcher": matcher,
+        "evidence": f"{matcher}: unit {who[:64]} at x{ratio:.2f} the cost of its {peers - 1} peers ({what})",
+    }
+    return Fact.make("slow_node", attrs, fact.at, "straggler-tracker")
