@@ -49,6 +49,7 @@ from engine.live.reload import RulebookWatch, engine_refusal
 from engine.live.schedpoll import SchedulerPoll
 from engine.rulebook import CompiledRulebook, load_rulebook
 from engine.sources.follow import Follower
+from engine.sources.openfiles import raise_nofile_limit
 from engine.errors import Fenced
 from engine.store import Store
 
@@ -59,20 +60,6 @@ __all__ = ["READY", "RESTART", "Controller", "ControllerConfig"]
 #: what ``run()`` returns when it stopped to load a rulebook whose rules changed: the caller
 #: starts the service again (the CLI re-executes itself, same pid); nothing else exits with it
 RESTART = 4
-
-
-def _raise_nofile_limit() -> None:
-    """Open files: the soft limit raised to the hard one (the follower keeps at most a share of
-    it open, see Follower.max_open; the shipped unit sets LimitNOFILE)."""
-    try:
-        import resource
-
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        want = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
-        if soft != resource.RLIM_INFINITY and soft < want:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-    except (ImportError, ValueError, OSError) as exc:
-        logger.info("could not raise the open-file limit: %s", exc)
 
 
 @dataclass
@@ -145,6 +132,7 @@ class Controller:
             self.actuator = config.actuator_factory(self)
             if hasattr(self.actuator, "may_act"):
                 self.actuator.may_act = self.leader.acting  # checked again just before a command runs
+        raise_nofile_limit()  # before the follower sizes its open-file budget on it
         self.follower = Follower(
             list(config.follow),
             poll=config.poll,
@@ -527,7 +515,6 @@ class Controller:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 signal.signal(sig, self.on_signal)
-        _raise_nofile_limit()
         self.startup()
         if self.sched is not None:
             self.sched.start_worker()

@@ -24,7 +24,6 @@ Usage::
 
 from __future__ import annotations
 
-import fnmatch
 import glob
 import logging
 import os
@@ -34,6 +33,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generator, Iterator, Mapping
 
 from engine.clock import SYSTEM, Clock
+from engine.sources.globs import glob_base, glob_match
+from engine.sources.openfiles import default_max_open
+from engine.sources.globs import recursive as _recursive
 from engine.sources.tail import (
     DELETED,
     MOVED,
@@ -41,6 +43,7 @@ from engine.sources.tail import (
     NOT_REGULAR_FILE,
     OTHER,
     REPLACED,
+    SAME,
     TRUNCATED,
     TailFile,
     identify,
@@ -69,56 +72,6 @@ HANDOFF_S = 120.0
 #: a file that keeps growing is checked for rotation and truncation at least this often
 CHECK_S = 1.0
 HANDOFF_MAX = 1024
-#: how many followed files are kept open at once by default (a share of the open-file limit:
-#: the rest are closed, least recently read first, and opened again at their position when
-#: they change or at the next rescan)
-MAX_OPEN = 512
-
-
-def _default_max_open() -> int:
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    except (ImportError, ValueError, OSError):
-        return MAX_OPEN
-    if soft == resource.RLIM_INFINITY:
-        return MAX_OPEN
-    return max(16, min(MAX_OPEN, int(soft) // 2))
-
-
-def glob_base(pattern: str) -> str:
-    """The longest leading directory of a glob that has no wildcard."""
-    parts = os.path.abspath(pattern).split(os.sep)
-    base = []
-    for p in parts[:-1]:
-        if any(c in p for c in "*?["):
-            break
-        base.append(p)
-    return os.sep.join(base) or os.sep
-
-
-def _glob_match(pattern: str, path: str) -> bool:
-    """Does ``path`` match ``pattern`` the way ``glob.glob`` would (``*`` stays inside one path
-    component and skips names starting with a dot)? Patterns with ``**`` are left to rescan()."""
-    if "**" in pattern:
-        return False  # left to rescan()
-    pp, sp = pattern.split(os.sep), path.split(os.sep)
-    if len(pp) != len(sp):
-        return False
-    for a, b in zip(pp, sp):
-        if a == b:
-            continue
-        if b.startswith(".") and not a.startswith("."):
-            return False
-        if not fnmatch.fnmatchcase(b, a):
-            return False
-    return True
-
-
-def _recursive(pattern: str) -> bool:
-    """Watch below the glob's base too when a folder part of the glob has a wildcard."""
-    return glob_base(pattern) != os.path.dirname(os.path.abspath(pattern))
 
 
 @dataclass
@@ -152,6 +105,12 @@ class Tailed:
     #: the caller does not want this file read at all until it says whose it is (a file a glob
     #: found that the scheduler names as no job's log yet); a rewind does not clear it
     waiting: bool = False
+    #: (inode, size, mtime) of the path when a read last found nothing more: a rescan reads the
+    #: file again only when its stat differs (None: not known to be read to its end)
+    seen: tuple[int, int, int] | None = None
+    #: where the open file was read to when the open-file budget closed it: reopened there (the
+    #: caller's scanner goes on as it was) while it is the same file, not shorter
+    resume_pos: int | None = None
 
     @property
     def healthy(self) -> bool:
@@ -187,7 +146,7 @@ class Follower:
         #: a file with no saved position starts at its end (the last complete line) while this is
         #: set: the caller's new database must not take the files' past for the present
         self.start_at_end = start_at_end
-        self.max_open = max_open or _default_max_open()
+        self.max_open = max_open or default_max_open()
         self._open_lru: "OrderedDict[str, Tailed]" = OrderedDict()
         self.poll = poll
         self.saved = dict(offsets or {})
@@ -292,7 +251,9 @@ class Follower:
             d = os.path.dirname(path)
             if not any(d.startswith(w) for w in self._watched_below):
                 self._watch_dir(d)
-        self._mark(path)
+        elif not t.waiting:
+            return t  # followed already: read when the watcher or a rescan sees it change
+        self._mark(path)  # new, or waiting for its claim (the caller clears t.waiting next)
         return t
 
     def _at_end(self, t: Tailed) -> None:
@@ -319,7 +280,7 @@ class Follower:
 
     def matches(self, path: str) -> bool:
         """Does this path match one of the globs (without touching the file system)?"""
-        return any(_glob_match(g, path) for g in self.globs)
+        return any(glob_match(g, path) for g in self.globs)
 
     def _check_watches(self) -> None:
         """A watched folder that was removed (or replaced) is watched again once it is back."""
@@ -360,8 +321,25 @@ class Follower:
                 del self.files[path]
                 self.stats["forgotten"] += 1
         self._expire_handoffs()
+        changed = [t.path for t in self.files.values() if self._changed(t)]
         with self._lock:
-            self._dirty.update(self.files)
+            self._dirty.update(changed)
+
+    @staticmethod
+    def _changed(t: Tailed) -> bool:
+        """Whether a rescan should read ``t`` again: its path's stat is not what the last read
+        to its end saw (written, rotated, truncated, replaced), or it is in trouble (unreadable:
+        tried again; gone: read again when it is back). Files the watcher saw change are marked
+        by it already; this is for what it cannot see (other hosts' writes on NFS, a lost event)."""
+        if t.waiting:
+            return False  # read once the caller claims it (add marks it then)
+        try:
+            st = os.lstat(t.path)  # as TailFile.change() sees it (a link there is never read)
+        except FileNotFoundError:
+            return not t.gone  # deleted since: the open file is read to its end
+        except OSError:
+            return True
+        return t.errors > 0 or t.gone or t.seen != (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def rewind(self, t: Tailed) -> None:
         """Read this file again from ``t.offset``/``t.line_no`` (after the caller set them back,
@@ -370,6 +348,7 @@ class Follower:
         self._close(t)
         t.held = False
         t.reset = True
+        t.seen = None
         self._mark(t.path)
 
     def health(self) -> tuple[int, int]:
@@ -380,12 +359,14 @@ class Follower:
     # -- reading -----------------------------------------------------------------------------
     def _close(self, t: Tailed) -> None:
         self._open_lru.pop(t.path, None)
+        t.resume_pos = None
         if t.fh is not None:
             t.fh.close()
             t.fh = None
 
     def _fail(self, t: Tailed, what: str, exc: OSError) -> None:
         why = f"{what}: {exc.strerror or exc}"
+        t.seen = None
         if isinstance(exc, FileNotFoundError):  # open_failure(exc) == GONE
             if not t.gone:
                 self.stats["vanished"] += 1
@@ -404,18 +385,21 @@ class Follower:
         t.last_error = why
 
     def _make_room(self, keep: Tailed | None = None) -> bool:
-        """Close the least recently read open file (its position is kept: it is opened again
-        there when it changes). False when nothing could be closed."""
+        """Close the least recently read open file (its read position is kept: it is opened
+        again there when it changes, and the caller's scanner goes on where it was). False when
+        nothing could be closed."""
         for _path, other in self._open_lru.items():
             if other is keep:
                 continue
+            pos = other.fh.pos if other.fh is not None else None
             self._close(other)
-            other.reset = True
+            other.resume_pos = pos
             self.stats["lru_closed"] += 1
             return True
         return False
 
     def _open(self, t: Tailed) -> bool:
+        resume, t.resume_pos = t.resume_pos, None
         while len(self._open_lru) >= self.max_open and self._make_room(t):
             pass
         for _ in range(2):
@@ -465,10 +449,13 @@ class Follower:
                     t.offset,
                 )
             t.offset, t.line_no = 0, 0
+        if resume is not None and t.inode == fh.ino and size >= resume and t.offset <= resume:
+            fh.pos = resume  # closed for room only: the caller's scanner is where it was
+        else:
+            fh.pos = t.offset
+            t.reset = True  # the caller's scanner starts again at (offset, line_no)
         t.inode = fh.ino
-        fh.pos = t.offset
         t.fh = fh
-        t.reset = True  # the caller's scanner starts again at (offset, line_no)
         return True
 
     def read_ready(self, max_bytes: int = READ_BYTES) -> Generator[tuple[Tailed, bytes], None, None]:
@@ -560,6 +547,10 @@ class Follower:
             t.checked_at = now
             old = t.fh
             change = old.change()
+            st = old.last_stat
+            t.seen = (
+                (st.st_ino, st.st_size, st.st_mtime_ns) if change == SAME and st and st.st_size == old.pos else None
+            )
             if change in (REPLACED, MOVED, DELETED):
                 self.stats["rotations"] += 1
                 gone = change != REPLACED  # the name is free until a new file takes it
