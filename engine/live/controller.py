@@ -40,6 +40,7 @@ from engine.core.rete import is_registered, ruleset_definition
 from engine.live.frdumps import DumpWatch
 from engine.sources.flight_recorder import Limits
 from engine.live.batch import STORE_ERRORS, Batch
+from engine.live import ingest as pacing  # its pace constants: read when used (a test may set them)
 from engine.live.ingest import FileIngest, FileState, SpoolIngest, engine_time, set_job
 from engine.live.launch import READY
 from engine.live.leader import DEFAULT_LEASE_S, Leadership
@@ -94,6 +95,8 @@ class ControllerConfig:
     lease_s: float = DEFAULT_LEASE_S
     #: the one clock every part reads and waits on (a test hands a FakeClock)
     clock: Clock = SYSTEM
+    #: seconds between looks at the spool under run() (ingest.SPOOL_INTERVAL); step() alone looks every time
+    spool_interval: float = pacing.SPOOL_INTERVAL
 
 
 class Controller:
@@ -458,6 +461,7 @@ class Controller:
             for t in self.files.resume(self.engine):  # files paused in the last pass go on first
                 self.follower.rewind(t)  # stopping: the rest is read again (after a restart)
             gen = self.follower.read_ready()
+            read_until = self.clock.monotonic() + pacing.STEP_READ_SECONDS
             try:
                 for t, data in gen:
                     if not self.files.feed(self.engine, t, data):
@@ -467,6 +471,8 @@ class Controller:
                         break
                     if self.batch.full() or self.batch.opened_incidents:  # a new incident is committed at once
                         self.batch.commit()
+                    if self.clock.monotonic() >= read_until:
+                        break  # the rest is read in the next pass (see STEP_READ_SECONDS)
             finally:
                 gen.close()
             if not self.stop_event.is_set():
@@ -518,6 +524,8 @@ class Controller:
         self.startup()
         if self.sched is not None:
             self.sched.start_worker()
+        if self.spool_in is not None:  # paced from now on (see ingest.SPOOL_INTERVAL)
+            self.spool_in.interval, self.spool_in.clock = self.cfg.spool_interval, self.clock
         logger.info(
             "%s%s follow=%s spool=%s scheduler=%s db=%s",
             READY,
@@ -566,6 +574,10 @@ class Controller:
                     self.clock.wait(self.stop_event, self.outage.wait_s(self.cfg.tick))
                 else:
                     self.clock.wait(self.follower.wake, self.cfg.tick)
+                    # woken by a write: the writes of the next moments are read in the same pass
+                    rest = pacing.MIN_PASS_SECONDS - (self.clock.monotonic() - now)
+                    if rest > 0 and not self.stop_event.is_set():
+                        self.clock.wait(self.stop_event, rest)
         finally:
             logger.info("recover run: stopping")
             try:

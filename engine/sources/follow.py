@@ -154,6 +154,9 @@ class Follower:
         self.on_new = on_new
         self.files: dict[str, Tailed] = {}
         self._dirty: set[str] = set()
+        #: files read, opened or rewound since the caller last emptied this: the only ones whose
+        #: position may have moved (the controller's batch saves those that did)
+        self.touched: dict[str, Tailed] = {}
         self._lock = threading.Lock()
         self.wake = threading.Event()
         self._observer: BaseObserver | None = None
@@ -349,6 +352,7 @@ class Follower:
         t.held = False
         t.reset = True
         t.seen = None
+        self.touched[t.path] = t
         self._mark(t.path)
 
     def health(self) -> tuple[int, int]:
@@ -510,6 +514,7 @@ class Follower:
     def _read_file(self, t: Tailed, max_bytes: int) -> Iterator[tuple[Tailed, bytes]]:
         if t.waiting:
             return
+        self.touched[t.path] = t
         if t.fh is None and not self._open(t):
             return
         budget = FILE_BUDGET

@@ -52,7 +52,7 @@ def world(tmp_path, compiled, clock):
     store = Store(tmp_path / "recover.db")
     t = Tailed(str(log), inode=log.stat().st_ino)
     commits: list[int] = []
-    follower = SimpleNamespace(files={t.path: t})
+    follower = SimpleNamespace(files={t.path: t}, touched={})
     # a clock that stands still: only the hits fill a transaction, however slow the machine
     batch = Batch(store, follower, Metrics(), LogLimiter(), lambda closed: commits.append(t.offset), clock=clock)
     stop = threading.Event()

@@ -1,13 +1,16 @@
-"""What a follower costs when nothing happens (issue 24, the cost curve): a rescan reads again
-only the files whose stat changed, and a file closed for the open-file budget is reopened where it
-was read to, its reader's state kept (no reset), unless it is another file by then."""
+"""What the readers cost when nothing happens (issue 24, the cost curve): a rescan reads again
+only the files whose stat changed, a file closed for the open-file budget is reopened where it
+was read to, its reader's state kept (no reset), unless it is another file by then; the spool
+reader opens only the nodes whose files changed."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from engine.facts import Fact
 from engine.sources.follow import Follower
+from engine.sources.spool import SpoolReader, SpoolWriter
 from engine.sources.tail import TailFile
 
 
@@ -79,3 +82,34 @@ def test_a_file_closed_for_room_goes_on_where_it_was_read_to(tmp_path: Path) -> 
     f.rescan()
     resets = {os.path.basename(t.path): (t.reset, data) for t, data in f.read_ready()}
     assert resets[os.path.basename(closed.path)] == (True, b"new file\n")
+
+
+def test_the_spool_reader_opens_only_the_nodes_whose_files_changed(tmp_path: Path, monkeypatch) -> None:
+    writers = [SpoolWriter(str(tmp_path), f"n{i}", fsync="never") for i in range(4)]
+
+    def write(i: int, pid: int) -> None:
+        attrs = {"code": 79, "node": f"n{i}", "pid": pid}
+        writers[i].write([Fact.make("xid", attrs, at=float(pid), origin=f"kmsg:{pid}")])
+
+    for i in range(4):
+        write(i, i)
+    reader = SpoolReader(str(tmp_path))
+    assert len(reader.read()) == 4
+    opened: list[str] = []
+    real = TailFile.open
+
+    def open_(path: str, pos: int = 0) -> TailFile:
+        opened.append(os.path.basename(path))
+        return real(path, pos)
+
+    monkeypatch.setattr(TailFile, "open", staticmethod(open_))
+    assert reader.read() == [] and opened == []  # nothing written: no node's file opened
+    write(2, 100)
+    assert [f.get("pid") for f in reader.read()] == [100] and opened == ["n2.jsonl"]
+    opened.clear()
+    with open(tmp_path / "n1.jsonl", "ab") as fh:
+        fh.write(b'{"half a ')  # a partial line waits, and is read on once it is whole
+    assert reader.read() == [] and opened == ["n1.jsonl"]
+    assert reader.read() == [] and opened == ["n1.jsonl"]
+    for w in writers:
+        w.close()
