@@ -113,3 +113,30 @@ def test_the_spool_reader_opens_only_the_nodes_whose_files_changed(tmp_path: Pat
     assert reader.read() == [] and opened == ["n1.jsonl"]
     for w in writers:
         w.close()
+
+
+def test_with_inotify_a_rescan_stats_every_file_only_now_and_then(tmp_path: Path, monkeypatch) -> None:
+    from engine.sources import follow
+
+    paths = [tmp_path / f"{i}.log" for i in range(4)]
+    for p in paths:
+        p.write_bytes(b"line\n")
+    f = Follower([str(tmp_path / "*.log")])
+    f.start()  # inotify watches the folder
+    try:
+        drain(f)
+        drain(f)
+        looked: list[str] = []
+        real = Follower._changed
+        monkeypatch.setattr(Follower, "_changed", staticmethod(lambda t: looked.append(t.path) or real(t)))
+        for _ in range(follow.SWEEP_EVERY - 1 - f._rescans % follow.SWEEP_EVERY):
+            f.rescan()
+        assert looked == []  # open, read to their end, watched: inotify vouches for them
+        f.rescan()
+        assert len(looked) == len(paths)  # the sweep
+        looked.clear()
+        append(paths[0], b"more\n")
+        f.rescan()
+        assert looked == []  # inotify's event marks it, not the rescan
+    finally:
+        f.stop()
