@@ -165,7 +165,7 @@ class FileIngest:
         # for 25 patterns); each file gets a clone with its own stream state
         scanner, index_map = scanner_for(self.compiled, source)
         scanner.reset(t.offset, t.line_no)
-        st.scanner, st.index_map, st.long_lines = scanner, index_map, 0
+        st.scanner, st.index_map, st.long_lines, st.rulebook = scanner, index_map, 0, self.compiled
         st.pending = None  # read again from the consumed position
         self.paused.pop(t.path, None)
 
@@ -177,7 +177,12 @@ class FileIngest:
         st = state_of(t)
         if t.reset or st.scanner is None:
             t.reset = False
-            self._reset_scanner(t)
+            if st.scanner is not None and st.stream is None and st.rulebook is self.compiled:
+                # never fed (the follower's first open asks for a reset): as good as a new clone
+                st.scanner.reset(t.offset, t.line_no)
+                st.pending = None
+            else:
+                self._reset_scanner(t)
         scanner, ctx = st.scanner, st.ctx
         assert scanner is not None and ctx is not None  # set by on_new_file and _reset_scanner
         stream = st.stream
