@@ -554,7 +554,7 @@ class Controller:
                 if now - last_rescan >= rescan_every:
                     last_rescan = now
                     try:
-                        self.follower.rescan()
+                        self.follower.rescan(full=False)  # inotify vouches for the rest (follow.SWEEP_EVERY)
                     except Exception:
                         self.metrics.errors.inc()
                         logger.exception("rescan failed; continuing")

@@ -273,12 +273,14 @@ class Follower:
             self._watch_dir(directory, recursive)
             self._rescans = -1  # what was written meanwhile raised no event here: a full sweep
 
-    def rescan(self) -> None:
-        """Pick up files that match a glob now (also the ones no event told us about)."""
+    def rescan(self, full: bool = True) -> None:
+        """Pick up files that match a glob now (also the ones no event told us about), and mark
+        the followed files whose stat changed. ``full=False`` (the controller's once-a-second
+        rescan): with inotify watching, every file is looked at only every SWEEP_EVERY-th time."""
         if self._observer is not None:
             self._check_watches()
         self._rescans += 1
-        sweep = self._observer is None or bool(self.poll) or self._rescans % SWEEP_EVERY == 0
+        sweep = full or self._observer is None or bool(self.poll) or self._rescans % SWEEP_EVERY == 0
         for g in self.globs:
             self._watch_dir(glob_base(g), recursive=_recursive(g))
             for p in glob.glob(g, recursive=True):

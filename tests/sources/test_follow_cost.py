@@ -130,13 +130,15 @@ def test_with_inotify_a_rescan_stats_every_file_only_now_and_then(tmp_path: Path
         real = Follower._changed
         monkeypatch.setattr(Follower, "_changed", staticmethod(lambda t: looked.append(t.path) or real(t)))
         for _ in range(follow.SWEEP_EVERY - 1 - f._rescans % follow.SWEEP_EVERY):
-            f.rescan()
+            f.rescan(full=False)  # the controller's
         assert looked == []  # open, read to their end, watched: inotify vouches for them
-        f.rescan()
+        f.rescan(full=False)
         assert len(looked) == len(paths)  # the sweep
         looked.clear()
         append(paths[0], b"more\n")
-        f.rescan()
+        f.rescan(full=False)
         assert looked == []  # inotify's event marks it, not the rescan
+        f.rescan()  # a full one (the default) looks at every file
+        assert len(looked) == len(paths)
     finally:
         f.stop()
