@@ -119,10 +119,10 @@ def child(cfg_path: str) -> None:
             for n in nodes:
                 self._nodes[n]["state"] = "allocated"
 
-    if cfg.get("max_open"):  # a diagnostic: the follower's open-file budget (its default is MAX_OPEN)
-        import engine.sources.follow as follow
+    if cfg.get("max_open"):  # a diagnostic: the follower's open-file budget (by default half the limit)
+        import engine.sources.openfiles as openfiles
 
-        follow.MAX_OPEN = cfg["max_open"]
+        openfiles.MAX_OPEN = cfg["max_open"]
     nodes = cfg["nodes"]
     cluster = PlacedCluster([node_name(i) for i in range(nodes)], gpus=8)
     for i in range(cfg["logs"]):
@@ -194,6 +194,8 @@ def child(cfg_path: str) -> None:
                 out = dict(stats)
             out["followed"] = len(ctl.follower.files)
             out["open_files"] = sum(1 for t in list(ctl.follower.files.values()) if t.fh is not None)
+            out["lru_closed"] = ctl.follower.stats["lru_closed"]
+            out["emfile"] = ctl.follower.stats["emfile"]
             tmp = cfg["stats"] + ".tmp"
             Path(tmp).write_text(json.dumps(out))
             os.replace(tmp, cfg["stats"])
@@ -372,6 +374,7 @@ def run_size(nodes: int, logs: int, args: argparse.Namespace, profile: bool) -> 
         out["rss"], _ = rss_of(proc.pid)
         out["fds"] = fds(proc.pid)
         out["open_files"] = s1.get("open_files", 0)
+        out["lru_closed"] = s1.get("lru_closed", 0) - s0.get("lru_closed", 0)
         polls = s1["snap_polls"] - s0["snap_polls"]
         out["poll_ms"] = 1000 * (s1["snap_s"] - s0["snap_s"]) / max(1, polls)
         out["poll_max_ms"] = 1000 * s1["snap_max"]  # the largest after the first
@@ -405,6 +408,7 @@ def run_size(nodes: int, logs: int, args: argparse.Namespace, profile: bool) -> 
         out["max_rss"] = max(watch.max_rss, rss_of(proc.pid)[1])
         out["max_fds"] = watch.max_fds
         out["fd_limit"] = fd_limit(proc.pid)
+        out["emfile"] = stats().get("emfile", 0)
     finally:
         launch.stop(proc, timeout=30)
         writers.close()
@@ -441,7 +445,8 @@ def report(rows: list[dict[str, Any]]) -> None:
             f"  {r['nodes']} nodes / {r['logs']} logs: ready in {r['ready_s']:.1f} s; steady traffic "
             f"{r['lines']:,} progress lines and {r['spool_facts']:,} spool facts; {r['polls']} snapshots ingested (the first, every log new, "
             f"{r['poll_first_ms']:.0f} ms); "
-            f"{r['open_files']} logs open at once; first cascade incident after {r['cascade_first_s']:.2f} s "
+            f"{r['open_files']} logs open at once ({r['lru_closed']:,} closed for room while steady, "
+            f"{r['emfile']} opens refused for want of descriptors); first cascade incident after {r['cascade_first_s']:.2f} s "
             f"(its lines written in {r['cascade_write_s']:.3f} s)"
         )
     print()
@@ -470,8 +475,8 @@ def report(rows: list[dict[str, Any]]) -> None:
     goal(
         "open descriptors, peak",
         f"{top['max_fds']} of {top['fd_limit']}",
-        top["max_fds"] < limit // 2,
-        "< half the limit",
+        top["max_fds"] < limit and not top["emfile"],
+        "no exhaustion",
     )
 
 
@@ -496,7 +501,10 @@ def main() -> None:
     ap.add_argument("--cascade-wait", type=float, default=90.0, help="give up on the cascade after this")
     ap.add_argument("--profile", action="store_true", help="cProfile the largest size's controller")
     ap.add_argument(
-        "--max-open", type=int, default=0, help="a diagnostic: the follower keeps this many logs open (shipped: 512)"
+        "--max-open",
+        type=int,
+        default=0,
+        help="a diagnostic: the follower keeps at most this many logs open (shipped: half the limit)",
     )
     ap.add_argument("--keep", action="store_true", help="keep the work folders")
     args = ap.parse_args()

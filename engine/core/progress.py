@@ -21,6 +21,7 @@ turned into a cost (1/rate) so that slower is always larger; getting faster is n
 
 from __future__ import annotations
 
+import heapq
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
@@ -60,6 +61,8 @@ class _Attempt:
     points: dict[str, int] = field(default_factory=dict)  # peer unit -> points seen
     slow_run: dict[str, int] = field(default_factory=dict)  # peer unit -> consecutive slow points
     own: dict[str, "_Series"] = field(default_factory=dict)  # progress matcher -> the job's own speed
+    seq: int = 0  # the order attempts became known in (stalls due together are reported in it)
+    queued: bool = False  # has an entry in the tracker's deadlines
 
 
 @dataclass
@@ -81,6 +84,11 @@ class ProgressTracker:
         self.running: dict[str, tuple[int, bool]] = {}  # job -> (attempt, running)
         self.tables = PeerTables(self.straggler.table_factor, self.straggler.table_min_peers)
         self._out: list[Fact] = []
+        #: (deadline, seq, key, attempt): at most one entry per attempt, its deadline never later
+        #: than the attempt's true one (progress and a learned bound only push it later), so
+        #: due() looks at the attempts whose silence may be over, not at every attempt
+        self._deadlines: list[tuple[float, int, tuple[str, int], _Attempt]] = []
+        self._seq = 0
 
     def get(self, job: str, attempt: int) -> dict[str, Any] | None:
         a = self.attempts.get((job, attempt))
@@ -96,9 +104,24 @@ class ProgressTracker:
 
     def job_state(self, job: str, attempt: int, state: str, at: float) -> None:
         self.running[job] = (attempt, state == "RUNNING")
-        if state == "RUNNING" and (job, attempt) not in self.attempts:
-            # the clock of a hang starts when the attempt starts running, even before any output
-            self.attempts[(job, attempt)] = _Attempt(at, at)
+        if state == "RUNNING":
+            a = self.attempts.get((job, attempt))
+            if a is None:
+                # the clock of a hang starts when the attempt starts running, even before any output
+                a = self.attempts[(job, attempt)] = self._new(at)
+            self._queue((job, attempt), a)
+
+    def _new(self, at: float) -> _Attempt:
+        self._seq += 1
+        return _Attempt(at, at, seq=self._seq)
+
+    def _queue(self, key: tuple[str, int], a: _Attempt) -> None:
+        if a.queued:
+            return
+        bound, _ = self.bound_for(a)
+        if bound is not None:
+            a.queued = True
+            heapq.heappush(self._deadlines, (a.last_at + bound, a.seq, key, a))
 
     def activity(self, job: str, attempt: int, at: float) -> None:
         """Any output at all counts as progress when ``hang.any_output`` is set."""
@@ -108,13 +131,15 @@ class ProgressTracker:
     def _touch(self, job: str, attempt: int, at: float) -> _Attempt:
         a = self.attempts.get((job, attempt))
         if a is None:
-            a = self.attempts[(job, attempt)] = _Attempt(at, at)
+            a = self.attempts[(job, attempt)] = self._new(at)
         elif at > a.last_at:
             gap = at - a.last_at
             if gap > a.max_gap:
                 a.max_gap = gap
             a.gaps += 1
             a.last_at = at
+        if not a.queued:
+            self._queue((job, attempt), a)
         return a
 
     def observe(self, fact: Fact) -> list[Fact]:
@@ -286,32 +311,45 @@ class ProgressTracker:
         return None, False
 
     def due(self, now: float) -> Iterator[Fact]:
-        """Stall facts for attempts silent past their bound (once per silence)."""
-        for (job, attempt), a in list(self.attempts.items()):
-            if self.hang.require_running:
-                cur = self.running.get(job)
-                if cur is None or cur != (attempt, True):
-                    continue
+        """Stall facts for attempts silent past their bound (once per silence), in the order the
+        attempts became known. Only attempts whose deadline has come are looked at: one that
+        is not running (``require_running``) or already reported is dropped from the deadlines
+        until the scheduler says it runs or it makes progress again."""
+        heap, ready, later = self._deadlines, [], []
+        while heap and heap[0][0] <= now:
+            _, _, key, a = heapq.heappop(heap)
+            a.queued = False
+            if self.attempts.get(key) is not a:
+                continue  # forgotten (or a new attempt under the same key, queued on its own)
+            if self.hang.require_running and self.running.get(key[0]) != (key[1], True):
+                continue
             bound, learned = self.bound_for(a)
             if bound is None:
                 continue
+            if now - a.last_at > bound:
+                if a.stalled_at != a.last_at:
+                    ready.append((a.seq, key, a, bound, learned))
+            else:
+                later.append((key, a))  # its deadline moved on since it was queued
+        for key, a in later:
+            self._queue(key, a)
+        for _, (job, attempt), a, bound, learned in sorted(ready, key=lambda r: r[0]):
             idle = now - a.last_at
-            if idle > bound and a.stalled_at != a.last_at:
-                a.stalled_at = a.last_at
-                yield Fact.make(
-                    "stall",
-                    {
-                        "job": job,
-                        "attempt": attempt,
-                        "idle_s": round(idle, 3),
-                        "bound_s": round(bound, 3),
-                        "learned": learned,
-                        "last_step": a.step,
-                        "last_checkpoint": a.checkpoint,
-                    },
-                    now,
-                    "hang-tracker",
-                )
+            a.stalled_at = a.last_at
+            yield Fact.make(
+                "stall",
+                {
+                    "job": job,
+                    "attempt": attempt,
+                    "idle_s": round(idle, 3),
+                    "bound_s": round(bound, 3),
+                    "learned": learned,
+                    "last_step": a.step,
+                    "last_checkpoint": a.checkpoint,
+                },
+                now,
+                "hang-tracker",
+            )
 
     def forget(self, job: str, attempt: int) -> None:
         self.attempts.pop((job, attempt), None)

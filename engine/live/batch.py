@@ -83,11 +83,19 @@ class Batch:
         self._spool: dict | None = None
         self._garbage = 0
         self._closed: list[ClosedIncident] = []
+        #: files whose position the ingest moved since the last commit (with the follower's own
+        #: ``touched``, the only ones commit looks at: not every followed file)
+        self._touched: dict[str, Tailed] = {}
         #: lines and facts committed since start (the gauges' rates)
         self.lines_total = 0
         self.facts_total = 0
 
     # -- what a transaction holds ----------------------------------------------------------------
+    def touch(self, t: Tailed) -> None:
+        """``t``'s position was moved (what its lines produced is in this transaction): it is
+        saved with them at the next commit."""
+        self._touched[t.path] = t
+
     def count_hit(self) -> None:
         self.hits += 1
 
@@ -145,8 +153,14 @@ class Batch:
             return
         tx = self._tx
         # every followed file whose position moved since its last commit (read, rotated, handed a
-        # rotated file's position, truncated): saved with the facts those bytes produced
-        moved = [t for t in self.follower.files.values() if state_of(t).committed != (t.inode, t.offset, t.line_no)]
+        # rotated file's position, truncated): saved with the facts those bytes produced. Only
+        # the files read, opened or converted since are looked at (10,000 followed logs: 14 ms
+        # a commit to look at them all); they are looked at again until a commit succeeds
+        touched = self.follower.touched
+        if touched:
+            self._touched.update(touched)
+            touched.clear()
+        moved = [t for t in self._touched.values() if state_of(t).committed != (t.inode, t.offset, t.line_no)]
         try:
             for t in moved:
                 self.store.save_offset(t.path, t.inode, t.offset, t.line_no, head_of(t))
@@ -164,6 +178,7 @@ class Batch:
         now = self.clock.wall()
         for t in moved:
             state_of(t).committed = (t.inode, t.offset, t.line_no)
+        self._touched = {}
         if self._lines:
             self.metrics.lines.inc(self._lines)
         if self._facts:

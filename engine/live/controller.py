@@ -41,6 +41,7 @@ from engine.core.scope import summary
 from engine.live.frdumps import DumpWatch
 from engine.sources.flight_recorder import Limits
 from engine.live.batch import STORE_ERRORS, Batch
+from engine.live import ingest as pacing  # its pace constants: read when used (a test may set them)
 from engine.store.dialect import display_name, is_postgres
 from engine.live.ingest import FileIngest, FileState, SpoolIngest, engine_time, set_job
 from engine.live.launch import READY
@@ -51,6 +52,7 @@ from engine.live.reload import RulebookWatch, engine_refusal
 from engine.live.schedpoll import SchedulerPoll
 from engine.rulebook import CompiledRulebook, load_rulebook
 from engine.sources.follow import Follower
+from engine.sources.openfiles import raise_nofile_limit
 from engine.errors import Fenced
 from engine.store import Store
 
@@ -61,20 +63,6 @@ __all__ = ["READY", "RESTART", "Controller", "ControllerConfig"]
 #: what ``run()`` returns when it stopped to load a rulebook whose rules changed: the caller
 #: starts the service again (the CLI re-executes itself, same pid); nothing else exits with it
 RESTART = 4
-
-
-def _raise_nofile_limit() -> None:
-    """Open files: the soft limit raised to the hard one (the follower keeps at most a share of
-    it open, see Follower.max_open; the shipped unit sets LimitNOFILE)."""
-    try:
-        import resource
-
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        want = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
-        if soft != resource.RLIM_INFINITY and soft < want:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-    except (ImportError, ValueError, OSError) as exc:
-        logger.info("could not raise the open-file limit: %s", exc)
 
 
 @dataclass
@@ -109,6 +97,8 @@ class ControllerConfig:
     lease_s: float = DEFAULT_LEASE_S
     #: the one clock every part reads and waits on (a test hands a FakeClock)
     clock: Clock = SYSTEM
+    #: seconds between looks at the spool under run() (ingest.SPOOL_INTERVAL); step() alone looks every time
+    spool_interval: float = pacing.SPOOL_INTERVAL
 
 
 class Controller:
@@ -147,6 +137,7 @@ class Controller:
             self.actuator = config.actuator_factory(self)
             if hasattr(self.actuator, "may_act"):
                 self.actuator.may_act = self.leader.acting  # checked again just before a command runs
+        raise_nofile_limit()  # before the follower sizes its open-file budget on it
         self.follower = Follower(
             list(config.follow),
             poll=config.poll,
@@ -473,6 +464,7 @@ class Controller:
             for t in self.files.resume(self.engine):  # files paused in the last pass go on first
                 self.follower.rewind(t)  # stopping: the rest is read again (after a restart)
             gen = self.follower.read_ready()
+            read_until = self.clock.monotonic() + pacing.STEP_READ_SECONDS
             try:
                 for t, data in gen:
                     if not self.files.feed(self.engine, t, data):
@@ -482,6 +474,8 @@ class Controller:
                         break
                     if self.batch.full() or self.batch.opened_incidents:  # a new incident is committed at once
                         self.batch.commit()
+                    if self.clock.monotonic() >= read_until:
+                        break  # the rest is read in the next pass (see STEP_READ_SECONDS)
             finally:
                 gen.close()
             if not self.stop_event.is_set():
@@ -530,10 +524,11 @@ class Controller:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 signal.signal(sig, self.on_signal)
-        _raise_nofile_limit()
         self.startup()
         if self.sched is not None:
             self.sched.start_worker()
+        if self.spool_in is not None:  # paced from now on (see ingest.SPOOL_INTERVAL)
+            self.spool_in.interval, self.spool_in.clock = self.cfg.spool_interval, self.clock
         logger.info(
             "%s%s follow=%s spool=%s scheduler=%s db=%s",
             READY,
@@ -562,7 +557,7 @@ class Controller:
                 if now - last_rescan >= rescan_every:
                     last_rescan = now
                     try:
-                        self.follower.rescan()
+                        self.follower.rescan(full=False)  # inotify vouches for the rest (follow.SWEEP_EVERY)
                     except Exception:
                         self.metrics.errors.inc()
                         logger.exception("rescan failed; continuing")
@@ -582,6 +577,10 @@ class Controller:
                     self.clock.wait(self.stop_event, self.outage.wait_s(self.cfg.tick))
                 else:
                     self.clock.wait(self.follower.wake, self.cfg.tick)
+                    # woken by a write: the writes of the next moments are read in the same pass
+                    rest = pacing.MIN_PASS_SECONDS - (self.clock.monotonic() - now)
+                    if rest > 0 and not self.stop_event.is_set():
+                        self.clock.wait(self.stop_event, rest)
         finally:
             logger.info("recover run: stopping")
             try:

@@ -46,6 +46,7 @@ class FileState:
     #: the (inode, offset, line_no) the last commit saved for this file (batch saves it again when it moves)
     committed: tuple[int | None, int, int] | None = None
     head: tuple[int | None, str] | None = None  # (inode, fingerprint of its first bytes), cached by batch
+    rulebook: Any = None  # the CompiledRulebook the scanner was made for
 
 
 def state_of(t: Tailed) -> FileState:

@@ -40,18 +40,41 @@ from engine.store import Store
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CLOCK_STEP", "PASS_SECONDS", "FileIngest", "FileState", "SpoolIngest", "engine_time", "set_job"]
+__all__ = [
+    "CLOCK_STEP",
+    "MIN_PASS_SECONDS",
+    "PASS_SECONDS",
+    "SPOOL_INTERVAL",
+    "STEP_READ_SECONDS",
+    "FileIngest",
+    "FileState",
+    "SpoolIngest",
+    "engine_time",
+    "set_job",
+]
 
 #: resolution of the engine's clock (see engine_time)
 CLOCK_STEP = 0.01
 #: the spool is read this much at most per pass
 SPOOL_READ_BYTES = 4 << 20
+#: the running controller looks at the spool at most this often (seconds; a look is a listing and
+#: a stat of every node's files: ~5 ms at 2,048 nodes, and a loop pass runs on every write to a
+#: followed log). What it adds to a Xid's detection is well inside the settle windows
+SPOOL_INTERVAL = 0.5
 #: one file's hits are converted for at most this long per pass (then the other files, the
 #: spool and the scheduler are served; the rest of the hits waits, already scanned, for the next
 #: pass). The follower's byte budget alone does not bound a pass: a line's cost is per line, and
 #: 2 MiB of short lines that all differ (every one a new exception) took 2.2 s to convert, so a
 #: node's fatal Xid waited that long behind one job's log (bench_live_flood.py --shape distinct)
 PASS_SECONDS = 0.1
+#: one loop pass reads followed files for at most this long (the files not read yet stay due for
+#: the next pass), so that the spool, the scheduler, the engine's timers and the leader lease are
+#: served at least this often however many logs were written meanwhile: a pass over 10,000 logs
+#: took seconds, and one longer than the lease let it run out (a takeover rewinds every file)
+STEP_READ_SECONDS = 1.0
+#: the running loop starts a pass at most this often: each write to a followed log wakes it, and
+#: what a pass costs whatever it reads (a transaction, the timers) is paid per pass, not per write
+MIN_PASS_SECONDS = 0.05
 #: the source kinds a followed file may be scanned as (another reads as a job's log)
 _SCANNED_SOURCES = frozenset(("job", "kernel", "slurm", "any"))
 #: the spool reader's refusals -> the reason label of recover_refused_total
@@ -142,7 +165,7 @@ class FileIngest:
         # for 25 patterns); each file gets a clone with its own stream state
         scanner, index_map = scanner_for(self.compiled, source)
         scanner.reset(t.offset, t.line_no)
-        st.scanner, st.index_map, st.long_lines = scanner, index_map, 0
+        st.scanner, st.index_map, st.long_lines, st.rulebook = scanner, index_map, 0, self.compiled
         st.pending = None  # read again from the consumed position
         self.paused.pop(t.path, None)
 
@@ -154,7 +177,12 @@ class FileIngest:
         st = state_of(t)
         if t.reset or st.scanner is None:
             t.reset = False
-            self._reset_scanner(t)
+            if st.scanner is not None and st.stream is None and st.rulebook is self.compiled:
+                # never fed (the follower's first open asks for a reset): as good as a new clone
+                st.scanner.reset(t.offset, t.line_no)
+                st.pending = None
+            else:
+                self._reset_scanner(t)
         scanner, ctx = st.scanner, st.ctx
         assert scanner is not None and ctx is not None  # set by on_new_file and _reset_scanner
         stream = st.stream
@@ -230,6 +258,7 @@ class FileIngest:
                 batch.opened(_written_at(t), opened)
             if j >= n:
                 t.offset, t.line_no = p.end
+                batch.touch(t)
                 batch.count_lines(p.lines)
                 if t.held:
                     t.held = False
@@ -239,6 +268,7 @@ class FileIngest:
             # a piece of a burst: commit up to the end of the last line ingested
             last = hits[j - 1]
             t.offset, t.line_no = _line_end(p.read_pos, p.data, last.offset), last.line_no
+            batch.touch(t)
             batch.commit()
             if self.stop.is_set():
                 return False
@@ -294,8 +324,13 @@ class SpoolIngest:
         limiter: LogLimiter,
         *,
         trust_job_claims: bool,
+        interval: float = 0.0,
+        clock: Clock = SYSTEM,
     ):
         self.path = path
+        self.interval = interval  # 0: every feed() reads (tests step the controller by hand)
+        self.clock = clock
+        self._looked = -math.inf
         self.store = store
         self.batch = batch
         self.metrics = metrics
@@ -314,6 +349,7 @@ class SpoolIngest:
             self.path, {k: tuple(v) for k, v in saved.items()}, trust_job_claims=self.trust_job_claims
         )
         self._unreadable_seen = 0  # the new reader counts (and says) what it cannot read afresh
+        self._looked = -math.inf
         self._mark()
 
     def _mark(self) -> None:
@@ -336,7 +372,13 @@ class SpoolIngest:
         return ok
 
     def feed(self, engine: Engine) -> None:
-        """Read what the agents appended; ingest it with the spool's new positions."""
+        """Read what the agents appended; ingest it with the spool's new positions (at most
+        every ``interval`` seconds)."""
+        if self.interval > 0:
+            now = self.clock.monotonic()
+            if now - self._looked < self.interval:
+                return
+            self._looked = now
         reader = self.reader
         try:
             facts = reader.read(max_bytes=SPOOL_READ_BYTES)

@@ -48,6 +48,10 @@ __all__ = ["SchedulerPoll"]
 FollowJob = Callable[[str, str, int, Sequence[str]], None]
 
 
+#: every this many answered polls, every running job's logs are handed to the follower again
+REHAND_POLLS = 12
+
+
 class SchedulerPoll:
     """Polls one adapter; owns the last states seen and the worker thread."""
 
@@ -84,6 +88,11 @@ class SchedulerPoll:
         self.ok = False  # whether the last inline poll was answered
         self.job_states: dict[str, tuple] = {}
         self.node_states: dict[str, tuple] = {}
+        #: job -> (attempt, nodes, logs) last handed to follow_job: handed again only when that
+        #: changes (10,000 running jobs: ~0.2 s a poll to hand them all), and all of them every
+        #: REHAND_POLLS polls (a log the follower forgot while gone is followed again if it is back)
+        self._handed: dict[str, tuple] = {}
+        self._polls = 0
         self.states_known = False
         self.restore()
 
@@ -94,6 +103,7 @@ class SchedulerPoll:
         raw = self.store.meta("job_states")
         saved = json.loads(raw) if raw is not None else None
         self.node_states.clear()
+        self._handed.clear()
         if not isinstance(saved, dict):
             self.job_states, self.states_known = {}, False
             return
@@ -209,6 +219,9 @@ class SchedulerPoll:
         self.cluster.view.saw_nodes(nodes)
         self.cluster.view.saw_jobs(jobs, now)
         states_changed = False
+        self._polls += 1
+        if self._polls % REHAND_POLLS == 0:
+            self._handed.clear()
         # nodes first: a node that died is seen while its job is still assigned to it
         first_poll = not self.node_states
         for n in nodes:
@@ -231,8 +244,11 @@ class SchedulerPoll:
             state = (j.state, j.attempt, tuple(j.nodes), j.reason or "")
             if j.state == "RUNNING":
                 self.cluster.assign(j.job_id, j.attempt, j.nodes, now)
-                for path in {j.stdout, j.stderr} - {None, ""}:
-                    self.follow_job(path, j.job_id, j.attempt, j.nodes)
+                handed = (j.attempt, tuple(j.nodes), j.stdout, j.stderr)
+                if self._handed.get(j.job_id) != handed:
+                    self._handed[j.job_id] = handed
+                    for path in {j.stdout, j.stderr} - {None, ""}:
+                        self.follow_job(path, j.job_id, j.attempt, j.nodes)
             if self.job_states.get(j.job_id) != state:
                 first_time = j.job_id not in self.job_states
                 self.job_states[j.job_id] = state

@@ -24,16 +24,18 @@ Usage::
 
 from __future__ import annotations
 
-import fnmatch
 import glob
 import logging
 import os
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any, Callable, Generator, Iterator, Mapping
 
 from engine.clock import SYSTEM, Clock
+from engine.sources.globs import glob_base, glob_match
+from engine.sources.openfiles import default_max_open
+from engine.sources.tailed import Tailed
+from engine.sources.globs import recursive as _recursive
 from engine.sources.tail import (
     DELETED,
     MOVED,
@@ -41,6 +43,7 @@ from engine.sources.tail import (
     NOT_REGULAR_FILE,
     OTHER,
     REPLACED,
+    SAME,
     TRUNCATED,
     TailFile,
     identify,
@@ -69,93 +72,11 @@ HANDOFF_S = 120.0
 #: a file that keeps growing is checked for rotation and truncation at least this often
 CHECK_S = 1.0
 HANDOFF_MAX = 1024
-#: how many followed files are kept open at once by default (a share of the open-file limit:
-#: the rest are closed, least recently read first, and opened again at their position when
-#: they change or at the next rescan)
-MAX_OPEN = 512
-
-
-def _default_max_open() -> int:
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    except (ImportError, ValueError, OSError):
-        return MAX_OPEN
-    if soft == resource.RLIM_INFINITY:
-        return MAX_OPEN
-    return max(16, min(MAX_OPEN, int(soft) // 2))
-
-
-def glob_base(pattern: str) -> str:
-    """The longest leading directory of a glob that has no wildcard."""
-    parts = os.path.abspath(pattern).split(os.sep)
-    base = []
-    for p in parts[:-1]:
-        if any(c in p for c in "*?["):
-            break
-        base.append(p)
-    return os.sep.join(base) or os.sep
-
-
-def _glob_match(pattern: str, path: str) -> bool:
-    """Does ``path`` match ``pattern`` the way ``glob.glob`` would (``*`` stays inside one path
-    component and skips names starting with a dot)? Patterns with ``**`` are left to rescan()."""
-    if "**" in pattern:
-        return False  # left to rescan()
-    pp, sp = pattern.split(os.sep), path.split(os.sep)
-    if len(pp) != len(sp):
-        return False
-    for a, b in zip(pp, sp):
-        if a == b:
-            continue
-        if b.startswith(".") and not a.startswith("."):
-            return False
-        if not fnmatch.fnmatchcase(b, a):
-            return False
-    return True
-
-
-def _recursive(pattern: str) -> bool:
-    """Watch below the glob's base too when a folder part of the glob has a wildcard."""
-    return glob_base(pattern) != os.path.dirname(os.path.abspath(pattern))
-
-
-@dataclass
-class Tailed:
-    path: str
-    fh: TailFile | None = None  # the open file (its ``pos`` is the next byte to read)
-    inode: int | None = None
-    offset: int = 0  # bytes consumed from the current inode (the caller sets it)
-    line_no: int = 0
-    #: the caller's own per-file state (the controller's ``live.filestate.FileState``): carried,
-    #: never read here
-    state: Any = None
-    #: the caller's scanner must start again at (offset, line_no): set when the file is reopened or
-    #: rewound (and by the caller after a finished old inode); the caller clears it
-    reset: bool = False
-    #: set while the empty read that ends an old inode (rotated, deleted, truncated) is handed on
-    eof_old: bool = False
-    #: the caller's answer to that read: (offset, line_no) where the old file ends, so that a file
-    #: that lives on renamed is read on from there
-    eof_position: tuple[int, int] | None = None
-    gone: bool = False  # the path does not exist (deleted, not yet re-created)
-    errors: int = 0  # failed opens/reads in a row (0: healthy)
-    read_pos: int = 0  # file offset of the first byte of the data last yielded
-    read_at: float = 0.0  # wall time of the last read that returned data
-    checked_at: float = 0.0  # monotonic time of the last check for rotation/truncation
-    gone_since: float | None = None
-    last_error: str | None = None
-    #: the caller has not consumed all it was given yet (it converts a burst across passes):
-    #: nothing more is read from the file until the caller clears this (or rewinds the file)
-    held: bool = False
-    #: the caller does not want this file read at all until it says whose it is (a file a glob
-    #: found that the scheduler names as no job's log yet); a rewind does not clear it
-    waiting: bool = False
-
-    @property
-    def healthy(self) -> bool:
-        return self.errors == 0 and not self.gone
+#: with inotify watching, a rescan looks at every followed file's stat only every this many
+#: rescans (and after a watched folder came back); in between, at the files inotify cannot vouch
+#: for: not open, not in a watched folder, or grown since their last look at the end (a deletion
+#: right after a write raises an event that the write's read already took). 10,000 stats: ~70 ms
+SWEEP_EVERY = 10
 
 
 class _Handler(FileSystemEventHandler):
@@ -187,7 +108,7 @@ class Follower:
         #: a file with no saved position starts at its end (the last complete line) while this is
         #: set: the caller's new database must not take the files' past for the present
         self.start_at_end = start_at_end
-        self.max_open = max_open or _default_max_open()
+        self.max_open = max_open or default_max_open()
         self._open_lru: "OrderedDict[str, Tailed]" = OrderedDict()
         self.poll = poll
         self.saved = dict(offsets or {})
@@ -195,9 +116,13 @@ class Follower:
         self.on_new = on_new
         self.files: dict[str, Tailed] = {}
         self._dirty: set[str] = set()
+        #: files read, opened or rewound since the caller last emptied this: the only ones whose
+        #: position may have moved (the controller's batch saves those that did)
+        self.touched: dict[str, Tailed] = {}
         self._lock = threading.Lock()
         self.wake = threading.Event()
         self._observer: BaseObserver | None = None
+        self._rescans = 0
         self._watched: set[str] = set()
         self._watched_below: list[str] = []
         self._watches: dict[str, tuple[ObservedWatch, int, bool]] = {}  # folder -> (watch, its inode, recursive)
@@ -292,7 +217,9 @@ class Follower:
             d = os.path.dirname(path)
             if not any(d.startswith(w) for w in self._watched_below):
                 self._watch_dir(d)
-        self._mark(path)
+        elif not t.waiting:
+            return t  # followed already: read when the watcher or a rescan sees it change
+        self._mark(path)  # new, or waiting for its claim (the caller clears t.waiting next)
         return t
 
     def _at_end(self, t: Tailed) -> None:
@@ -319,7 +246,7 @@ class Follower:
 
     def matches(self, path: str) -> bool:
         """Does this path match one of the globs (without touching the file system)?"""
-        return any(_glob_match(g, path) for g in self.globs)
+        return any(glob_match(g, path) for g in self.globs)
 
     def _check_watches(self) -> None:
         """A watched folder that was removed (or replaced) is watched again once it is back."""
@@ -344,11 +271,16 @@ class Follower:
             if below in self._watched_below:
                 self._watched_below.remove(below)
             self._watch_dir(directory, recursive)
+            self._rescans = -1  # what was written meanwhile raised no event here: a full sweep
 
-    def rescan(self) -> None:
-        """Pick up files that match a glob now (also the ones no event told us about)."""
+    def rescan(self, full: bool = True) -> None:
+        """Pick up files that match a glob now (also the ones no event told us about), and mark
+        the followed files whose stat changed. ``full=False`` (the controller's once-a-second
+        rescan): with inotify watching, every file is looked at only every SWEEP_EVERY-th time."""
         if self._observer is not None:
             self._check_watches()
+        self._rescans += 1
+        sweep = full or self._observer is None or bool(self.poll) or self._rescans % SWEEP_EVERY == 0
         for g in self.globs:
             self._watch_dir(glob_base(g), recursive=_recursive(g))
             for p in glob.glob(g, recursive=True):
@@ -360,8 +292,31 @@ class Follower:
                 del self.files[path]
                 self.stats["forgotten"] += 1
         self._expire_handoffs()
+        watched = self._watched
+        changed = [
+            t.path
+            for t in self.files.values()
+            if (sweep or t.fh is None or t.seen is None or t.path.rpartition(os.sep)[0] not in watched)
+            and self._changed(t)
+        ]
         with self._lock:
-            self._dirty.update(self.files)
+            self._dirty.update(changed)
+
+    @staticmethod
+    def _changed(t: Tailed) -> bool:
+        """Whether a rescan should read ``t`` again: its path's stat is not what the last read
+        to its end saw (written, rotated, truncated, replaced), or it is in trouble (unreadable:
+        tried again; gone: read again when it is back). Files the watcher saw change are marked
+        by it already; this is for what it cannot see (other hosts' writes on NFS, a lost event)."""
+        if t.waiting:
+            return False  # read once the caller claims it (add marks it then)
+        try:
+            st = os.lstat(t.path)  # as TailFile.change() sees it (a link there is never read)
+        except FileNotFoundError:
+            return not t.gone  # deleted since: the open file is read to its end
+        except OSError:
+            return True
+        return t.errors > 0 or t.gone or t.seen != (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def rewind(self, t: Tailed) -> None:
         """Read this file again from ``t.offset``/``t.line_no`` (after the caller set them back,
@@ -370,6 +325,8 @@ class Follower:
         self._close(t)
         t.held = False
         t.reset = True
+        t.seen = None
+        self.touched[t.path] = t
         self._mark(t.path)
 
     def health(self) -> tuple[int, int]:
@@ -380,12 +337,14 @@ class Follower:
     # -- reading -----------------------------------------------------------------------------
     def _close(self, t: Tailed) -> None:
         self._open_lru.pop(t.path, None)
+        t.resume_pos = None
         if t.fh is not None:
             t.fh.close()
             t.fh = None
 
     def _fail(self, t: Tailed, what: str, exc: OSError) -> None:
         why = f"{what}: {exc.strerror or exc}"
+        t.seen = None
         if isinstance(exc, FileNotFoundError):  # open_failure(exc) == GONE
             if not t.gone:
                 self.stats["vanished"] += 1
@@ -404,18 +363,21 @@ class Follower:
         t.last_error = why
 
     def _make_room(self, keep: Tailed | None = None) -> bool:
-        """Close the least recently read open file (its position is kept: it is opened again
-        there when it changes). False when nothing could be closed."""
+        """Close the least recently read open file (its read position is kept: it is opened
+        again there when it changes, and the caller's scanner goes on where it was). False when
+        nothing could be closed."""
         for _path, other in self._open_lru.items():
             if other is keep:
                 continue
+            pos = other.fh.pos if other.fh is not None else None
             self._close(other)
-            other.reset = True
+            other.resume_pos = pos
             self.stats["lru_closed"] += 1
             return True
         return False
 
     def _open(self, t: Tailed) -> bool:
+        resume, t.resume_pos = t.resume_pos, None
         while len(self._open_lru) >= self.max_open and self._make_room(t):
             pass
         for _ in range(2):
@@ -465,10 +427,13 @@ class Follower:
                     t.offset,
                 )
             t.offset, t.line_no = 0, 0
+        if resume is not None and t.inode == fh.ino and size >= resume and t.offset <= resume:
+            fh.pos = resume  # closed for room only: the caller's scanner is where it was
+        else:
+            fh.pos = t.offset
+            t.reset = True  # the caller's scanner starts again at (offset, line_no)
         t.inode = fh.ino
-        fh.pos = t.offset
         t.fh = fh
-        t.reset = True  # the caller's scanner starts again at (offset, line_no)
         return True
 
     def read_ready(self, max_bytes: int = READ_BYTES) -> Generator[tuple[Tailed, bytes], None, None]:
@@ -523,6 +488,7 @@ class Follower:
     def _read_file(self, t: Tailed, max_bytes: int) -> Iterator[tuple[Tailed, bytes]]:
         if t.waiting:
             return
+        self.touched[t.path] = t
         if t.fh is None and not self._open(t):
             return
         budget = FILE_BUDGET
@@ -556,10 +522,15 @@ class Follower:
             # finds nothing new, and at least every CHECK_S while a file keeps growing)
             now = self.clock.monotonic()
             if data and now - t.checked_at < CHECK_S:
+                t.seen = None  # not looked at since it grew: the next rescan does (a deletion may hide behind)
                 return
             t.checked_at = now
             old = t.fh
             change = old.change()
+            st = old.last_stat
+            t.seen = (
+                (st.st_ino, st.st_size, st.st_mtime_ns) if change == SAME and st and st.st_size == old.pos else None
+            )
             if change in (REPLACED, MOVED, DELETED):
                 self.stats["rotations"] += 1
                 gone = change != REPLACED  # the name is free until a new file takes it

@@ -109,6 +109,9 @@ class SpoolReader:
         self._not_regular: set[str] = set()
         #: what cannot be read now ("." is the folder itself) -> why; said once, until it can be
         self.unreadable: dict[str, str] = {}
+        #: node file -> the stat of its files (name, inode, size, mtime, ctime) taken before its
+        #: last complete read: a node whose files still show it has nothing new and is not opened
+        self._sigs: dict[str, tuple] = {}
 
     # -- listing ------------------------------------------------------------------------------
     def _groups(self) -> dict[str, list[tuple[int, str]]]:
@@ -213,7 +216,14 @@ class SpoolReader:
         """New facts from every node's spool, oldest first per node."""
         out: list[Fact] = []
         budget = max_bytes if max_bytes and max_bytes > 0 else None
-        for base, files in sorted(self._groups().items()):
+        groups = self._groups()
+        for gone in [b for b in self._sigs if b not in groups]:
+            del self._sigs[gone]
+        for base, files in sorted(groups.items()):
+            sig = self._signature(files)
+            if sig is not None and self._sigs.get(base) == sig:
+                continue  # not written, rotated, truncated or chmod-ed since it was read to its end
+            self._sigs.pop(base, None)
             opened = None
             for _ in range(5):
                 opened = self._open_group(base, files)
@@ -228,7 +238,20 @@ class SpoolReader:
                 _close_all(opened)
             if budget is not None and budget <= 0:
                 break
+            if sig is not None and len(opened) == len(files):
+                self._sigs[base] = sig  # read to its end as of that stat
         return out
+
+    def _signature(self, files: list[tuple[int, str]]) -> tuple | None:
+        """The stat of a node's files now (None when one cannot be looked at)."""
+        out = []
+        for _, name in files:
+            try:
+                st = os.lstat(os.path.join(self.spool_dir, name))
+            except OSError:
+                return None
+            out.append((name, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+        return tuple(out)
 
     def _read_group(
         self, base: str, opened: list[tuple[TailFile, int, str]], out: list[Fact], budget: int | None

@@ -103,10 +103,11 @@ class TailFile:
     """One regular file open for reading at ``pos`` (``pread``: the descriptor's own offset is
     never used, so a position is only what this object says)."""
 
-    __slots__ = ("path", "fd", "ino", "dev", "pos")
+    __slots__ = ("path", "fd", "ino", "dev", "pos", "last_stat")
 
     def __init__(self, path: str, fd: int, st: os.stat_result, pos: int = 0) -> None:
         self.path, self.fd, self.ino, self.dev, self.pos = path, fd, st.st_ino, st.st_dev, pos
+        self.last_stat: os.stat_result | None = None  # what change() saw at the path, last time
 
     @classmethod
     def open(cls, path: str, pos: int = 0) -> "TailFile":
@@ -183,12 +184,14 @@ class TailFile:
         """What the path names now compared with this open file: SAME, TRUNCATED (shorter than
         ``pos``), REPLACED (another file), MOVED (nothing; this file has another name) or DELETED
         (nothing; this file is unlinked). None when the path cannot be looked at now."""
+        self.last_stat = None
         try:
             st = os.lstat(self.path)  # a link put in its place is another file (and never read)
         except FileNotFoundError:
             return MOVED if self.linked() else DELETED
         except OSError:
             return None
+        self.last_stat = st
         if st.st_ino != self.ino or st.st_dev != self.dev:
             return REPLACED
         return TRUNCATED if st.st_size < self.pos else SAME

@@ -124,7 +124,7 @@ def test_the_controller_counts_an_unreadable_spool_file_and_calls_the_spool_unhe
     def controller_side():
         store = Store(":memory:")
         metrics = Metrics()
-        batch = Batch(store, SimpleNamespace(files={}), metrics, LogLimiter(), lambda closed: None)
+        batch = Batch(store, SimpleNamespace(files={}, touched={}), metrics, LogLimiter(), lambda closed: None)
         ingest = SpoolIngest(str(spool), store, batch, metrics, LogLimiter(), trust_job_claims=True)
         engine = SimpleNamespace(facts=[], ingest=lambda f: engine.facts.append(f))
         for _ in range(3):

@@ -23,7 +23,8 @@ def world(tmp_path, clock):
     state_of(t).committed = (t.inode, 0, 0)
     store = Store(tmp_path / "recover.db")
     announced: list[list] = []
-    follower = SimpleNamespace(files={t.path: t})  # the batch reads the followed files' positions only
+    # the batch reads the positions of the files the follower touched (read, opened) only
+    follower = SimpleNamespace(files={t.path: t}, touched={})
     batch = Batch(store, follower, Metrics(), LogLimiter(clock=clock), announced.append, clock=clock)
     yield batch, store, t, announced
     store.close()
@@ -34,6 +35,7 @@ def test_positions_are_committed_with_their_effects(world):
     batch.begin()
     store.set_meta("effect", "1")  # what the lines produced
     t.offset, t.line_no = 25, 5
+    batch.touch(t)  # what the ingest does when it moves a file's position
     batch.count_lines(5)
     batch.count_fact()
     batch.spool_read({"n1": [7, 120, "head"]}, garbage=2)
@@ -53,6 +55,7 @@ def test_an_abort_rolls_back_effects_and_positions_together(world):
     batch.begin()
     store.set_meta("effect", "1")
     t.offset, t.line_no = 25, 5
+    batch.touch(t)  # what the ingest does when it moves a file's position
     batch.count_lines(5)
     batch.closed("incident 1")
     batch.abort(RuntimeError("boom"))
@@ -80,8 +83,18 @@ def test_back_to_the_committed_positions_after_a_rollback(tmp_path, clock):
 def test_unmoved_files_are_not_written_again(world):
     batch, store, t, _ = world
     batch.begin()
+    batch.follower.touched[t.path] = t  # read, and nothing came of it
     batch.commit()
     assert t.path not in store.offsets()
+
+
+def test_a_file_the_follower_moved_by_itself_is_saved(world):
+    batch, store, t, _ = world
+    batch.begin()
+    t.inode, t.offset, t.line_no = t.inode + 1, 0, 0  # rotated: the new file, nothing read from it yet
+    batch.follower.touched[t.path] = t
+    batch.commit()
+    assert store.offsets()[t.path] == (t.inode, 0, 0) and not batch.follower.touched
 
 
 def test_commit_without_a_transaction_does_nothing(world):

@@ -12,6 +12,7 @@ import pytest
 
 from engine.core.context import ClusterContext
 from engine.live.batch import BATCH_HITS, Batch
+from engine.live import ingest
 from engine.live.filestate import state_of
 from engine.live.ingest import PASS_SECONDS, FileIngest, set_job
 from engine.live.metrics import LogLimiter, Metrics
@@ -52,7 +53,7 @@ def world(tmp_path, compiled, clock):
     store = Store(tmp_path / "recover.db")
     t = Tailed(str(log), inode=log.stat().st_ino)
     commits: list[int] = []
-    follower = SimpleNamespace(files={t.path: t})
+    follower = SimpleNamespace(files={t.path: t}, touched={})
     # a clock that stands still: only the hits fill a transaction, however slow the machine
     batch = Batch(store, follower, Metrics(), LogLimiter(), lambda closed: commits.append(t.offset), clock=clock)
     stop = threading.Event()
@@ -167,3 +168,17 @@ def test_a_stop_while_paused_hands_the_file_back_to_be_rewound(world):
     assert world.files.resume(engine) == [world.t]  # the caller rewinds it: the rest is read again
     assert len(engine.facts) == taken + 1
     assert world.store.offsets()[world.t.path][2] == taken + 1
+
+
+def test_a_files_first_open_does_not_build_its_scanner_twice(world, monkeypatch):
+    built: list[str] = []
+    real = ingest.scanner_for
+    monkeypatch.setattr(ingest, "scanner_for", lambda c, source: built.append(source) or real(c, source))
+    first = world.data.index(b"\n") + 1
+    world.t.reset = True  # what the follower's first open of the file says
+    assert world.files.feed(RecordingEngine(), world.t, world.data[:first])
+    assert built == []  # the scanner on_new_file made had never been fed: reset in place
+    world.t.reset = True  # reopened after it was fed (a rewind): a new one
+    engine = RecordingEngine()
+    assert world.files.feed(engine, world.t, world.data[first:])
+    assert built == ["job"] and [f.attrs["n"] for f in engine.facts][:2] == [2, 3]
