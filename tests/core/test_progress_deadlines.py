@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from engine.core.progress import ProgressTracker
 from engine.facts import Fact
+from engine.rulebook import require_rulebook
 from engine.rulebook.policy_model import Hang
 
 
@@ -21,7 +22,9 @@ def tracker(bound: float | None = 60.0, require_running: bool = False) -> Progre
         any_output=False,
         fact_ttl=3600.0,
     )
-    return ProgressTracker(SimpleNamespace(hang=hang, straggler=None))  # type: ignore[arg-type]
+    # the shipped straggler settings: only the hang settings matter here
+    straggler = require_rulebook().policy.straggler
+    return ProgressTracker(SimpleNamespace(hang=hang, straggler=straggler))  # type: ignore[arg-type]
 
 
 def prog(job: str, at: float, step: int) -> Fact:
