@@ -353,6 +353,13 @@ if ! alive "$ctld_pidfile" slurmctld; then
     # slurmd left from an earlier controller would keep using the spool we wipe
     RECOVER_KEEP_MUNGE=1 "$HERE/slurm-down.sh" >/dev/null
     rm -rf "${CTLD_STATE:?}"/* "${SPOOL_DIR:?}"/* "${LOG_DIR:?}"/*
+    if [ -z "$acct_off" ]; then
+      # a wiped controller hands out job ids from 1 again: the records of the cluster it replaces
+      # would answer for the same ids (sacct -j N), so they go with it
+      mariadb --socket="$MYSQL_SOCK" -u root slurm_acct_db \
+        -e "DELETE FROM recover_step_table; DELETE FROM recover_job_table;" >/dev/null 2>&1 \
+        || say "could not clear the replaced cluster's job records from accounting"
+    fi
   fi
   slurmctld || { log_tail "$LOG_DIR/slurmctld.log"; die "slurmctld failed to start"; }
   for _ in $(seq 50); do alive "$ctld_pidfile" slurmctld && break; sleep 0.1; done

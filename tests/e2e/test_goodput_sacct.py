@@ -22,9 +22,11 @@ from tests.helpers import wait_for
 pytestmark = pytest.mark.slurm
 
 
-def _sacct(job: str) -> list[tuple[float | None, float | None, float | None]]:
-    """(Submit, Start, End) of each record of the job, oldest first, from sacct itself."""
-    argv = ["sacct", "-X", "-P", "-n", "--duplicates", "-j", job, "-o", "Submit,Start,End"]
+def _sacct(job: str, since: float) -> list[tuple[float | None, float | None, float | None]]:
+    """(Submit, Start, End) of each record of the job since ``since``, oldest first, from sacct
+    itself (a job id an earlier cluster on this machine gave out is not this test's job)."""
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since))
+    argv = ["sacct", "-X", "-P", "-n", "--duplicates", "-S", start, "-j", job, "-o", "Submit,Start,End"]
     out = subprocess_runner(argv, 20)
     assert out.rc == 0, out.stderr
 
@@ -50,6 +52,7 @@ def h(tmp_path, slurm):
 
 
 def test_a_job_requeued_once_gets_sacct_times(h):
+    began = time.time() - 5
     h.start_agents()
     h.start_controller()
     job = h.submit(JOB.replace("DEAD", str(h.tmp)), "-N", "1")
@@ -69,13 +72,13 @@ def test_a_job_requeued_once_gets_sacct_times(h):
     )
     # slurmdbd hears of each record from slurmctld a moment later
     sacct = wait_for(
-        "sacct has both attempts", lambda: (s := _sacct(job)) and len(s) == 2 and s[1][1] and s[0][2] and s, 20
+        "sacct has both attempts", lambda: (s := _sacct(job, began)) and len(s) == 2 and s[1][1] and s[0][2] and s, 20
     )
 
     store = Store(str(h.db), readonly=True)
     try:
         now = time.time()
-        records = h.slurm.job_history(now - 3600, now, job)
+        records = h.slurm.job_history(began, now, job)
         rep = report_from_store(store, now=now, job=job, gpus_per_node=4, history=(records, ""))
         offline = report_from_store(store, now=now, job=job, gpus_per_node=4)
         polled = store.job_events(job)
