@@ -2,7 +2,9 @@
 # slurm-down.sh - stop the cluster that scripts/slurm-up.sh started, by PID.
 #
 # Stops slurmctld, then every node (its slurmd, slurmstepds and job processes, through
-# scripts/slurm-node.sh), then munged if slurm-up.sh was the one that started it.
+# scripts/slurm-node.sh), then the accounting daemons (slurmdbd, MariaDB) that slurm-up.sh
+# started, then munged if slurm-up.sh was the one that started it. RECOVER_KEEP_ACCOUNTING=1 leaves
+# slurmdbd and MariaDB running (a restart of the cluster is quicker then).
 # Safe to run when nothing runs. SLURM_PURGE=1 also wipes Slurm's state, spool and logs.
 set -uo pipefail
 export PATH="$PATH:/usr/sbin:/sbin"
@@ -43,6 +45,11 @@ for node in $(echo "$nodes" | sort -u); do
   "$HERE/slurm-node.sh" stop "$node" >/dev/null && stopped+=("$node")
 done
 [ ${#stopped[@]} -eq 0 ] || echo "slurm-down: stopped nodes ${stopped[*]}"
+
+if [ "${RECOVER_KEEP_ACCOUNTING:-0}" != 1 ]; then
+  stop /run/slurmdbd/slurmdbd.pid slurmdbd
+  stop /run/mysqld/mysqld.pid mariadbd
+fi
 
 if [ -e "$RUN_DIR/recover-started-munged" ] && [ "${RECOVER_KEEP_MUNGE:-0}" != 1 ]; then
   stop /run/munge/munged.pid munged
