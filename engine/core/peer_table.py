@@ -9,7 +9,7 @@ table; this module puts them together, per log file, and judges them:
   hits (a device index, then one figure per device). Device k's figure is the median of its row
   and its column, the diagonal left out (a device's copy to itself is no link): one device
   whose every link is low has a low figure, while a topology (two sockets, NVLink pairs) lowers
-  every device's row alike.
+  every device's row alike. A cell printed ``N/A`` (nvbandwidth's diagonal) is no link.
 - ``table: header`` — the header of a per-unit table (``rank  data_time  step_time``): the
   first column names the units (``peer_col``), the others (``cols``) say what each figure is.
   A column whose name is a time (``time``, ``_s``, ``_ms``, ``latency``, ``elapsed``) is a cost;
@@ -52,7 +52,7 @@ MAX_ROWS = 256
 MAX_COLS = 64
 MIN_EXCESS_S = 0.05
 
-_NUM = re.compile(r"-?\d+(?:\.\d+)?")
+_CELL = re.compile(r"-?\d+(?:\.\d+)?|N/A")  # a figure, or no figure where one is expected (a diagonal)
 _DICT_ITEM = re.compile(r"""['"]?([\w.:-]{1,64})['"]?\s*:\s*(\d+(?:\.\d+)?)""")
 _TIME_COL = re.compile(r"(?:time|_s$|_sec$|_secs$|_ms$|_us$|latency|elapsed|duration|\(s\)|\(ms\)|\(us\)|\bsec\b)")
 _RATE_COL = re.compile(r"(?:throughput|speed|bandwidth|\bbw\b|_bw$|flops|/s\b|per_s|per_sec|samples|tokens)")
@@ -122,7 +122,7 @@ class _Table:
     rate: bool = False  # matrix: its figures are rates
     cols: list[tuple[int, bool, float]] = field(default_factory=list)  # header: (cell index, rate, scale)
     ncols: int = 0  # header: the figures a row has
-    rows: dict[str, list[float]] = field(default_factory=dict)
+    rows: dict[str, list[float | None]] = field(default_factory=dict)  # None: a cell printed N/A
     reported: bool = False
 
 
@@ -161,7 +161,7 @@ class PeerTables:
             self._open.pop(key, None)  # the table ended before this row
             return []
         t.line = line
-        cells = [float(x) for x in _NUM.findall(str(fact.get("cells") or fact.get("cell1") or ""))[:MAX_COLS]]
+        cells = _cells(str(fact.get("cells") or fact.get("cell1") or ""))
         peer = str(fact.get("peer") or fact.get("peer1"))
         if t.kind == "header" and len(cells) != t.ncols:
             self._open.pop(key, None)
@@ -187,7 +187,11 @@ class PeerTables:
             return None
         costs: dict[str, float] = {}
         for k, (who, cells) in enumerate(rows):
-            links = [cells[j] for j in range(n) if j != k] + [rows[i][1][k] for i in range(n) if i != k]
+            out_links = [cells[j] for j in range(n) if j != k]
+            in_links = [rows[i][1][k] for i in range(n) if i != k]
+            links = [x for x in out_links + in_links if x is not None]
+            if not links:
+                return None
             figure = statistics.median(links)
             if figure <= 0:
                 return None
@@ -203,7 +207,7 @@ class PeerTables:
             costs: dict[str, float] = {}
             for who, cells in t.rows.items():
                 v = cells[index]
-                if v > 0:
+                if v is not None and v > 0:
                     costs[who] = 1.0 / v if rate else v
             found = outlier(costs, self.factor, self.min_peers, None if rate else scale)
             if found is not None:
@@ -232,6 +236,11 @@ class PeerTables:
 def _where(origin: str) -> tuple[str, int]:
     path, _, line = str(origin).rpartition(":")
     return (path, int(line)) if line.isdigit() else (str(origin), 0)
+
+
+def _cells(text: str) -> list[float | None]:
+    """A row's figures in order, None for a cell printed N/A (nvbandwidth's diagonal)."""
+    return [None if x == "N/A" else float(x) for x in _CELL.findall(text)[:MAX_COLS]]
 
 
 def _columns(text: str) -> list[tuple[int, bool, float]]:
