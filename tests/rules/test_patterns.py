@@ -38,7 +38,10 @@ def book():
     lists, matchers, rules, tests = {}, {}, [], []
     for name, doc in _docs():
         for k, v in (doc.get("lists") or {}).items():
-            lists[k] = v["items"] if isinstance(v, dict) else v
+            if isinstance(v, dict) and v.get("override") == "append" and k in lists:
+                lists[k] = list(lists[k]) + list(v["items"])  # a later file appends, as layering does
+            else:
+                lists[k] = v["items"] if isinstance(v, dict) else v
         for m in doc.get("matchers") or []:
             matchers[m["id"]] = m
         rules.extend(doc.get("rules") or [])
