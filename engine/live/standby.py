@@ -16,7 +16,9 @@ incidents, its journal, its job states, and its read positions. Each followed fi
 the position the store holds for it, so the lines after it are read once more, by the leader, from
 files already open and in the page cache: what the old leader committed is never read twice into
 the store, and nothing after its positions is lost, whatever the follower had read. The follower's
-own reading decides nothing.
+own reading decides nothing. What is kept is what the sources and the scheduler said, not what the
+engine concluded: the cluster context, and each file's context (its job and nodes, and what its
+own lines taught about it: the hosts that printed, the date of undated lines), as after a reload.
 
     standby = Standby(controller)
     standby.step()            # a follower's pass (the first one enters the standby)

@@ -40,9 +40,12 @@ def _evt_numbers(db: str) -> Counter:
 
 def test_follower_takes_over_without_losing_or_repeating_a_line(tmp_path: Path, caplog, db_target, monkeypatch) -> None:
     import engine.live.batch
+    import engine.live.ingest
 
-    # the leader's last read must stay in one transaction (rolled back below), however slow the machine
+    # the leader's last read must stay in one transaction (rolled back below), however slow the
+    # machine: neither a full batch nor a file's turn running out commits a piece of it
     monkeypatch.setattr(engine.live.batch, "BATCH_SECONDS", 60.0)
+    monkeypatch.setattr(engine.live.ingest, "PASS_SECONDS", 60.0)
     caplog.set_level(logging.WARNING)
     view = Live(tmp_path)  # only its folders and store readers: no process is started
     rules = write_rules(tmp_path / "rules.yaml", view.markers)
@@ -278,3 +281,34 @@ def test_a_controller_that_fails_to_start_gives_up_the_lease_it_took(tmp_path: P
     finally:
         other.leader.release()
         other.store.close()
+
+
+def test_the_follower_starts_its_scratch_afresh_and_still_records_nothing(tmp_path: Path, monkeypatch) -> None:
+    """Every RECYCLE_S the scratch store and its engine are replaced (what the follower concluded
+    is worth nothing): the old one is closed, reading goes on where it was, the shared store is untouched."""
+    import engine.live.standby as standby
+
+    view = Live(tmp_path)
+    res = load_rulebook([str(write_rules(tmp_path / "rules.yaml", view.markers))], defaults=False)
+    log = view.logs / "train.out"
+    log.write_text("")
+    db = str(tmp_path / "r.db")
+    a = _controller(db, tmp_path, res.compiled)
+    b = _controller(db, tmp_path, res.compiled)
+    try:
+        a.startup()
+        b.startup()
+        b.step()
+        first = b.standby.scratch
+        before = _shared_rows(db)
+        append(log, evts(0, 10))
+        monkeypatch.setattr(standby, "RECYCLE_S", 0.0)
+        wait_for(lambda: (b.step(), b.batch.lines_total >= 10)[1], 20, 0.02, what="the follower's lines")
+        assert b.standby.scratch is not first and b.batch.store is b.standby.scratch
+        assert b.engine.store is b.standby.scratch and b.follower.files[str(log)].offset == log.stat().st_size
+        assert _shared_rows(db) == before
+    finally:
+        for c in (a, b):
+            c.follower.stop()
+            c.leader.release()
+            c.store.close()
