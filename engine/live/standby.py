@@ -59,9 +59,9 @@ class Standby:
         self._since = 0.0
         self._lag_at = -math.inf
         #: bytes the leader has committed in followed files that this follower has not read yet
-        #: (None until measured); and the followed files it holds open and positioned
+        #: (None until measured)
         self.behind_bytes: int | None = None
-        self.passes = 0
+        self.passes = 0  # follower passes run
         #: incidents the follower's engine closed (and threw away): its evaluation goes on
         self.closed = 0
 
