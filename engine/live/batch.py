@@ -72,7 +72,8 @@ class Batch:
         self.follower = follower
         self.metrics = metrics
         self.limiter = limiter
-        self._on_commit = on_commit
+        #: called with the incidents closed in each committed transaction (a follower swaps in its own)
+        self.on_commit = on_commit
         self.clock = clock
         self._tx: AbstractContextManager[Any] | None = None  # Store.transaction(), entered
         self._started = 0.0
@@ -191,7 +192,7 @@ class Batch:
             self.metrics.source_errors.labels(kind="spool", reason="garbage").inc(self._garbage)
         self._discard()
         closed, self._closed = self._closed, []
-        self._on_commit(closed)
+        self.on_commit(closed)
 
     def abort(self, exc: BaseException | None = None) -> None:
         """Roll back the transaction in progress (if any) and forget what it held."""

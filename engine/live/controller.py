@@ -42,14 +42,15 @@ from engine.live.frdumps import DumpWatch
 from engine.sources.flight_recorder import Limits
 from engine.live.batch import STORE_ERRORS, Batch
 from engine.live import ingest as pacing  # its pace constants: read when used (a test may set them)
-from engine.store.dialect import display_name, is_postgres
+from engine.store.dialect import display_name
 from engine.live.ingest import FileIngest, FileState, SpoolIngest, engine_time, set_job
 from engine.live.launch import READY
 from engine.live.leader import DEFAULT_LEASE_S, Leadership
 from engine.live.metrics import Gauges, LogLimiter, Metrics, update_ha
-from engine.live.outage import StoreOutage
+from engine.live.outage import StoreOutage, db_identity, db_lost
 from engine.live.reload import RulebookWatch, engine_refusal
 from engine.live.schedpoll import SchedulerPoll
+from engine.live.standby import Standby
 from engine.rulebook import CompiledRulebook, load_rulebook
 from engine.sources.follow import Follower
 from engine.sources.openfiles import raise_nofile_limit
@@ -112,7 +113,7 @@ class Controller:
         # a new database knows nothing of what was read before it: the files already there are
         # history, read from their end, unless a backfill (monitor mode) was asked for
         self.skip_existing = self.store.fresh and not config.from_start
-        self._db_identity = self._identity_of_db()
+        self._db_identity = db_identity(config.db)
         with self.store.transaction():
             scheduled = config.adapter is not None or config.scheduler not in ("none", "", None)
             self.store.set_meta("context_source", "scheduler" if scheduled else "logs")
@@ -121,6 +122,16 @@ class Controller:
         # one controller per store records and acts; a second one follows (and says who leads)
         self.leader = Leadership(self.store, config.lease_s, mode=self.mode, info=self._seen, clock=clock)
         self.leader.tick()
+        try:
+            self._build(config, compiled)
+        except BaseException:
+            # a start that fails gives up the lease it took at once: the others need not wait it out
+            self.leader.release()
+            self.store.close()
+            raise
+
+    def _build(self, config: ControllerConfig, compiled: CompiledRulebook) -> None:
+        clock = self.clock
         self.metrics = Metrics(config.metrics_port)
         self.limiter = LogLimiter(clock=clock)
         self.cluster = ClusterContext()
@@ -154,6 +165,7 @@ class Controller:
         )
         self.engine = self._new_engine(compiled)
         self.engine.resume()
+        self.standby = Standby(self)  # a follower's pass: read and evaluate, record nothing
         self.spool_in: SpoolIngest | None = None
         if config.spool:
             # without a scheduler there is no other word on which job ran on a node
@@ -219,26 +231,9 @@ class Controller:
         self.batch.abort(exc)
 
     # -- setup -----------------------------------------------------------------------------
-    def _identity_of_db(self) -> tuple[int, int] | None:
-        if self.cfg.db == ":memory:" or is_postgres(self.cfg.db):
-            return None  # a PostgreSQL store is not a file that could be deleted or replaced
-        try:
-            st = os.stat(self.cfg.db)
-        except OSError:
-            return None
-        return (st.st_dev, st.st_ino)
-
     def db_lost(self) -> str | None:
-        """Why the database this controller opened is no longer the one at its path (deleted,
-        replaced), or None. A controller that went on would forget what it did and redo it."""
-        if self._db_identity is None:
-            return None
-        now = self._identity_of_db()
-        if now is None:
-            return f"incident store {self.cfg.db} was deleted while running"
-        if now != self._db_identity:
-            return f"incident store {self.cfg.db} was replaced by another file while running"
-        return None
+        """Why the database this controller opened is no longer the one at its path, or None."""
+        return db_lost(self.cfg.db, self._db_identity)
 
     def startup(self) -> None:
         """Scheduler state first (which jobs run where, the job logs it names), then the spool and
@@ -262,7 +257,7 @@ class Controller:
     def _new_engine(self, compiled: CompiledRulebook) -> Engine:
         engine = Engine(
             compiled,
-            self.store,
+            self.batch.store,  # the store the parts write now: a follower's is its scratch (live.standby)
             scheduler=self._template_scheduler(),
             mode=self.mode,
             cluster=self.cluster,
@@ -387,29 +382,29 @@ class Controller:
         sched = getattr(self, "sched", None)
         health = "none" if sched is None else ("ok" if sched.ok else "unavailable")
         scope = summary(self.compiled.policy.scope)  # the partitions' modes in force
-        return {"scheduler": health, "scheduler_name": self.cfg.scheduler, "scope": scope}
+        seen: dict[str, Any] = {"scheduler": health, "scheduler_name": self.cfg.scheduler, "scope": scope}
+        standby = getattr(self, "standby", None)
+        if standby is not None and standby.active:  # a warm follower: how far its reading trails
+            seen.update(behind_bytes=standby.behind_bytes, files=len(self.follower.files))
+        return seen
 
     def _take_over(self) -> None:
         """This controller became the leader: what it holds in memory is rebuilt from what the
         store committed (the old leader's incidents, read positions, job states), so it neither
         loses nor repeats a line, and the actuator resumes the journal (planned actions run,
         started ones are verified against the scheduler before anything is redone)."""
-        self.batch.abort()
+        self.standby.leave()  # what the follower concluded is thrown away: the store's word counts
         committed = self.store.offsets()
-        old, self.engine = self.engine, self._new_engine(self.compiled)
-        old.session.close()
-        self.engine.resume()
         # files not followed yet start where the old leader left them; followed ones go back there
         self.follower.saved = dict(committed)
         self.follower.heads = self.store.offset_heads()
-        self.batch.back_to(committed)
-        if self.spool_in is not None:
-            self.spool_in.reopen()
+        self._rebuild(committed)
         if self.sched is not None:
-            self.sched.restore()
+            self.sched.fresh()  # the new engine learns the nodes and jobs from an answer asked from now
         if self.actuator is not None:
             self.actuator.pending = True
         self.metrics.takeovers.inc()
+        self.metrics.follower_behind.set(0)
         logger.warning(
             "took over as leader (term %s): resuming from the store's positions and journal", self.leader.term
         )
@@ -427,6 +422,13 @@ class Controller:
             self._store_failed(exc)
             return False
         why = self.outage.recovered()
+        self._rebuild(committed)
+        logger.warning("%s: reading again from the last committed positions", why)
+        return True
+
+    def _rebuild(self, committed: dict) -> None:
+        """Memory rebuilt from what the store committed: its open incidents, read positions
+        (``committed``: ``Store.offsets()``), spool positions and job states."""
         self.batch.abort()  # incidents closed in a rolled back transaction are not announced
         old, self.engine = self.engine, self._new_engine(self.compiled)
         old.session.close()
@@ -436,16 +438,15 @@ class Controller:
             self.spool_in.reopen()
         if self.sched is not None:
             self.sched.restore()
-        logger.warning("%s: reading again from the last committed positions", why)
-        return True
 
     # -- the loop ----------------------------------------------------------------------------
     def step(self) -> None:
         """One pass: read what changed, advance time. The loop calls it every tick. A follower
-        only looks at the lease (and takes over when it can)."""
+        reads and evaluates too, into a scratch store (``live.standby``), and takes over when it can."""
         if self.leader.tick() == "took":
             self._take_over()
         if not self.leader.acting():
+            self.standby.step()
             return
         lost = self.db_lost()
         if lost is not None:
@@ -461,23 +462,7 @@ class Controller:
         if self.outage.down and not self._store_recover():
             return
         try:
-            for t in self.files.resume(self.engine):  # files paused in the last pass go on first
-                self.follower.rewind(t)  # stopping: the rest is read again (after a restart)
-            gen = self.follower.read_ready()
-            read_until = self.clock.monotonic() + pacing.STEP_READ_SECONDS
-            try:
-                for t, data in gen:
-                    if not self.files.feed(self.engine, t, data):
-                        self.follower.rewind(t)  # stopping: the rest of this read is read again (after a restart)
-                        break
-                    if self.stop_event.is_set():
-                        break
-                    if self.batch.full() or self.batch.opened_incidents:  # a new incident is committed at once
-                        self.batch.commit()
-                    if self.clock.monotonic() >= read_until:
-                        break  # the rest is read in the next pass (see STEP_READ_SECONDS)
-            finally:
-                gen.close()
+            self.files.read(self.follower, self.engine)
             if not self.stop_event.is_set():
                 if self.spool_in is not None:
                     self.spool_in.feed(self.engine)
@@ -524,6 +509,16 @@ class Controller:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 signal.signal(sig, self.on_signal)
+        try:  # whatever stops it, a failed start included, gives up the lease (``_stopped``)
+            self._start_running()
+            self._loop()
+        finally:
+            self._stopped()
+        if self.lost_reason:
+            return 3
+        return RESTART if self.restart_requested else 0
+
+    def _start_running(self) -> None:
         self.startup()
         if self.sched is not None:
             self.sched.start_worker()
@@ -540,59 +535,60 @@ class Controller:
         )
         if self.cfg.reloaded:
             self.rulebook.accepted(self.compiled)
+
+    def _loop(self) -> None:
         rescan_every = max(1.0, float(self.cfg.poll or 0.0))
         last_rescan = last_gauges = self.clock.monotonic()
         self._update_gauges()
-        try:
-            while not self.stop_event.is_set():
-                self.follower.wake.clear()
-                try:
-                    self.step()
-                except Exception:  # a bug must not stop the service: say so, count it, go on
-                    self.metrics.errors.inc()
-                    if self.outage.failures < 3 or self.limiter.ok("step-failed"):
-                        logger.exception("controller step failed (its transaction was rolled back); continuing")
-                    self.outage.bug()
-                now = self.clock.monotonic()
-                if now - last_rescan >= rescan_every:
-                    last_rescan = now
-                    try:
-                        self.follower.rescan(full=False)  # inotify vouches for the rest (follow.SWEEP_EVERY)
-                    except Exception:
-                        self.metrics.errors.inc()
-                        logger.exception("rescan failed; continuing")
-                    if self.rulebook.changed():
-                        logger.info("rulebook files changed: reloading")
-                        self.reload_requested.set()
-                if now - last_gauges >= 1.0:
-                    last_gauges = now
-                    self._update_gauges()
-                if self.reload_requested.is_set() and not self.stop_event.is_set():
-                    self.reload_requested.clear()
-                    logger.info("reloading the rulebook")
-                    self.reload()
-                if self.stop_event.is_set():
-                    break
-                if self.outage.down:
-                    self.clock.wait(self.stop_event, self.outage.wait_s(self.cfg.tick))
-                else:
-                    self.clock.wait(self.follower.wake, self.cfg.tick)
-                    # woken by a write: the writes of the next moments are read in the same pass
-                    rest = pacing.MIN_PASS_SECONDS - (self.clock.monotonic() - now)
-                    if rest > 0 and not self.stop_event.is_set():
-                        self.clock.wait(self.stop_event, rest)
-        finally:
-            logger.info("recover run: stopping")
+        while not self.stop_event.is_set():
+            self.follower.wake.clear()
             try:
-                self.batch.commit()
-            except Exception as exc:
-                self._tx_abort(exc)
+                self.step()
+            except Exception:  # a bug must not stop the service: say so, count it, go on
+                self.metrics.errors.inc()
+                if self.outage.failures < 3 or self.limiter.ok("step-failed"):
+                    logger.exception("controller step failed (its transaction was rolled back); continuing")
+                self.outage.bug()
+            now = self.clock.monotonic()
+            if now - last_rescan >= rescan_every:
+                last_rescan = now
+                try:
+                    self.follower.rescan(full=False)  # inotify vouches for the rest (follow.SWEEP_EVERY)
+                except Exception:
+                    self.metrics.errors.inc()
+                    logger.exception("rescan failed; continuing")
+                if self.rulebook.changed():
+                    logger.info("rulebook files changed: reloading")
+                    self.reload_requested.set()
+            if now - last_gauges >= 1.0:
+                last_gauges = now
+                self._update_gauges()
+            if self.reload_requested.is_set() and not self.stop_event.is_set():
+                self.reload_requested.clear()
+                logger.info("reloading the rulebook")
+                self.reload()
+            if self.stop_event.is_set():
+                break
+            if self.outage.down:
+                self.clock.wait(self.stop_event, self.outage.wait_s(self.cfg.tick))
+            else:
+                self.clock.wait(self.follower.wake, self.cfg.tick)
+                # woken by a write: the writes of the next moments are read in the same pass
+                rest = pacing.MIN_PASS_SECONDS - (self.clock.monotonic() - now)
+                if rest > 0 and not self.stop_event.is_set():
+                    self.clock.wait(self.stop_event, rest)
+
+    def _stopped(self) -> None:
+        logger.info("recover run: stopping")
+        try:
+            self.batch.commit()
+        except Exception as exc:
+            self._tx_abort(exc)
+        try:
             self.follower.stop()
             if self.sched is not None:
                 self.sched.stop()
             self.metrics.stop()
+        finally:
             self.leader.release()
             self.store.close()
-        if self.lost_reason:
-            return 3
-        return RESTART if self.restart_requested else 0

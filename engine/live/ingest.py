@@ -35,7 +35,7 @@ from engine.live.batch import STORE_ERRORS, Batch
 from engine.live.filestate import FileState, Pending, state_of
 from engine.live.metrics import LogLimiter, Metrics
 from engine.rulebook import CompiledRulebook
-from engine.sources.follow import Tailed
+from engine.sources.follow import Follower, Tailed
 from engine.store import Store
 
 logger = logging.getLogger(__name__)
@@ -203,6 +203,28 @@ class FileIngest:
             t.reset = True
         self._count_long_lines(t, scanner)
         return self._convert(engine, t, stream, Pending(hits, 0, end, lines, data, t.read_pos))
+
+    def read(self, follower: Follower, engine: Engine) -> None:
+        """One pass over the files that changed (the leader's and a follower's): the files paused
+        in the last pass go on first, then what the follower reads, for at most STEP_READ_SECONDS;
+        a new incident is committed at once, a burst in pieces."""
+        for t in self.resume(engine):
+            follower.rewind(t)  # stopping: the rest is read again (after a restart)
+        gen = follower.read_ready()
+        read_until = self.clock.monotonic() + STEP_READ_SECONDS
+        try:
+            for t, data in gen:
+                if not self.feed(engine, t, data):
+                    follower.rewind(t)  # stopping: the rest of this read is read again (after a restart)
+                    break
+                if self.stop.is_set():
+                    break
+                if self.batch.full() or self.batch.opened_incidents:  # a new incident is committed at once
+                    self.batch.commit()
+                if self.clock.monotonic() >= read_until:
+                    break  # the rest is read in the next pass (see STEP_READ_SECONDS)
+        finally:
+            gen.close()
 
     def resume(self, engine: Engine) -> list[Tailed]:
         """Go on converting the hits of the files paused in an earlier pass, each for at most

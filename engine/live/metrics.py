@@ -108,6 +108,11 @@ class Metrics:
             registry=r,
         )
         self.takeovers = Counter("recover_leader_takeovers_total", "Times this controller took the lease", registry=r)
+        self.follower_behind = Gauge(
+            "recover_follower_behind_bytes",
+            "A follower: bytes of its followed files the leader has committed and it has not read yet (0 leading)",
+            registry=r,
+        )
         self.scheduler_healthy = Gauge(
             "recover_scheduler_healthy", "1 when the scheduler answered this controller's last poll", registry=r
         )

@@ -16,18 +16,45 @@ from what the store has committed and reads again from there.
 from __future__ import annotations
 
 import logging
+import os
 
 from engine.clock import SYSTEM, Clock
 from engine.live.metrics import LogLimiter, Metrics
+from engine.store.dialect import is_postgres
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["STORE_RETRY_S", "StoreOutage", "describe"]
+__all__ = ["STORE_RETRY_S", "StoreOutage", "db_identity", "db_lost", "describe"]
 
 #: while the store refuses writes, try again this often
 STORE_RETRY_S = 1.0
 #: after unexpected errors in a row, the wait grows up to this
 BUG_BACKOFF_MAX_S = 30.0
+
+
+def db_identity(db: str) -> tuple[int, int] | None:
+    """The SQLite file's (device, inode); None for PostgreSQL (no file to delete or replace) or
+    when there is no file."""
+    if db == ":memory:" or is_postgres(db):
+        return None
+    try:
+        st = os.stat(db)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def db_lost(db: str, identity: tuple[int, int] | None) -> str | None:
+    """Why the database opened as ``identity`` is no longer the one at its path (deleted,
+    replaced), or None. A controller that went on would forget what it did and redo it."""
+    if identity is None:
+        return None
+    now = db_identity(db)
+    if now is None:
+        return f"incident store {db} was deleted while running"
+    if now != identity:
+        return f"incident store {db} was replaced by another file while running"
+    return None
 
 
 def describe(exc: BaseException) -> str:

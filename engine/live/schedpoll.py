@@ -115,6 +115,14 @@ class SchedulerPoll:
                 continue
         self.job_states, self.states_known = out, True
 
+    def fresh(self) -> None:
+        """Compare next with an answer asked from now on, none taken before (at takeover: the
+        follower took the answers until now, and one older than the old leader's last poll would
+        show its changes undone)."""
+        self._last = float("-inf")
+        if self.worker is not None:
+            self.worker.poll_now()
+
     def _save(self) -> None:
         value = {k: [v[0], v[1], list(v[2]), v[3]] for k, v in self.job_states.items()}
         self.store.set_meta("job_states", json.dumps(value))

@@ -77,6 +77,8 @@ class PollWorker:
         self._stop = threading.Event()
         self._wake = threading.Event()  # set by stop() and ask(): the loop's wait ends at once
         self._asked: set[str] = set()
+        self._now = False  # poll_now(): poll without waiting for the interval
+        self._not_before = float("-inf")  # wall time a snapshot must have been asked at or after
         self._answers: list[Answer] = []
         self._thread: threading.Thread | None = None
         self._call_started: float | None = None  # monotonic time the current call began
@@ -94,6 +96,15 @@ class PollWorker:
         """Which job attempts hold these nodes? Answered on the worker's thread (``answers``)."""
         with self._lock:
             self._asked.update(nodes)
+        self._wake.set()
+
+    def poll_now(self) -> None:
+        """Poll at once; the snapshot not taken yet is dropped (only an answer asked from now is
+        handed over)."""
+        with self._lock:
+            self._snapshot = None
+            self._now = True
+            self._not_before = self.clock.wall()  # a call under way when asked is not handed over
         self._wake.set()
 
     def answers(self) -> list[Answer]:
@@ -143,7 +154,8 @@ class PollWorker:
         finally:
             self._call_started = None
         with self._lock:
-            self._snapshot = Snapshot(jobs, nodes, self.clock.wall(), started)
+            if started >= self._not_before:
+                self._snapshot = Snapshot(jobs, nodes, self.clock.wall(), started)
         if not self.available:
             logger.warning(
                 "scheduler answers again after %.0f s", self.clock.wall() - (self.down_since or self.clock.wall())
@@ -161,7 +173,9 @@ class PollWorker:
         while not self._stop.is_set():
             self._wake.clear()
             self.answer_once()  # a node's fault waits for this: before the poll
-            if self.clock.monotonic() >= due:
+            with self._lock:
+                now, self._now = self._now, False
+            if now or self.clock.monotonic() >= due:
                 began = self.clock.monotonic()
                 self.poll_once()
                 due = began + max(0.05, self.interval)

@@ -36,6 +36,8 @@ def status_of(store: Store) -> dict[str, Any]:
     for c in controllers:
         info = json.loads(c["info"]) if c.get("info") else {}
         entry = {"holder": c["holder"], "role": c["role"], "mode": c["mode"], "seen_s_ago": round(c["age_s"], 3)}
+        if isinstance(info.get("behind_bytes"), int):  # a warm follower (engine.live.standby): its lag
+            entry["behind_bytes"], entry["files"] = info["behind_bytes"], info.get("files")
         if lease is not None and c["holder"] == lease.holder and lease.live:
             scheduler = info.get("scheduler")
             scope = info.get("scope") if isinstance(info.get("scope"), dict) else None
@@ -76,7 +78,8 @@ def render_status(st: dict[str, Any]) -> str:
         lines.append("leader     none: no controller has led this store")
     if st["followers"]:
         for f in st["followers"]:
-            lines.append(f"follower   {f['holder']}  seen {f['seen_s_ago']:.1f} s ago  ({f['mode'] or '-'})")
+            warm = f", warm: {f['files']} files, {f['behind_bytes']} bytes behind" if "behind_bytes" in f else ""
+            lines.append(f"follower   {f['holder']}  seen {f['seen_s_ago']:.1f} s ago  ({f['mode'] or '-'}{warm})")
     else:
         lines.append("follower   none")
     lines.append(f"scheduler  {st['scheduler']}")

@@ -276,3 +276,24 @@ def test_states_survive_a_restore_from_the_store(store, clock):
     sched.job_states["999"] = ("RUNNING", 0, (), "")  # memory ahead of the store (a rolled back step)
     sched.restore()
     assert set(sched.job_states) == {"301"} and sched.states_known and sched.node_states == {}
+
+
+def test_at_takeover_only_an_answer_asked_from_then_on_is_compared(store, clock):
+    """``fresh()``: the snapshot the worker holds (a call under way too) is older than the
+    takeover, maybe older than the old leader's last poll, whose changes it would show undone;
+    the next poll is asked at once, and only its answer is taken."""
+    adapter = Adapter([RUNNING], NODES)
+    sched, _, _, _ = make(store, adapter, clock)
+    sched.worker = PollWorker(adapter, interval=5.0, timeout=10.0, clock=clock)  # driven by hand
+    engine = RecordingEngine()
+    sched.worker.poll_once()
+    sched.poll(clock(), engine)
+    sched.worker.poll_once()  # an answer asked before the takeover, not taken
+    sched.job_states["301"] = ("NODE_FAIL", 0, ("n1", "n2"), "")  # the old leader's last word (restored)
+    adapter.job_list = [JobInfo("301", 1, "RUNNING", nodes=("n3", "n4"))]  # requeued since
+    clock.advance(1.0)
+    sched.fresh()
+    sched.poll(clock(), engine)
+    sched.worker.poll_once()
+    sched.poll(clock(), engine)
+    assert [(f.attrs["state"], f.attrs["attempt"]) for f in engine.facts] == [("RUNNING", 0), ("RUNNING", 1)]

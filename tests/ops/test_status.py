@@ -19,7 +19,7 @@ def test_status_names_leader_followers_scheduler_and_backlog(db_target):
     db = db_target
     a, b = Store(db), Store(db)
     lead = Leadership(a, 30, holder="hostA:11:1.0", info=lambda: {"scheduler": "ok"})
-    follow = Leadership(b, 30, holder="hostB:22:2.0")
+    follow = Leadership(b, 30, holder="hostB:22:2.0", info=lambda: {"behind_bytes": 120, "files": 3})
     assert lead.tick() == "took" and follow.tick() is None
     with a.transaction():
         inc = a.open_incident(key="job:1:0", job="1", attempt=0, node=None, at=1.0)
@@ -31,12 +31,13 @@ def test_status_names_leader_followers_scheduler_and_backlog(db_target):
     st = json.loads(out.output)
     assert st["leader"]["holder"] == "hostA:11:1.0" and st["leader"]["term"] == 1
     assert 0 <= st["leader"]["lease_age_s"] < 10 and st["leader"]["expires_in_s"] > 20
-    assert [f["holder"] for f in st["followers"]] == ["hostB:22:2.0"]
+    assert [(f["holder"], f["behind_bytes"]) for f in st["followers"]] == [("hostB:22:2.0", 120)]
     assert st["scheduler"] == "ok"
     assert st["backlog"]["actions"] == 2 and st["backlog"]["by_status"] == {"planned": 2}
 
     text = runner.invoke(app, ["status", "--db", str(db)]).output
     assert "leader     hostA:11:1.0  term 1" in text and "follower   hostB:22:2.0" in text
+    assert "warm: 3 files, 120 bytes behind" in text
     assert "backlog    2 actions unfinished (planned 2)" in text
 
     m = Metrics()
