@@ -126,7 +126,11 @@ class Connection:
         """One statement, its rows fetched here; the buffered writes go first unless it cannot see
         or change them."""
         with self._lock:
-            if not pending_ok and (self._touches or self._bumps or self._fact_rows or self._firing_rows):
+            if (
+                not pending_ok
+                and (self._touches or self._bumps or self._fact_rows or self._firing_rows)
+                and _sees_buffered(sql)
+            ):
                 self.flush()
             try:
                 cur = self.db.execute(self.dialect.sql(sql, bool(args)), args)
@@ -199,6 +203,31 @@ class Connection:
     def transaction(self) -> "_Tx":
         """``with store.transaction():`` groups writes into one commit."""
         return _Tx(self)
+
+
+#: per statement of the store: can it see or change what the write-behind buffers hold?
+_SEES: dict[str, bool] = {}
+
+
+def _sees_buffered(sql: str) -> bool:
+    """Does this statement read or write fact or firing rows, or an incident's latest evidence
+    time (the columns the buffers write)? Any statement on those tables that names no columns
+    (``*``) or names that one counts; so does anything that is not a plain SELECT, INSERT,
+    UPDATE or DELETE. Only the others (the journal, progress, silences, an incident's other
+    columns) may run before the buffers are written: their order against them cannot matter."""
+    seen = _SEES.get(sql)
+    if seen is None:
+        text = sql.lower()
+        seen = (
+            "facts" in text
+            or "firings" in text
+            or "last_evidence_at" in text
+            or ("incidents" in text and "*" in text)
+            or text.split(None, 1)[0] not in ("select", "insert", "update", "delete")
+        )
+        if len(_SEES) < 4096:
+            _SEES[sql] = seen
+    return seen
 
 
 def _create_private(path: Path, mode: int) -> None:
