@@ -44,7 +44,7 @@ def ingest(eng, mix: list, batch: int) -> None:
         eng.finish()
 
 
-def engine_throughput(n: int, batch: int) -> tuple[float, float, float]:
+def engine_throughput(n: int, batch: int) -> tuple[float, ...]:
     """Facts/s through the Rete alone (assert + retract of single facts), and through the whole
     engine (in-memory store) in the two mixes of ``bench_replay.engine_mixes``."""
     from engine.core.incidents import Engine

@@ -91,7 +91,7 @@ def _check_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in attrs.items():
         t = type(value)
-        if (t is str or t is bool or value is None) and type(key) is str:
+        if (t is str or t is bool or value is None or (t is int and -MAX_INT <= value <= MAX_INT)) and type(key) is str:
             out[key] = value  # the common case, valid as it is
         else:
             out[key] = _checked(key, value)
