@@ -93,6 +93,7 @@ class IncidentTables(Connection):
             "INSERT INTO incidents(key, job, attempt, node, opened_at, last_evidence_at, detected_wall, context) "
             "VALUES (?,?,?,?,?,?,?,?)",
             (key, job, attempt, node, at, at, self.clock.wall(), self.context),
+            pending_ok=True,  # a new row: nothing buffered is about it
         )
         return int(cur.lastrowid or 0)
 
