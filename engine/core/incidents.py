@@ -413,7 +413,10 @@ class Engine:
                 self.store.bump_fact(fact.id, known.count - 1)
         # a derived fact is attached before it is asserted: register it now, so that what is
         # derived from it finds this incident
-        self.live.setdefault(fact.id, Live(fact)).incident = inc.id
+        held = self.live.get(fact.id)
+        if held is None:
+            held = self.live[fact.id] = Live(fact)
+        held.incident = inc.id
         if fact.kind == "fault" and fact.id not in inc.fault_ids:
             inc.faults.append(fact)
             inc.fault_ids.add(fact.id)
