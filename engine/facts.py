@@ -90,21 +90,34 @@ MAX_INT = (1 << 63) - 1
 def _check_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in attrs.items():
-        if not isinstance(key, str):
-            raise FactError(f"attribute names must be strings, got {key!r}")
-        if isinstance(value, (list, tuple)):
-            if not all(isinstance(v, _SCALARS) for v in value):
-                raise FactError(f"attribute {key!r}: lists may hold scalars only")
-            value = tuple(value)
-        elif not isinstance(value, _SCALARS):
-            raise FactError(f"attribute {key!r}: {type(value).__name__} is not a flat JSON value")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise FactError(f"attribute {key!r}: {value} is not a finite number")
-        for v in value if isinstance(value, tuple) else (value,):
-            if isinstance(v, int) and not -MAX_INT <= v <= MAX_INT:
-                raise FactError(f"attribute {key!r}: {v} is out of range")
-        out[key] = value
+        t = type(value)
+        if (t is str or t is bool or value is None or (t is int and -MAX_INT <= value <= MAX_INT)) and type(key) is str:
+            out[key] = value  # the common case, valid as it is
+        else:
+            out[key] = _checked(key, value)
     return out
+
+
+def _checked(key: Any, value: Any) -> Any:
+    """One attribute, checked: its value as a fact holds it (a list as a tuple)."""
+    if not isinstance(key, str):
+        raise FactError(f"attribute names must be strings, got {key!r}")
+    if isinstance(value, (list, tuple)):
+        if not all(isinstance(v, _SCALARS) for v in value):
+            raise FactError(f"attribute {key!r}: lists may hold scalars only")
+        value = tuple(value)
+    elif not isinstance(value, _SCALARS):
+        raise FactError(f"attribute {key!r}: {type(value).__name__} is not a flat JSON value")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise FactError(f"attribute {key!r}: {value} is not a finite number")
+    for v in value if isinstance(value, tuple) else (value,):
+        if isinstance(v, int) and not -MAX_INT <= v <= MAX_INT:
+            raise FactError(f"attribute {key!r}: {v} is out of range")
+    return value
+
+
+#: ``json.dumps(..., sort_keys=True, default=list)`` without building an encoder per call
+_ID_JSON = json.JSONEncoder(sort_keys=True, default=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +139,7 @@ class Fact:
         if not math.isfinite(at):
             raise FactError(f"fact time {at} is not finite")
         if id is None:
-            payload = json.dumps([kind, clean, at, origin], sort_keys=True, default=list)
+            payload = _ID_JSON.encode([kind, clean, at, origin])
             id = hashlib.blake2b(payload.encode(), digest_size=10).hexdigest()
         return cls(kind, MappingProxyType(clean), at, str(origin), id)
 

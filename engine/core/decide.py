@@ -8,6 +8,7 @@ fatal node hardware is isolated at once, under the same guards, before the incid
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 from dataclasses import dataclass, replace
@@ -82,6 +83,7 @@ class Decider:
         self.at_once = compiled.policy.isolate.at_once
         self._isolated: set[tuple[int, str]] = set()  # (incident, node) isolated before the close
         self._isolated_bound: set[tuple[int, str]] = set()  # ... and again for the job it was bound to
+        #: (node, time) of drains journaled at once, in time order (the guards look at a window's)
         self._early_drains: list[tuple[str, float]] = []
 
     def close(
@@ -275,7 +277,7 @@ class Decider:
         for n in nodes:
             if (incident, n) not in self._isolated:  # its drain counts once (blast radius)
                 self._isolated.add((incident, n))
-                self._early_drains.append((n, fault.at))
+                bisect.insort(self._early_drains, (n, fault.at), key=_time_of)
             done.add((incident, n))
         if mode == "act":
             logger.warning("incident %s: %s on %s isolated at once", incident, fault_class, ",".join(nodes))
@@ -421,7 +423,9 @@ class Decider:
         # exactly the drains the blast-radius guard counts: its window is the site's, of any length
         since = now - self.compiled.policy.blast_radius.window
         drains = [(t, w) for name in ("drain", "drain_suspect") for t, w, _ in self.store.recent_actions(name, since)]
-        drains += [d for d in self._early_drains if d[1] >= since and d not in drains]
+        counted = set(drains)
+        early = self._early_drains
+        drains += [d for d in early[bisect.bisect_left(early, since, key=_time_of) :] if d not in counted]
         requeues = [(t, w) for t, w, _ in self.store.recent_actions("requeue", since)]
         return GuardContext(
             job=job,
@@ -440,6 +444,10 @@ class Decider:
             forced_mode="recommend" if self.mode == "recommend" else None,
             scope=scope_of(self.compiled.policy.scope, self.view, job, nodes),
         )
+
+
+def _time_of(drain: tuple[str, float]) -> float:
+    return drain[1]
 
 
 @dataclass(frozen=True)

@@ -189,14 +189,18 @@ class Derivation:
             failed.append(exc)
             on_error(exc)
 
-        attrs, ident = self._identity(matched, variables, counted)
+        attrs, ident = self._identity(matched, variables, counted, remember=whole is None)
         if whole is not None and not failed:  # a failed render is never remembered
             if len(self.identities) >= MEMO_SIZE:
                 self.identities.clear()
             self.identities[whole] = (dict(attrs), ident)
         return attrs, ident
 
-    def _identity(self, matched: Mapping[str, dict], variables, on_error) -> tuple[dict[str, Any], str]:
+    def _identity(
+        self, matched: Mapping[str, dict], variables, on_error, remember: bool = True
+    ) -> tuple[dict[str, Any], str]:
+        """``remember``: keep the id by the attributes (not needed where ``identity`` keeps it by
+        the values its templates read)."""
         rule = self.cr.rule
         attrs: dict[str, Any] = {}
         self.render_items(self.identity_items, matched, variables, on_error, attrs)
@@ -217,7 +221,7 @@ class Derivation:
             attrs.setdefault("severity", "error")
         attrs["rule"] = rule.id
         key: tuple | None = None
-        if self.memo:
+        if self.memo and remember:
             try:
                 key = tuple((k, _key_of(list(v) if isinstance(v, tuple) else v)) for k, v in attrs.items())
                 hash(key)

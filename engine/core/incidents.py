@@ -58,14 +58,15 @@ Firing = tuple[CompiledRule, dict[str, str], str]
 
 def _then_flush(method: Callable[..., None]) -> Callable[..., None]:
     """An entry point of the Engine: what the call buffered in the store (incident times, fact
-    counts) is written before its caller sees the store, also when the call raised."""
+    counts, an open transaction's fact and firing rows) is written before its caller sees the
+    store, also when the call raised; inside a transaction, at its commit or first statement."""
 
     @functools.wraps(method)
     def call(self: "Engine", *args: Any) -> None:
         try:
             method(self, *args)
         finally:
-            self.store.flush()
+            self.store.flush_unless_in_transaction()
 
     return call
 
@@ -412,7 +413,10 @@ class Engine:
                 self.store.bump_fact(fact.id, known.count - 1)
         # a derived fact is attached before it is asserted: register it now, so that what is
         # derived from it finds this incident
-        self.live.setdefault(fact.id, Live(fact)).incident = inc.id
+        held = self.live.get(fact.id)
+        if held is None:
+            held = self.live[fact.id] = Live(fact)
+        held.incident = inc.id
         if fact.kind == "fault" and fact.id not in inc.fault_ids:
             inc.faults.append(fact)
             inc.fault_ids.add(fact.id)

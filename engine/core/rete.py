@@ -59,6 +59,8 @@ __all__ = [
 ]
 
 _NEVER = {"kind": "\x00never"}
+#: ``json.dumps(message, ensure_ascii=False)`` without building an encoder per call
+_MESSAGE_JSON = json.JSONEncoder(ensure_ascii=False)
 
 
 class _QuietHost(_dr.Host):
@@ -238,6 +240,8 @@ class ReteNetwork:
     def __init__(self, compiled: CompiledRulebook):
         self.compiled = compiled
         self.rules, bodies = _bodies(compiled)
+        #: the kinds some rule's condition names: a fact of any other kind reaches no rule
+        self.kinds = frozenset(c.kind for cr in self.rules.values() for c in cr.rule.conditions if c.absent_for is None)
         with _LOCK:
             name = _RULESETS.get(_signature(bodies))
             self.reused = name is not None
@@ -336,7 +340,10 @@ class ReteSession:
     def assert_fact(self, fact: Fact) -> list[tuple[CompiledRule, dict]]:
         if fact.id in self._held:
             return []
-        payload = json.dumps(fact_message(fact, self.sid), ensure_ascii=False)
+        if fact.kind not in self.network.kinds:
+            self.handled = False  # no rule's condition names its kind: durable_rules would not keep it
+            return []
+        payload = _MESSAGE_JSON.encode(fact_message(fact, self.sid))
         self._held[fact.id] = payload
         try:
             fired = self._call(_C.assert_fact, payload, fact.id)

@@ -65,6 +65,14 @@ class Connection:
         # they are combined here and written before anything else could see or change them
         self._touches: dict[int, float] = {}
         self._bumps: dict[str, list] = {}  # fact id -> [count, flood JSON or None]
+        # inside a transaction (SQLite), an incident's fact and firing rows are kept here and
+        # written together at the commit (or before any other statement): nothing outside this
+        # connection can see them sooner, and a kill -9 loses them with the read offsets committed
+        # in the same transaction, so the inputs after those offsets derive them again
+        self._fact_rows: dict[tuple[int, str], list] = {}  # (incident, fact id) -> the row to insert
+        self._rows_of: dict[str, list[list]] = {}  # fact id -> its rows above (a count applies to each)
+        self._firing_rows: list[tuple] = []  # with their ids (AUTOINCREMENT's, taken under the write lock)
+        self._next_firing: int | None = None
         self.write_behind = True  # False: every write at once (the reference for tests)
         #: written with each incident this store opens: "replay" (which job ran where was read from
         #: the logs' own lines), "live:logs" (the controller without a scheduler: the same) or
@@ -118,7 +126,11 @@ class Connection:
         """One statement, its rows fetched here; the buffered writes go first unless it cannot see
         or change them."""
         with self._lock:
-            if not pending_ok and (self._touches or self._bumps):
+            if (
+                not pending_ok
+                and (self._touches or self._bumps or self._fact_rows or self._firing_rows)
+                and _sees_buffered(sql)
+            ):
                 self.flush()
             try:
                 cur = self.db.execute(self.dialect.sql(sql, bool(args)), args)
@@ -126,12 +138,28 @@ class Connection:
             except DB_ERRORS as exc:
                 raise store_error(self.path, exc) from None
 
+    @property
+    def _defer_rows(self) -> bool:
+        """Are fact and firing rows kept until the commit? Inside a transaction on SQLite, whose
+        write lock (BEGIN IMMEDIATE) makes the ids this connection hands out the database's own."""
+        return self._depth > 0 and self.write_behind and self.dialect.name == "sqlite"
+
     def flush(self) -> None:
-        """Write what ``touch_incident`` and ``bump_fact`` buffered."""
+        """Write what ``touch_incident``, ``bump_fact``, ``add_fact`` and ``add_firing`` buffered."""
         with self._lock:
             touches, self._touches = self._touches, {}
             bumps, self._bumps = self._bumps, {}
+            firings, self._firing_rows = self._firing_rows, []
+            facts, self._fact_rows = self._fact_rows, {}
+            self._rows_of = {}
+            self._next_firing = None
             try:
+                if firings:
+                    self.db.executemany(
+                        "INSERT INTO firings(id, incident, rule, rule_mark, description, matched, asserted, at) "
+                        "VALUES (?,?,?,?,?,?,?,?)",
+                        firings,
+                    )
                 if touches:
                     self.db.executemany(
                         self.dialect.sql(
@@ -139,10 +167,24 @@ class Connection:
                         ),
                         [(at, inc) for inc, at in touches.items()],
                     )
+                # counts of rows written before; a buffered row holds the counts it was given itself
                 for fact_id, (by, flood) in bumps.items():
                     self._write_bump(fact_id, by, flood)
+                if facts:
+                    self.db.executemany(
+                        "INSERT INTO facts(incident, id, kind, attrs, at, origin, derived_by, count, flood) "
+                        "VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(incident, id) DO NOTHING",
+                        list(facts.values()),
+                    )
             except DB_ERRORS as exc:
                 raise StoreError(f"{self.path}: {exc}") from None
+
+    def flush_unless_in_transaction(self) -> None:
+        """``flush``, unless a transaction is open: its commit writes what is buffered, and any
+        statement before that writes it first, so only this connection could tell the difference."""
+        with self._lock:
+            if self._depth == 0:
+                self.flush()
 
     def _write_bump(self, fact_id: str, by: int, flood: str | None) -> None:
         if flood is None:
@@ -153,10 +195,39 @@ class Connection:
     def _discard_pending(self) -> None:
         self._touches.clear()
         self._bumps.clear()
+        self._fact_rows.clear()
+        self._rows_of.clear()
+        self._firing_rows.clear()
+        self._next_firing = None
 
     def transaction(self) -> "_Tx":
         """``with store.transaction():`` groups writes into one commit."""
         return _Tx(self)
+
+
+#: per statement of the store: can it see or change what the write-behind buffers hold?
+_SEES: dict[str, bool] = {}
+
+
+def _sees_buffered(sql: str) -> bool:
+    """Does this statement read or write fact or firing rows, or an incident's latest evidence
+    time (the columns the buffers write)? Any statement on those tables that names no columns
+    (``*``) or names that one counts; so does anything that is not a plain SELECT, INSERT,
+    UPDATE or DELETE. Only the others (the journal, progress, silences, an incident's other
+    columns) may run before the buffers are written: their order against them cannot matter."""
+    seen = _SEES.get(sql)
+    if seen is None:
+        text = sql.lower()
+        seen = (
+            "facts" in text
+            or "firings" in text
+            or "last_evidence_at" in text
+            or ("incidents" in text and "*" in text)
+            or text.split(None, 1)[0] not in ("select", "insert", "update", "delete")
+        )
+        if len(_SEES) < 4096:
+            _SEES[sql] = seen
+    return seen
 
 
 def _create_private(path: Path, mode: int) -> None:

@@ -14,6 +14,9 @@ from engine.store.dialect import DB_ERRORS
 
 __all__ = ["IncidentRow", "IncidentTables"]
 
+#: ``json.dumps(value, sort_keys=True)``, without building an encoder per call
+_SORTED = json.JSONEncoder(sort_keys=True)
+
 
 @dataclass(frozen=True)
 class IncidentRow:
@@ -90,6 +93,7 @@ class IncidentTables(Connection):
             "INSERT INTO incidents(key, job, attempt, node, opened_at, last_evidence_at, detected_wall, context) "
             "VALUES (?,?,?,?,?,?,?,?)",
             (key, job, attempt, node, at, at, self.clock.wall(), self.context),
+            pending_ok=True,  # a new row: nothing buffered is about it
         )
         return int(cur.lastrowid or 0)
 
@@ -230,7 +234,15 @@ class IncidentTables(Connection):
 
     # -- facts -----------------------------------------------------------------------------
     def add_fact(self, incident: int, fact: Fact, derived_by: int | None = None) -> None:
+        attrs = _SORTED.encode({k: list(v) if isinstance(v, tuple) else v for k, v in fact.attrs.items()})
         with self._lock:
+            if self._defer_rows:  # written at the commit (``Connection.flush``), after the counts before it
+                key = (incident, fact.id)
+                if key not in self._fact_rows:
+                    row = [incident, fact.id, fact.kind, attrs, fact.at, fact.origin, derived_by, 1, None]
+                    self._fact_rows[key] = row
+                    self._rows_of.setdefault(fact.id, []).append(row)
+                return
             bump = self._bumps.pop(fact.id, None)
             if bump is not None:  # counted before this row existed: it must not count it
                 try:
@@ -240,23 +252,19 @@ class IncidentTables(Connection):
             self._exec(
                 "INSERT INTO facts(incident, id, kind, attrs, at, origin, derived_by) VALUES (?,?,?,?,?,?,?) "
                 "ON CONFLICT(incident, id) DO NOTHING",
-                (
-                    incident,
-                    fact.id,
-                    fact.kind,
-                    json.dumps(fact.to_dict()["attrs"], sort_keys=True),
-                    fact.at,
-                    fact.origin,
-                    derived_by,
-                ),
+                (incident, fact.id, fact.kind, attrs, fact.at, fact.origin, derived_by),
                 pending_ok=True,
             )
 
     def bump_fact(self, fact_id: str, by: int = 1, flood: dict[str, Any] | None = None) -> None:
         """Count ``by`` more sightings; ``flood``: the last one's origin and text, nodes and ranks seen
         (buffered: see ``flush``)."""
-        text = json.dumps(flood, sort_keys=True) if flood is not None else None
+        text = _SORTED.encode(flood) if flood is not None else None
         with self._lock:
+            for row in self._rows_of.get(fact_id, ()):  # rows not written yet count it themselves
+                row[7] += by
+                if text is not None:
+                    row[8] = text
             pending = self._bumps.get(fact_id)
             if pending is None:
                 self._bumps[fact_id] = [by, text]
@@ -293,12 +301,26 @@ class IncidentTables(Connection):
         asserted: str | None,
         at: float,
     ) -> int:
-        cur = self._exec(
-            "INSERT INTO firings(incident, rule, rule_mark, description, matched, asserted, at) VALUES (?,?,?,?,?,?,?)",
-            (incident, rule, rule_mark, description, json.dumps(matched, sort_keys=True), asserted, at),
-            pending_ok=True,
-        )
-        return int(cur.lastrowid or 0)
+        text = _SORTED.encode(matched)
+        with self._lock:
+            if self._defer_rows:  # written at the commit, with the id AUTOINCREMENT would give it
+                if self._next_firing is None:
+                    row = self._exec(
+                        "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'firings'), 0), "
+                        "COALESCE((SELECT MAX(id) FROM firings), 0))",
+                        pending_ok=True,
+                    ).fetchone()
+                    self._next_firing = int(row[0]) + 1
+                firing = self._next_firing
+                self._next_firing += 1
+                self._firing_rows.append((firing, incident, rule, rule_mark, description, text, asserted, at))
+                return firing
+            cur = self._exec(
+                "INSERT INTO firings(incident, rule, rule_mark, description, matched, asserted, at) VALUES (?,?,?,?,?,?,?)",
+                (incident, rule, rule_mark, description, text, asserted, at),
+                pending_ok=True,
+            )
+            return int(cur.lastrowid or 0)
 
     def assign_firing(self, firing: int, incident: int) -> None:
         self._exec("UPDATE firings SET incident = ? WHERE id = ? AND incident IS NULL", (incident, firing))

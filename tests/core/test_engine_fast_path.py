@@ -5,6 +5,7 @@ must give the same incidents, decisions, evidence, firings, actions and explain 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import io
 import logging
@@ -64,27 +65,37 @@ def _dump(store: Store) -> dict:
     return out
 
 
-def _run(compiled, facts, fast: bool, mode: str = "recommend"):
-    store = Store(":memory:")
+def _run(compiled, facts, fast: bool, mode: str = "recommend", batch: int = 0, path=":memory:"):
+    """``batch``: the facts ingested in transactions of that many (as the live controller and
+    replay do: fact and firing rows are then written at each commit), 0: no transaction."""
+    store = Store(path)
     store.write_behind = fast
     eng = Engine(compiled, store, fast=fast, mode=mode)
-    for f in facts:
-        eng.ingest(f)
+    for start in range(0, len(facts), batch or len(facts) or 1):
+        chunk = facts[start : start + batch] if batch else facts
+        if batch:
+            with store.transaction():
+                for f in chunk:
+                    eng.ingest(f)
+        else:
+            for f in chunk:
+                eng.ingest(f)
     closed = eng.finish()
     return _dump(store), [(c.id, c.key, c.decision.decision, c.plan, c.problems) for c in closed], dict(eng.stats)
 
 
-def _same(compiled, facts, mode: str = "recommend"):
+def _same(compiled, facts, mode: str = "recommend", batches=(0, 7, 500)):
     logging.disable(logging.WARNING)  # template failures of hostile facts are counted in stats
     try:
-        fast = _run(compiled, facts, True, mode)
         full = _run(compiled, facts, False, mode)
+        for batch in batches:
+            fast = _run(compiled, facts, True, mode, batch)
+            assert fast[2] == full[2], batch  # stats: facts, firings, derived, rederived, template errors...
+            assert fast[1] == full[1], batch  # closed incidents, decisions, plans
+            for table in full[0]:
+                assert fast[0][table] == full[0][table], (batch, table)
     finally:
         logging.disable(logging.NOTSET)
-    assert fast[2] == full[2]  # stats: facts, firings, derived, rederived, template errors...
-    assert fast[1] == full[1]  # closed incidents, decisions, plans
-    for table in full[0]:
-        assert fast[0][table] == full[0][table], table
     return full
 
 
@@ -178,3 +189,43 @@ def test_store_write_behind_keeps_the_order_of_writes(tmp_path):
     assert [c for _, c, _ in again.facts(a)] == [4]  # written when the store closed
     again.close()
     again.close()  # closing twice is harmless, as it was
+
+
+def test_rows_written_at_the_commit_are_the_rows_written_at_once(tmp_path):
+    """Inside a transaction, fact and firing rows wait for the commit: their firing ids are the
+    ones AUTOINCREMENT gives (also past a deleted last row), a count reaches the rows it would
+    have reached written at once, and a rollback takes the rows and their ids with it."""
+
+    def run(path, tx: bool):
+        store = Store(path)
+        f = Fact.make("log", {"matcher": "m", "job": "1"}, 1.0, "o")
+        g = Fact.make("log", {"matcher": "m", "job": "2"}, 2.0, "o")
+        a = store.open_incident("job:1:0", "1", 0, None, 1.0)
+        store.add_firing(a, "r", "f:1", "d", {"x": f.id}, None, 1.0)
+        store.db.execute("DELETE FROM firings")  # AUTOINCREMENT never hands its id out again
+        with pytest.raises(RuntimeError):
+            with store.transaction():
+                store.add_firing(a, "r", "f:1", "d", {"x": g.id}, None, 1.0)
+                store.add_fact(a, g)
+                raise RuntimeError("rolled back")
+        ids = []
+        with store.transaction() if tx else contextlib.nullcontext():
+            store.add_fact(a, f)
+            store.bump_fact(f.id, 2, {"text": "again"})
+            ids.append(store.add_firing(a, "r", "f:1", "d", {"x": f.id}, f.id, 1.5))
+            b = store.open_incident("job:1:1", "1", 1, None, 1.0)  # a statement: what waits is written first
+            store.add_fact(b, f, derived_by=ids[0])
+            store.add_fact(b, f)  # twice in one incident: once
+            store.bump_fact(f.id)
+            ids.append(store.add_firing(b, "r", "f:1", "d", {"y": f.id}, None, 2.0))
+            store.add_fact(b, g, derived_by=ids[1])
+            store.bump_fact(g.id, 4)
+        store.flush()
+        rows = [tuple(r) for r in store.db.execute("SELECT * FROM facts ORDER BY rowid")]
+        firings = [tuple(r) for r in store.db.execute("SELECT * FROM firings ORDER BY id")]
+        store.close()
+        return ids, rows, firings
+
+    at_once = run(tmp_path / "a.db", False)
+    assert at_once[0] == [2, 3]  # 1 was deleted; 2, rolled back, is free again
+    assert run(tmp_path / "b.db", True) == at_once
