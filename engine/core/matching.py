@@ -39,12 +39,17 @@ def hyperscan_available() -> bool:
 
 @dataclass(frozen=True)
 class MatcherSpec:
-    """One regex to look for. ``sample``: only the last matching line per fed chunk is needed."""
+    """One regex to look for. ``sample``: only the last matching line per fed chunk is needed.
+    ``block``: a progress matcher whose lines may be sampled per block (``engine.core.blockscan``:
+    the first line of each block and after each boundary hit, and the last of a chunk).
+    ``boundary``: the first progress line after a hit of this spec is always reported."""
 
     id: str
     pattern: str
     sample: bool = False
     ignore_case: bool = False
+    block: bool = False
+    boundary: bool = True
 
 
 class Hit:
@@ -242,10 +247,12 @@ def _hs_compile(expressions: list[bytes], ids: list[int], flags: list[int]):
     return db
 
 
-def hyperscan_databases(specs: list[CompiledSpec], strict: bool) -> tuple[Any, dict[int, Any], set[int]]:
-    """(one database of every non-sampled spec hyperscan takes or None, {sampled spec: its own
-    database}, the indexes of the specs hyperscan takes). A spec hyperscan cannot take is left out (logged); ``strict``: a database that
-    fails as a whole raises instead of leaving every spec to RE2."""
+def hyperscan_databases(specs: list[CompiledSpec], strict: bool) -> tuple[Any, dict[int, Any], set[int], Any]:
+    """(one database of every other spec hyperscan takes or None, {sampled or block spec: its own
+    database}, the indexes of the specs hyperscan takes, one single-match database of the block
+    specs or None). A spec hyperscan cannot take is left out (logged); ``strict``: a database that
+    fails as a whole raises instead of leaving every spec to RE2. A block spec is kept out of the
+    main database only when both its own and the single-match database take it."""
     todo: list[tuple[CompiledSpec, int]] = []
     for c in specs:
         if c.hs_src is None:
@@ -253,15 +260,34 @@ def hyperscan_databases(specs: list[CompiledSpec], strict: bool) -> tuple[Any, d
             logger.debug("matcher %r: matched with RE2 (pattern needs RE2 semantics)", c.spec.id)
         else:
             todo.append((c, hs.HS_FLAG_CASELESS if c.spec.ignore_case else 0))
-    main = [(c, f) for c, f in todo if not c.spec.sample]
     sampled: dict[int, Any] = {}
     for c, f in todo:
-        if not c.spec.sample:
+        if not (c.spec.sample or c.spec.block):
             continue
         try:
             sampled[c.idx] = _hs_compile([_stretch(c.hs_src or b"")], [c.idx], [f])
         except Exception as e:  # hyperscan refuses some RE2 syntax, e.g. (?U)
-            _log_fallback(c, e)
+            if c.spec.sample:
+                _log_fallback(c, e)
+    # block specs, and sampled specs to tell whether they occur at all: each reports its first
+    # line per scan call (hyperscan's single-match mode)
+    block = [(c, f) for c, f in todo if (c.spec.block or c.spec.sample) and c.idx in sampled]
+    block_db = None
+    if block:
+        try:
+            block_db = _hs_compile(
+                [_stretch(c.hs_src or b"") for c, _ in block],
+                [c.idx for c, _ in block],
+                [f | hs.HS_FLAG_SINGLEMATCH for _, f in block],
+            )
+        except Exception as e:  # every block spec is then matched in full with the others
+            logger.info("hyperscan single-match database failed (%s); progress lines are not sampled", e)
+            block = []
+    blocked = {c.idx for c, _ in block if c.spec.block}
+    for c, _ in todo:
+        if c.spec.block and c.idx not in blocked:
+            sampled.pop(c.idx, None)
+    main = [(c, f) for c, f in todo if not c.spec.sample and c.idx not in blocked]
 
     # non-sampled: one database, each pattern stretched to the end of its line, so that a line is
     # reported once per pattern (bare patterns report every end offset: a flood line cost ~90
@@ -292,4 +318,4 @@ def hyperscan_databases(specs: list[CompiledSpec], strict: bool) -> tuple[Any, d
                         raise
                     logger.warning("hyperscan database failed (%s); those matchers use RE2", e)
                     main = []
-    return (db if main else None), sampled, {c.idx for c, _ in main} | set(sampled)
+    return (db if main else None), sampled, {c.idx for c, _ in main} | set(sampled), block_db
