@@ -247,12 +247,16 @@ def _hs_compile(expressions: list[bytes], ids: list[int], flags: list[int]):
     return db
 
 
-def hyperscan_databases(specs: list[CompiledSpec], strict: bool) -> tuple[Any, dict[int, Any], set[int], Any]:
-    """(one database of every other spec hyperscan takes or None, {sampled or block spec: its own
+def hyperscan_databases(
+    specs: list[CompiledSpec], strict: bool
+) -> tuple[Any, dict[int, Any], set[int], Any, set[int]]:
+    """(one main database of the specs hyperscan takes or None, {sampled or block spec: its own
     database}, the indexes of the specs hyperscan takes, one single-match database of the block
-    specs or None). A spec hyperscan cannot take is left out (logged); ``strict``: a database that
-    fails as a whole raises instead of leaving every spec to RE2. A block spec is kept out of the
-    main database only when both its own and the single-match database take it."""
+    specs or None, the indexes in the main database). A spec hyperscan cannot take is left out
+    (logged); ``strict``: a database that fails as a whole raises instead of leaving every spec
+    to RE2. Block and sampled specs are in the main database in single-match mode (the first
+    line per scan call: whether they occur, and a block's first progress line); a block spec is
+    sampled only when its own and the single-match database take it, else it is a plain spec."""
     todo: list[tuple[CompiledSpec, int]] = []
     for c in specs:
         if c.hs_src is None:
@@ -269,9 +273,8 @@ def hyperscan_databases(specs: list[CompiledSpec], strict: bool) -> tuple[Any, d
         except Exception as e:  # hyperscan refuses some RE2 syntax, e.g. (?U)
             if c.spec.sample:
                 _log_fallback(c, e)
-    # block specs, and sampled specs to tell whether they occur at all: each reports its first
-    # line per scan call (hyperscan's single-match mode)
-    block = [(c, f) for c, f in todo if (c.spec.block or c.spec.sample) and c.idx in sampled]
+    # block specs: each reports its first line per scan call (hyperscan's single-match mode)
+    block = [(c, f) for c, f in todo if c.spec.block and c.idx in sampled]
     block_db = None
     if block:
         try:
@@ -283,11 +286,13 @@ def hyperscan_databases(specs: list[CompiledSpec], strict: bool) -> tuple[Any, d
         except Exception as e:  # every block spec is then matched in full with the others
             logger.info("hyperscan single-match database failed (%s); progress lines are not sampled", e)
             block = []
-    blocked = {c.idx for c, _ in block if c.spec.block}
+    blocked = {c.idx for c, _ in block}
     for c, _ in todo:
         if c.spec.block and c.idx not in blocked:
             sampled.pop(c.idx, None)
-    main = [(c, f) for c, f in todo if not c.spec.sample and c.idx not in blocked]
+    single = hs.HS_FLAG_SINGLEMATCH
+    main = [(c, f | single if c.idx in blocked or c.spec.sample else f) for c, f in todo]
+    main = [(c, f) for c, f in main if not c.spec.sample or c.idx in sampled]
 
     # non-sampled: one database, each pattern stretched to the end of its line, so that a line is
     # reported once per pattern (bare patterns report every end offset: a flood line cost ~90
@@ -308,7 +313,8 @@ def hyperscan_databases(specs: list[CompiledSpec], strict: bool) -> tuple[Any, d
                     database([(c, f)])
                     keep.append((c, f))
                 except Exception as e:
-                    _log_fallback(c, e)
+                    if not c.spec.sample:  # (a sampled spec still has its own database)
+                        _log_fallback(c, e)
             main = keep
             if main:
                 try:
@@ -318,4 +324,5 @@ def hyperscan_databases(specs: list[CompiledSpec], strict: bool) -> tuple[Any, d
                         raise
                     logger.warning("hyperscan database failed (%s); those matchers use RE2", e)
                     main = []
-    return (db if main else None), sampled, {c.idx for c, _ in main} | set(sampled), block_db
+    in_main = {c.idx for c, _ in main}
+    return (db if main else None), sampled, in_main | set(sampled), block_db, in_main

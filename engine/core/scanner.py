@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import re2
 
-from engine.core.blockscan import block_records
+from engine.core.blockscan import block_records, blocks
 from engine.core.matching import CompiledSpec, Hit, MatcherSpec, Re2Group, hs, hyperscan_databases
 from engine.rulebook.patterns import DIGITS_TO_ZERO, re2_options
 
@@ -81,6 +81,7 @@ class Scanner:
         "_hs_block",
         "_block",
         "_block_set",
+        "_single",
         "backend",
         "hyperscan_specs",
         "_groups",
@@ -110,10 +111,13 @@ class Scanner:
         self._hs_sampled: dict[int, Any] = {}  # sampled or block spec -> its own database
         self._hs_block: Any = None  # single-match: the block specs and whether a sampled spec occurs
         on_hs: set[int] = set()
+        in_main: set[int] = set()
         if backend in ("auto", "hyperscan") and hs is not None:
-            self._hs_main, self._hs_sampled, on_hs, self._hs_block = hyperscan_databases(
+            self._hs_main, self._hs_sampled, on_hs, self._hs_block, in_main = hyperscan_databases(
                 self._c, strict=backend == "hyperscan"
             )
+            # a block spec is sampled only in the main database; else it is matched as any other
+            on_hs = {i for i in on_hs if i in in_main or self._c[i].spec.sample}
         self.backend = "hyperscan" if on_hs else "re2"
         self.hyperscan_specs = frozenset(on_hs)  # indexes matched by hyperscan (for reports)
         rest = [c for c in self._c if c.idx not in on_hs]
@@ -127,8 +131,12 @@ class Scanner:
             c.buf_rx = re2.compile(c.buffer_source(), re2_options(c.utf8))
         self._sampled = [c.idx for c in self._c if c.spec.sample]
         # progress specs sampled per block (engine.core.blockscan); on the RE2 path every line
-        self._block = [c.idx for c in self._c if c.spec.block and c.idx in self._hs_sampled]
+        self._block = [c.idx for c in self._c if c.spec.block and c.idx in in_main and c.idx in self._hs_sampled]
+        if self._hs_block is None:
+            self._block = []
         self._block_set = frozenset(self._block)
+        # specs in the main database in single-match mode: sampled ones report whether they occur
+        self._single = frozenset(self._block) | {i for i in in_main if self._c[i].spec.sample}
         self._cut_sensitive = [c for c in self._c if c.cut_sensitive]
         self._new_stream()
 
@@ -314,8 +322,15 @@ class Scanner:
             return buf[ls:le]
 
         records: list[tuple] = []
+        proposed: list[tuple[int, int]] = []  # (line, spec) of the single-match specs' reports
+        cuts = None
         if self._hs_main is not None:
-            self._hs_scan(buf, lo, hi, trunc, records)
+            if self.block > 0 and self._block:  # a call per block: its first progress line
+                cuts = blocks(buf, lo, hi, self.block)
+                for b0, b1 in zip([lo, *cuts], cuts):
+                    self._hs_scan(buf, b0, b1, trunc, records, proposed)
+            else:
+                self._hs_scan(buf, lo, hi, trunc, records, proposed)
         for g in self._groups:
             self._re2_scan(g, buf, lo, hi, line_at, records)
         floors = dict.fromkeys(self._sampled, lo)
@@ -337,10 +352,12 @@ class Scanner:
                     tails[c.idx] = (ls, text, m)
                     floors[c.idx] = ls
                     break
-        if self._hs_block is not None:
+        if self._single:
+            if self._block:
+                block_records(self, buf, lo, hi, line_at, records, proposed, cuts)
             # a sampled spec that occurs nowhere in the part has no last line to look for
-            present = block_records(self, buf, lo, hi, line_at, records)
-            floors = {i: f for i, f in floors.items() if i in present or i not in self._hs_sampled}
+            present = {i for _, i in proposed}
+            floors = {i: f for i, f in floors.items() if i in present or i not in self._single}
         sampled: dict[int, tuple] = {}
         if floors:
             self._last_sampled(buf, lo, hi, floors, line_at, sampled)
@@ -349,9 +366,11 @@ class Scanner:
                 sampled[idx] = rec
         return records, sampled, trunc
 
-    def _hs_scan(self, buf: bytes, lo: int, hi: int, trunc: dict[int, int], records: list) -> None:
-        """One hyperscan call over buf[lo:hi] (more only after a storm of reports on one line)."""
+    def _hs_scan(self, buf: bytes, lo: int, hi: int, trunc: dict[int, int], records: list, proposed: list) -> None:
+        """One hyperscan call over buf[lo:hi] (more only after a storm of reports on one line).
+        The reports of single-match specs go to ``proposed``; a sampled one's stop there."""
         rx = [c.search for c in self._c]
+        single, sampled = self._single, self._single - self._block_set
         insensitive, memo = self._digit_insensitive, self._memo
         rfind, find = buf.rfind, buf.find
         ml = self.max_line
@@ -393,6 +412,10 @@ class Scanner:
                     else:
                         text = buf[ls : le - 1 if le > ls and buf[le - 1] == 13 else le]
                     masked = None
+                if ident in single:
+                    proposed.append((ls, ident))
+                    if ident in sampled:
+                        continue
                 if insensitive[ident] and len(text) <= _MEMO_LINE:
                     if masked is None:
                         masked = text.translate(DIGITS_TO_ZERO)
@@ -414,7 +437,10 @@ class Scanner:
             # every hyperscan pattern on the last line directly and resume after it
             done = {r[1] for r in records if r[0] == ls}
             for c in self._c:
-                if c.idx in self.hyperscan_specs and not c.spec.sample and c.idx not in done:
+                if c.idx in sampled:  # (whether it occurs: its report may be the one cut off)
+                    if c.search(text) is not None:
+                        proposed.append((ls, c.idx))
+                elif c.idx in self.hyperscan_specs and not c.spec.sample and c.idx not in done:
                     m = c.search(text)
                     if m is not None:
                         records.append((ls, c.idx, text, m, None))

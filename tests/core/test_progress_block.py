@@ -13,6 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.core import test_matching
 
 from engine.core import sampler
 from engine.core.context import FileContext
@@ -20,7 +24,8 @@ from engine.core.converter import HitConverter
 from engine.core.linefacts import StreamFacts
 from engine.core import replay
 from engine.core.replay import file_input, replay_inputs
-from engine.core.scanner import scanner_for
+from engine.core.matching import MatcherSpec, hyperscan_available
+from engine.core.scanner import Scanner, scanner_for
 from engine.facts import Fact
 from engine.rulebook import require_rulebook
 from engine.store import Store
@@ -200,3 +205,39 @@ def test_the_setting(monkeypatch, caplog):
     with caplog.at_level(logging.ERROR):
         assert sampler.progress_block() == sampler.PROGRESS_BLOCK
     assert "RECOVER_PROGRESS_BLOCK" in caplog.text
+
+
+# every spec of the scanner's own differential pool a block spec (tests/core/test_matching.py)
+_BLOCK_POOL = [
+    MatcherSpec(s.id, s.pattern, block=not s.sample, sample=s.sample, ignore_case=s.ignore_case)
+    for s in test_matching.FULL_POOL
+]
+
+
+def _feeds(block: int, chunks: list[bytes], max_line: int) -> list[list[tuple]]:
+    """The hits of each feed call (and of the flush), hashable."""
+    sc = Scanner(_BLOCK_POOL, backend="hyperscan", max_line=max_line)
+    sc.block = block
+    parts = [sc.feed(c) for c in chunks] + [sc.flush()]
+    return [
+        [(h.matcher, h.line, h.line_no, h.offset, tuple(sorted(h.groups.items())), h.truncated) for h in p]
+        for p in parts
+    ]
+
+
+@pytest.mark.skipif(not hyperscan_available(), reason="hyperscan not installed")
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(test_matching.logs(), st.sampled_from([1, 24, 64]))
+def test_differential_block_specs(case, block):
+    """Block 0 is every hit, as RE2 alone; any block reports a subset of those hits, the same
+    hits, every hit of the other specs, and the last line of each block spec in each feed."""
+    chunks, max_line = case
+    expected = test_matching.scan(_BLOCK_POOL, "re2", chunks, max_line)
+    full = _feeds(0, chunks, max_line)
+    assert [(m, t, n, o, dict(g), c) for p in full for m, t, n, o, g, c in p] == expected
+    got = _feeds(block, chunks, max_line)
+    for want, have in zip(full, got):
+        assert set(have) <= set(want)
+        assert {h for h in want if not _BLOCK_POOL[h[0]].block} <= set(have)
+        for idx in {h[0] for h in want}:
+            assert max(h[2] for h in want if h[0] == idx) == max(h[2] for h in have if h[0] == idx)
