@@ -247,9 +247,7 @@ def _hs_compile(expressions: list[bytes], ids: list[int], flags: list[int]):
     return db
 
 
-def hyperscan_databases(
-    specs: list[CompiledSpec], strict: bool
-) -> tuple[Any, dict[int, Any], set[int], Any, set[int]]:
+def hyperscan_databases(specs: list[CompiledSpec], strict: bool) -> tuple[Any, dict[int, Any], set[int], Any, set[int]]:
     """(one main database of the specs hyperscan takes or None, {sampled or block spec: its own
     database}, the indexes of the specs hyperscan takes, one single-match database of the block
     specs or None, the indexes in the main database). A spec hyperscan cannot take is left out
