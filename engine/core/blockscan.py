@@ -72,28 +72,28 @@ def block_records(
     lines of buf[lo:hi] that are reported, after the main scan: one per block in ``cuts`` (the
     main scan's, or None: every line), where RE2 refused the main scan's candidate
     (``proposed``), after each boundary, and the last of each spec."""
-    find = buf.find
     in_block = sc._block_set
-    have = {(r[0], r[1]) for r in records if r[1] in in_block}
-    search = [c.search for c in sc._c]
-
-    def add(idx: int, ls: int) -> bool:
-        if (ls, idx) in have:
-            return True
-        text = line_at(ls, find(b"\n", ls, hi))
-        m = search[idx](text)
-        if m is None:
-            return False
-        have.add((ls, idx))
-        records.append((ls, idx, text, m, None))
-        return True
-
     firsts: dict[int, int] = {}
     for ls, idx in proposed:
         if idx in in_block and ls < firsts.get(idx, hi):
             firsts[idx] = ls
     if not firsts:
         return
+    find = buf.find
+    have = {(r[0], r[1]) for r in records if r[1] in in_block}
+    specs = sc._c
+
+    def add(idx: int, ls: int) -> bool:
+        if (ls, idx) in have:
+            return True
+        text = line_at(ls, find(b"\n", ls, hi))
+        m = specs[idx].search(text)
+        if m is None:
+            return False
+        have.add((ls, idx))
+        records.append((ls, idx, text, m, None))
+        return True
+
     if cuts is None:  # the full path: every line of the specs that occur
         for idx, first in firsts.items():
             if _line_end(buf, first, hi) < hi:  # (else its first line is the part's last)
@@ -116,7 +116,7 @@ def block_records(
         elif idx in in_block and ls > last[idx]:
             last[idx] = ls
     # the first progress line after each run of adjacent boundary lines, to the next cut
-    starts = sorted({r[0] for r in records if sc._c[r[1]].spec.boundary})
+    starts = sorted({r[0] for r in records if specs[r[1]].spec.boundary})
     ends = _run_ends(buf, hi, starts)
     if ends:
         cutset = set(cuts)
