@@ -1,8 +1,8 @@
 """Progress sampling: a bounded rate of progress facts per file and matcher.
 
 Two stages. In the scanner (``engine.core.blockscan``), the lines of a dense progress matcher are
-reported at most once per block of ``progress_block()`` bytes (and after each other hit, and the
-last of each chunk): the rest never become a ``Hit``. Then here, the lines reported are thinned
+reported at most once per block of at most ``progress_block()`` bytes (and after each boundary
+hit, and the last of each chunk): the rest never become a ``Hit``. Then here, the lines reported are thinned
 again on the facts' clock (``ProgressSampler``)."""
 
 from __future__ import annotations
