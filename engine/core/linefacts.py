@@ -14,7 +14,7 @@ from engine.core.context import ClusterContext, FileContext, expand_hostlist, jo
 from engine.core.converter import HitConverter
 from engine.core.floods import FLOOD_WINDOW, Collapser, Flood, shape_key
 from engine.core.linetime import parse_line_time
-from engine.core.sampler import ProgressSampler
+from engine.core.sampler import BLOCK_MIN, PACE_WINDOW_S, PROGRESS_EVERY_S, ProgressSampler, progress_block
 from engine.core.xid import decode_xid, normalize_pci
 from engine.facts import JOB_RE, NODE_RE, Fact, clean_text
 
@@ -60,8 +60,17 @@ class StreamFacts:
         index_map: Sequence[int],
         collapse: bool = True,
         sample: bool = True,
+        block: int | None = None,
     ):
         self.scanner = scanner
+        # progress lines sampled in the scanner (engine.core.blockscan): blocks of about
+        # PROGRESS_EVERY_S of log, at most ``block`` bytes (None: the setting; 0 or
+        # ``sample=False``: every line, the full path); see _pace
+        self._block_max = 0 if not sample else progress_block() if block is None else max(0, int(block))
+        self._block_specs = frozenset(getattr(scanner, "_block_set", ())) if self._block_max else frozenset()
+        self._pace_mark: tuple[int, float] | None = None  # (offset, time) of a progress point
+        if hasattr(scanner, "block"):
+            scanner.block = 0
         self.converter = converter
         self.ctx = ctx
         self.index_map = index_map
@@ -81,6 +90,7 @@ class StreamFacts:
         names = getattr(scanner, "group_names", None)
         self._checkpoints = frozenset(i for i in self._progress if names is None or "checkpoint" in names(i))
         self._sampler: dict[int, ProgressSampler] = {}
+        self._skipped_at = 0.0  # the time of the last progress line left out
         self._last_of: dict[int, int] = {}  # progress matcher -> offset of its last hit in this batch
         # weak-evidence matchers (scanner numbering): their hits are thinned, see _weak_hits
         # (a weak matcher's quiet strings as bytes: a line holding one is no error line)
@@ -152,6 +162,8 @@ class StreamFacts:
             end = hit.offset + len(hit.line)
             if end > self._looked:
                 self._looked = end
+            if hit.matcher in self._block_specs:
+                self._pace(hit.offset, self._skipped_at)
             return None
         conv = self.converter
         before = self._before(hit)
@@ -175,7 +187,24 @@ class StreamFacts:
             if st is None:
                 st = self._sampler[hit.matcher] = ProgressSampler()
             st.kept(Collapser._sig(conv, self.ctx))
+            if hit.matcher in self._block_specs and isinstance(out, Fact):
+                self._pace(hit.offset, out.at)
         return out
+
+    def _pace(self, offset: int, at: float) -> None:
+        """Set the scanner's progress block from the pace of the log: the bytes it wrote per
+        PROGRESS_EVERY_S, measured between progress points at least PACE_WINDOW_S apart, at
+        most ``_block_max``, and 0 (every line) while that is under BLOCK_MIN bytes."""
+        mark = self._pace_mark
+        if mark is None or offset < mark[0] or at < mark[1]:  # the first point, or a rewind
+            self._pace_mark = (offset, at)
+            return
+        dt = at - mark[1]
+        if dt < PACE_WINDOW_S:
+            return
+        want = int((offset - mark[0]) / dt * PROGRESS_EVERY_S)
+        self.scanner.block = 0 if want < BLOCK_MIN else min(want, self._block_max)
+        self._pace_mark = (offset, at)
 
     def _skip_progress(self, hit: Any) -> bool:
         """Whether a progress line is left out (see ProgressSampler). A line left out is still
@@ -190,6 +219,7 @@ class StreamFacts:
         if st is None or st.sig != Collapser._sig(conv, self.ctx):
             return False  # the first line, or the file's context changed since the last one kept
         _, at = conv._when(hit.line.decode("utf-8", "replace"), self.ctx, self._before(hit))
+        self._skipped_at = at
         if not st.skip(at):
             return False
         conv.progress_skipped += 1

@@ -39,12 +39,17 @@ def hyperscan_available() -> bool:
 
 @dataclass(frozen=True)
 class MatcherSpec:
-    """One regex to look for. ``sample``: only the last matching line per fed chunk is needed."""
+    """One regex to look for. ``sample``: only the last matching line per fed chunk is needed.
+    ``block``: a progress matcher whose lines may be sampled per block (``engine.core.blockscan``:
+    the first line of each block and after each boundary hit, and the last of a chunk).
+    ``boundary``: the first progress line after a hit of this spec is always reported."""
 
     id: str
     pattern: str
     sample: bool = False
     ignore_case: bool = False
+    block: bool = False
+    boundary: bool = True
 
 
 class Hit:
@@ -242,10 +247,14 @@ def _hs_compile(expressions: list[bytes], ids: list[int], flags: list[int]):
     return db
 
 
-def hyperscan_databases(specs: list[CompiledSpec], strict: bool) -> tuple[Any, dict[int, Any], set[int]]:
-    """(one database of every non-sampled spec hyperscan takes or None, {sampled spec: its own
-    database}, the indexes of the specs hyperscan takes). A spec hyperscan cannot take is left out (logged); ``strict``: a database that
-    fails as a whole raises instead of leaving every spec to RE2."""
+def hyperscan_databases(specs: list[CompiledSpec], strict: bool) -> tuple[Any, dict[int, Any], set[int], Any, set[int]]:
+    """(one main database of the specs hyperscan takes or None, {sampled or block spec: its own
+    database}, the indexes of the specs hyperscan takes, one single-match database of the block
+    specs or None, the indexes in the main database). A spec hyperscan cannot take is left out
+    (logged); ``strict``: a database that fails as a whole raises instead of leaving every spec
+    to RE2. Block and sampled specs are in the main database in single-match mode (the first
+    line per scan call: whether they occur, and a block's first progress line); a block spec is
+    sampled only when its own and the single-match database take it, else it is a plain spec."""
     todo: list[tuple[CompiledSpec, int]] = []
     for c in specs:
         if c.hs_src is None:
@@ -253,15 +262,35 @@ def hyperscan_databases(specs: list[CompiledSpec], strict: bool) -> tuple[Any, d
             logger.debug("matcher %r: matched with RE2 (pattern needs RE2 semantics)", c.spec.id)
         else:
             todo.append((c, hs.HS_FLAG_CASELESS if c.spec.ignore_case else 0))
-    main = [(c, f) for c, f in todo if not c.spec.sample]
     sampled: dict[int, Any] = {}
     for c, f in todo:
-        if not c.spec.sample:
+        if not (c.spec.sample or c.spec.block):
             continue
         try:
             sampled[c.idx] = _hs_compile([_stretch(c.hs_src or b"")], [c.idx], [f])
         except Exception as e:  # hyperscan refuses some RE2 syntax, e.g. (?U)
-            _log_fallback(c, e)
+            if c.spec.sample:
+                _log_fallback(c, e)
+    # block specs: each reports its first line per scan call (hyperscan's single-match mode)
+    block = [(c, f) for c, f in todo if c.spec.block and c.idx in sampled]
+    block_db = None
+    if block:
+        try:
+            block_db = _hs_compile(
+                [_stretch(c.hs_src or b"") for c, _ in block],
+                [c.idx for c, _ in block],
+                [f | hs.HS_FLAG_SINGLEMATCH for _, f in block],
+            )
+        except Exception as e:  # every block spec is then matched in full with the others
+            logger.info("hyperscan single-match database failed (%s); progress lines are not sampled", e)
+            block = []
+    blocked = {c.idx for c, _ in block}
+    for c, _ in todo:
+        if c.spec.block and c.idx not in blocked:
+            sampled.pop(c.idx, None)
+    single = hs.HS_FLAG_SINGLEMATCH
+    main = [(c, f | single if c.idx in blocked or c.spec.sample else f) for c, f in todo]
+    main = [(c, f) for c, f in main if not c.spec.sample or c.idx in sampled]
 
     # non-sampled: one database, each pattern stretched to the end of its line, so that a line is
     # reported once per pattern (bare patterns report every end offset: a flood line cost ~90
@@ -282,7 +311,8 @@ def hyperscan_databases(specs: list[CompiledSpec], strict: bool) -> tuple[Any, d
                     database([(c, f)])
                     keep.append((c, f))
                 except Exception as e:
-                    _log_fallback(c, e)
+                    if not c.spec.sample:  # (a sampled spec still has its own database)
+                        _log_fallback(c, e)
             main = keep
             if main:
                 try:
@@ -292,4 +322,5 @@ def hyperscan_databases(specs: list[CompiledSpec], strict: bool) -> tuple[Any, d
                         raise
                     logger.warning("hyperscan database failed (%s); those matchers use RE2", e)
                     main = []
-    return (db if main else None), sampled, {c.idx for c, _ in main} | set(sampled)
+    in_main = {c.idx for c, _ in main}
+    return (db if main else None), sampled, in_main | set(sampled), block_db, in_main

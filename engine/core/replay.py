@@ -77,10 +77,12 @@ def scan_chunks(
     ctx: FileContext,
     index_map: Sequence[int],
     on_bytes: Callable[[int], None] | None = None,
+    block: int | None = None,
 ) -> Iterator[Fact | Flood]:
     """Yield the facts and floods of one stream (context lines update ``ctx``); ``index_map``
-    maps the scanner's matcher numbers to the converter's."""
-    stream = StreamFacts(scanner, converter, ctx, index_map)
+    maps the scanner's matcher numbers to the converter's. ``block``: the scanner's progress
+    block in bytes (None: the setting; 0: every progress line, see engine.core.blockscan)."""
+    stream = StreamFacts(scanner, converter, ctx, index_map, block=block)
     convert = stream.item
     for data in chunks:
         if on_bytes:
@@ -190,10 +192,12 @@ def replay_inputs(
     on_fact: Callable[[Fact], None] | None = None,
     year: int | None = None,
     not_after: float | None = None,
+    progress_block: int | None = None,
 ) -> ReplayResult:
     """``on_fact`` sees every source fact, in the order the engine takes them. ``year``: the year
     of stamps without one where nothing dated precedes them; ``not_after``: the time an input
-    without its own (``Input.not_after``) was last written (see linetime.py)."""
+    without its own (``Input.not_after``) was last written (see linetime.py). ``progress_block``:
+    bytes per progress point the scanner keeps (None: the setting; 0: every line)."""
     result = ReplayResult()
     # no scheduler here: which job ran where is taken from the logs' own lines (explain says so)
     store.set_meta("context_source", "logs")
@@ -231,7 +235,9 @@ def replay_inputs(
         tail_progress = False
         seq = -1
         try:
-            for seq, item in enumerate(scan_chunks(inp.chunks(), scanner, converter, ctx, index_map, on_bytes)):
+            for seq, item in enumerate(
+                scan_chunks(inp.chunks(), scanner, converter, ctx, index_map, on_bytes, progress_block)
+            ):
                 # a flood is applied when its first repeat was seen, with every repeat counted by then
                 collected.append((item.at, index, seq, item))
                 # a part of a table of peers (engine.core.peer_table) is output, not training progress

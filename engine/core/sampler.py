@@ -1,6 +1,48 @@
-"""Progress sampling: a bounded rate of progress facts per file and matcher."""
+"""Progress sampling: a bounded rate of progress facts per file and matcher.
+
+Two stages. In the scanner (``engine.core.blockscan``), the lines of a dense progress matcher are
+reported at most once per block of at most ``progress_block()`` bytes (and after each boundary
+hit, and the last of each chunk): the rest never become a ``Hit``. Then here, the lines reported are thinned
+again on the facts' clock (``ProgressSampler``)."""
 
 from __future__ import annotations
+
+import logging
+import os
+
+logger = logging.getLogger(__name__)
+
+#: bytes of log per progress point the scanner keeps in a dense log (``RECOVER_PROGRESS_BLOCK``;
+#: 0 keeps every line); the time this is depends on how fast the job prints, see docs/scaling.md
+PROGRESS_BLOCK = 64 * 1024
+#: the scanner's block is measured over progress points at least this many seconds of log apart,
+#: and is 0 (every line) while PROGRESS_EVERY_S of log is fewer bytes than BLOCK_MIN
+PACE_WINDOW_S = 30.0
+BLOCK_MIN = 4096
+_warned: set[str] = set()
+
+
+def progress_block() -> int:
+    """The scanner's progress block in bytes: ``RECOVER_PROGRESS_BLOCK`` if it is a whole number
+    of bytes (0 or more), else ``PROGRESS_BLOCK`` (a bad value is logged once and not used)."""
+    raw = os.environ.get("RECOVER_PROGRESS_BLOCK")
+    if raw is None or raw.strip() == "":
+        return PROGRESS_BLOCK
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        if raw not in _warned:
+            _warned.add(raw)
+            logger.error(
+                "RECOVER_PROGRESS_BLOCK=%r is not a whole number of bytes (0: every progress line); using %d",
+                raw[:40],
+                PROGRESS_BLOCK,
+            )
+        return PROGRESS_BLOCK
+    return value
+
 
 #: progress lines of one matcher in one file: after a burst of PROGRESS_BURST, one per
 #: PROGRESS_EVERY_S of the facts' clock, and never fewer than every PROGRESS_NTH-th line

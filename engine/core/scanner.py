@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import re2
 
+from engine.core.blockscan import block_records, blocks
 from engine.core.matching import CompiledSpec, Hit, MatcherSpec, Re2Group, hs, hyperscan_databases
 from engine.rulebook.patterns import DIGITS_TO_ZERO, re2_options
 
@@ -77,6 +78,10 @@ class Scanner:
         "_digit_insensitive",
         "_hs_main",
         "_hs_sampled",
+        "_hs_block",
+        "_block",
+        "_block_set",
+        "_single",
         "backend",
         "hyperscan_specs",
         "_groups",
@@ -103,10 +108,16 @@ class Scanner:
         self._digit_insensitive = [c.digit_insensitive for c in self._c]
 
         self._hs_main: Any = None  # one database: every non-sampled pattern hyperscan takes
-        self._hs_sampled: dict[int, Any] = {}  # sampled spec -> its own database
+        self._hs_sampled: dict[int, Any] = {}  # sampled or block spec -> its own database
+        self._hs_block: Any = None  # single-match: the block specs and whether a sampled spec occurs
         on_hs: set[int] = set()
+        in_main: set[int] = set()
         if backend in ("auto", "hyperscan") and hs is not None:
-            self._hs_main, self._hs_sampled, on_hs = hyperscan_databases(self._c, strict=backend == "hyperscan")
+            self._hs_main, self._hs_sampled, on_hs, self._hs_block, in_main = hyperscan_databases(
+                self._c, strict=backend == "hyperscan"
+            )
+            # a block spec is sampled only in the main database; else it is matched as any other
+            on_hs = {i for i in on_hs if i in in_main or self._c[i].spec.sample}
         self.backend = "hyperscan" if on_hs else "re2"
         self.hyperscan_specs = frozenset(on_hs)  # indexes matched by hyperscan (for reports)
         rest = [c for c in self._c if c.idx not in on_hs]
@@ -119,6 +130,13 @@ class Scanner:
         for c in self._re2_sampled.values():
             c.buf_rx = re2.compile(c.buffer_source(), re2_options(c.utf8))
         self._sampled = [c.idx for c in self._c if c.spec.sample]
+        # progress specs sampled per block (engine.core.blockscan); on the RE2 path every line
+        self._block = [c.idx for c in self._c if c.spec.block and c.idx in in_main and c.idx in self._hs_sampled]
+        if self._hs_block is None:
+            self._block = []
+        self._block_set = frozenset(self._block)
+        # specs in the main database in single-match mode: sampled ones report whether they occur
+        self._single = frozenset(self._block) | {i for i in in_main if self._c[i].spec.sample}
         self._cut_sensitive = [c for c in self._c if c.cut_sensitive]
         self._new_stream()
 
@@ -130,7 +148,11 @@ class Scanner:
         self.bytes_seen = 0
         self.reset(0, 0)
         self._hs_scratch = hs.Scratch(self._hs_main) if self._hs_main is not None else None
-        self._hs_sampled_scratch = {idx: hs.Scratch(db) for idx, db in self._hs_sampled.items()}
+        # made on first use: most streams never search most sampled or block specs alone
+        self._hs_sampled_scratch: dict[int, Any] = {}
+        self._hs_block_scratch: Any = None
+        #: bytes of a block of progress lines (engine.core.blockscan); 0: every line is reported
+        self.block = 0
 
     def clone(self) -> Scanner:
         """A scanner of the same compiled patterns at the start of a new stream: it shares what
@@ -300,8 +322,15 @@ class Scanner:
             return buf[ls:le]
 
         records: list[tuple] = []
+        proposed: list[tuple[int, int]] = []  # (line, spec) of the single-match specs' reports
+        cuts = None
         if self._hs_main is not None:
-            self._hs_scan(buf, lo, hi, trunc, records)
+            if self.block > 0 and self._block:  # a call per block: its first progress line
+                cuts = blocks(buf, lo, hi, self.block)
+                for b0, b1 in zip([lo, *cuts], cuts):
+                    self._hs_scan(buf, b0, b1, trunc, records, proposed)
+            else:
+                self._hs_scan(buf, lo, hi, trunc, records, proposed)
         for g in self._groups:
             self._re2_scan(g, buf, lo, hi, line_at, records)
         floors = dict.fromkeys(self._sampled, lo)
@@ -323,6 +352,12 @@ class Scanner:
                     tails[c.idx] = (ls, text, m)
                     floors[c.idx] = ls
                     break
+        if self._single:
+            if self._block:
+                block_records(self, buf, lo, hi, line_at, records, proposed, cuts)
+            # a sampled spec that occurs nowhere in the part has no last line to look for
+            present = {i for _, i in proposed}
+            floors = {i: f for i, f in floors.items() if i in present or i not in self._single}
         sampled: dict[int, tuple] = {}
         if floors:
             self._last_sampled(buf, lo, hi, floors, line_at, sampled)
@@ -331,9 +366,11 @@ class Scanner:
                 sampled[idx] = rec
         return records, sampled, trunc
 
-    def _hs_scan(self, buf: bytes, lo: int, hi: int, trunc: dict[int, int], records: list) -> None:
-        """One hyperscan call over buf[lo:hi] (more only after a storm of reports on one line)."""
+    def _hs_scan(self, buf: bytes, lo: int, hi: int, trunc: dict[int, int], records: list, proposed: list) -> None:
+        """One hyperscan call over buf[lo:hi] (more only after a storm of reports on one line).
+        The reports of single-match specs go to ``proposed``; a sampled one's stop there."""
         rx = [c.search for c in self._c]
+        single, sampled = self._single, self._single - self._block_set
         insensitive, memo = self._digit_insensitive, self._memo
         rfind, find = buf.rfind, buf.find
         ml = self.max_line
@@ -375,6 +412,10 @@ class Scanner:
                     else:
                         text = buf[ls : le - 1 if le > ls and buf[le - 1] == 13 else le]
                     masked = None
+                if ident in single:
+                    proposed.append((ls, ident))
+                    if ident in sampled:
+                        continue
                 if insensitive[ident] and len(text) <= _MEMO_LINE:
                     if masked is None:
                         masked = text.translate(DIGITS_TO_ZERO)
@@ -396,7 +437,10 @@ class Scanner:
             # every hyperscan pattern on the last line directly and resume after it
             done = {r[1] for r in records if r[0] == ls}
             for c in self._c:
-                if c.idx in self.hyperscan_specs and not c.spec.sample and c.idx not in done:
+                if c.idx in sampled:  # (whether it occurs: its report may be the one cut off)
+                    if c.search(text) is not None:
+                        proposed.append((ls, c.idx))
+                elif c.idx in self.hyperscan_specs and not c.spec.sample and c.idx not in done:
                     m = c.search(text)
                     if m is not None:
                         records.append((ls, c.idx, text, m, None))
@@ -433,7 +477,10 @@ class Scanner:
             def on_match(_ident, _from, to, _flags, _ctx):
                 ends.append(to)
 
-            db.scan(memoryview(buf)[lo:hi], match_event_handler=on_match, scratch=self._hs_sampled_scratch[idx])
+            scratch = self._hs_sampled_scratch.get(idx)
+            if scratch is None:
+                scratch = self._hs_sampled_scratch[idx] = hs.Scratch(db)
+            db.scan(memoryview(buf)[lo:hi], match_event_handler=on_match, scratch=scratch)
             ends.sort()
             for to in ends:  # each report ends just after a newline
                 ls = rfind(b"\n", 0, lo + to - 1) + 1
@@ -486,9 +533,37 @@ _TEMPLATES: weakref.WeakKeyDictionary[CompiledRulebook, dict[str, Scanner]] = we
 _TEMPLATES_LOCK = threading.Lock()  # the node agents of `recover demo` share one rulebook in threads
 
 
+#: named groups of a progress line that must never be left out: a checkpoint (the retry policy's
+#: no-progress guard compares them) and a unit compared with its peers (each unit needs its points)
+_EVERY_LINE = re2.compile(r"\(\?P<(?:checkpoint|peer)")
+
+
+#: rank evidence that only maps ranks to hosts (NCCL's communicator and bootstrap lines, printed
+#: all through some logs): no boundary of progress sampling, nothing that progress may follow
+_TOPOLOGY = frozenset({"comm", "addr"})
+
+
 def matcher_specs(compiled: CompiledRulebook) -> list[MatcherSpec]:
-    """The rulebook's enabled matchers as scanner specs, in ``compiled.matchers`` order."""
-    return [MatcherSpec(m.id, m.pattern, sample=m.sample, ignore_case=m.ignore_case) for m in compiled.matchers]
+    """The rulebook's enabled matchers as scanner specs, in ``compiled.matchers`` order. A progress
+    matcher is sampled per block (``engine.core.blockscan``) unless the rulebook samples it itself
+    (``sample``), it finds a part of a table of peers (``attrs.table``), or its lines name a
+    checkpoint or a unit compared with its peers. The first progress line after a hit of any
+    other matcher that is not progress is always reported (``boundary``), but for lines that only
+    map ranks to hosts."""
+    return [
+        MatcherSpec(
+            m.id,
+            m.pattern,
+            sample=m.sample,
+            ignore_case=m.ignore_case,
+            block=m.emit == "progress"
+            and not m.sample
+            and "table" not in m.attrs
+            and _EVERY_LINE.search(m.pattern) is None,
+            boundary=m.emit != "progress" and m.attrs.get("rank_evidence") not in _TOPOLOGY,
+        )
+        for m in compiled.matchers
+    ]
 
 
 def matchers_for(compiled: CompiledRulebook, source: str) -> list[int]:

@@ -91,7 +91,8 @@ def test_the_first_and_last_point_are_kept_and_the_rate_is_bounded(compiled):
     # a burst, one per PROGRESS_EVERY_S of log, every PROGRESS_NTH-th line, the last of each chunk
     bound = sampler.PROGRESS_BURST + 50 / sampler.PROGRESS_EVERY_S + 5000 / sampler.PROGRESS_NTH + chunks + 2
     assert len(facts) <= bound
-    assert conv.progress_skipped == 5000 - len(facts)
+    # the fact-level sampler left some out, and the scanner the others (never a Hit, not counted)
+    assert 0 < conv.progress_skipped < 5000 - len(facts)
     assert ctx.last_at == full_ctx.last_at  # the file's clock moved as if every line were converted
 
 

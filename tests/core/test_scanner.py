@@ -64,7 +64,9 @@ def test_a_clone_has_its_own_scratch_and_stream_state(backend):
         assert tmpl._hs_main is not None and tmpl._hs_sampled
         scratches = [s._hs_scratch for s in (tmpl, a, b)]
         assert len({id(s) for s in scratches}) == 3 and None not in scratches
-        for idx in tmpl._hs_sampled:
+        for idx in tmpl._hs_sampled:  # a sampled spec's own scratch is made on its first search
+            for s in (tmpl, a, b):
+                s._candidates(idx, b"x\n", 0, 2)
             assert len({id(s._hs_sampled_scratch[idx]) for s in (tmpl, a, b)}) == 3
     # every attribute a clone has that it does not share is its own object (never the template's
     # list or dict), and a clone has every attribute the template has
