@@ -413,8 +413,7 @@ class Engine:
                 self.store.bump_fact(fact.id, known.count - 1)
         # a derived fact is attached before it is asserted: register it now, so that what is
         # derived from it finds this incident
-        held = self.live.get(fact.id)
-        if held is None:
+        if (held := self.live.get(fact.id)) is None:
             held = self.live[fact.id] = Live(fact)
         held.incident = inc.id
         if fact.kind == "fault" and fact.id not in inc.fault_ids:
