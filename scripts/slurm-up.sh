@@ -341,7 +341,7 @@ ctld_pidfile=$RUN_DIR/slurmctld.pid
 if [ "$changed" = 1 ]; then
   # every daemon must read the new files: stop whatever runs (nothing, on a first run)
   alive "$ctld_pidfile" slurmctld && say "configuration changed: restarting the cluster"
-  RECOVER_KEEP_MUNGE=1 "$HERE/slurm-down.sh" >/dev/null
+  RECOVER_KEEP_MUNGE=1 RECOVER_KEEP_ACCOUNTING=1 "$HERE/slurm-down.sh" >/dev/null
   install -m 644 "$new_conf" "$ETC/slurm.conf"
   if [ "$GPUS" -gt 0 ]; then install -m 644 "$new_gres" "$ETC/gres.conf"; else rm -f "$ETC/gres.conf"; fi
 fi
@@ -351,7 +351,7 @@ if ! alive "$ctld_pidfile" slurmctld; then
   fresh=1
   if [ "$CLEAN" = 1 ]; then
     # slurmd left from an earlier controller would keep using the spool we wipe
-    RECOVER_KEEP_MUNGE=1 "$HERE/slurm-down.sh" >/dev/null
+    RECOVER_KEEP_MUNGE=1 RECOVER_KEEP_ACCOUNTING=1 "$HERE/slurm-down.sh" >/dev/null
     rm -rf "${CTLD_STATE:?}"/* "${SPOOL_DIR:?}"/* "${LOG_DIR:?}"/*
     if [ -z "$acct_off" ]; then
       # a wiped controller hands out job ids from 1 again: the records of the cluster it replaces
