@@ -422,11 +422,12 @@ class Decider:
         silences = {s["node"]: s["reason"] for s in self.store.silences(active_at=now)}
         # exactly the drains the blast-radius guard counts: its window is the site's, of any length
         since = now - self.compiled.policy.blast_radius.window
-        drains = [(t, w) for name in ("drain", "drain_suspect") for t, w, _ in self.store.recent_actions(name, since)]
+        recent = self.store.recent_actions_of(("drain", "drain_suspect", "requeue"), since)
+        drains = [(t, w) for name in ("drain", "drain_suspect") for t, w, _ in recent[name]]
         counted = set(drains)
         early = self._early_drains
         drains += [d for d in early[bisect.bisect_left(early, since, key=_time_of) :] if d not in counted]
-        requeues = [(t, w) for t, w, _ in self.store.recent_actions("requeue", since)]
+        requeues = [(t, w) for t, w, _ in recent["requeue"]]
         return GuardContext(
             job=job,
             attempt=attempt,

@@ -32,6 +32,7 @@ from engine.core.bind import NodeWaits, Wait, bound_note
 from engine.core.decide import ClosedIncident, Decider, best_fault, rank, split_key
 from engine.core.derive import Derivation, view
 from engine.core.context import ClusterContext
+from engine.core.incident_table import IncidentTable
 from engine.core.memory import Live, WorkingMemory
 from engine.core.open_incident import OpenIncident, incident_key
 from engine.core.ledger import JobLedger
@@ -108,8 +109,8 @@ class Engine:
         self.timers = Timers(compiled)
         self.memory.on_retract = self.timers.forget
         self.live: dict[str, Live] = self.memory.live
-        self.open: dict[str, OpenIncident] = {}
-        self.recent: dict[str, OpenIncident] = {}  # closed, still gathering their cascade
+        self.open = IncidentTable()  # by key, and by id (``by_id``)
+        self.recent = IncidentTable()  # closed, still gathering their cascade
         self.pending: dict[str, deque[tuple[Fact, list[Firing]]]] = {}  # warnings waiting for an incident
         self.tracker = ProgressTracker(policy)
         self.ledger = JobLedger(store)  # job states and progress, kept for the goodput report
@@ -319,8 +320,7 @@ class Engine:
         """A conclusion drawn again from other evidence: the firing is recorded and the facts it
         matched join the incident, so that explain shows every derivation and its lines."""
         if again.incident is not None:
-            inc = next((i for i in (*self.open.values(), *self.recent.values()) if i.id == again.incident), None)
-            if inc is not None:
+            if (inc := self._incident(again.incident)) is not None:
                 self._attach(inc, again.fact, [firing])
             return
         for queue in self.pending.values():  # not in an incident yet: it joins one with both firings
@@ -336,7 +336,7 @@ class Engine:
         for fid in firing[1].values():
             live = self.live.get(fid)
             if live is not None and live.incident is not None:
-                inc = next((i for i in self.open.values() if i.id == live.incident), None)
+                inc = self.open.by_id.get(live.incident)
                 if inc is not None:
                     break
         key = (
@@ -457,8 +457,7 @@ class Engine:
             self._bind(wait, holders)
 
     def _bind(self, wait: Wait, holders: list[Any]) -> None:
-        inc = next((i for i in (*self.open.values(), *self.recent.values()) if i.id == wait.incident), None)
-        if inc is None:
+        if (inc := self._incident(wait.incident)) is None:
             return
         job_id, attempt = str(holders[0].job_id), int(holders[0].attempt or 0)
         note = bound_note(wait.node, holders)
@@ -529,8 +528,9 @@ class Engine:
         for fid in list(inc.facts):
             self.memory.retract(fid)
 
-    def _is_open(self, incident: int) -> bool:
-        return any(i.id == incident for i in self.open.values())
+    def _incident(self, incident: int) -> OpenIncident | None:
+        """The open, else the recently closed, incident with this id."""
+        return self.open.by_id.get(incident) or self.recent.by_id.get(incident)
 
     # -- time ------------------------------------------------------------------------------
     @_then_flush
@@ -553,11 +553,10 @@ class Engine:
             self._fire_later(cr, matched)
         for w in self.timers.expired_watches(now):
             self._fire_later(w.rule, w.matched)
-        for key, inc in list(self.recent.items()):
-            if now - max(inc.last_at, inc.closed_at or 0.0) > self.cascade:
-                del self.recent[key]
-                self.waits.drop(inc.id)  # no longer bound: its cascade is over
-                self._retract_all(inc)
+        for key, inc in self.recent.ended(now, self.cascade):
+            del self.recent[key]
+            self.waits.drop(inc.id)  # no longer bound: its cascade is over
+            self._retract_all(inc)
         if now - self._last_due >= 0.5:  # hang bounds are minutes: checking twice a second is plenty
             self._last_due = now
             for stall in list(self.tracker.due(now)):
@@ -568,12 +567,11 @@ class Engine:
                     q.popleft()
                 if not q:
                     del self.pending[key]
-        for key, inc in list(self.open.items()):
-            if now - inc.last_at >= self.settle:
-                del self.open[key]
-                self._close(inc, now)
+        for key, inc in self.open.settled(now, self.settle):
+            del self.open[key]
+            self._close(inc, now)
         self.outages.advance(now)
-        self.memory.expire(now - self.fact_ttl, lambda live: live.incident is not None and self._is_open(live.incident))
+        self.memory.expire(now - self.fact_ttl, lambda live: live.incident in self.open.by_id)
 
     def close(self) -> None:
         """Done with this engine (after ``finish``, or when a controller replaces it): its facts

@@ -24,7 +24,7 @@ from engine.rulebook.model import (
     kind_of,
 )
 from engine.rulebook.patterns import check_pattern
-from engine.rulebook.templating import jinja_env
+from engine.rulebook.templating import jinja_env, render_simple, simple_parts
 from engine.rulebook.weak import QUIET_LIST
 from engine.rulebook.yamlmarks import Mark
 
@@ -56,16 +56,23 @@ NODE_CLAIM_SOURCES = frozenset({"kernel", "slurm"})
 
 
 class Template:
-    """A string that may be a Jinja template; plain strings render to themselves for free."""
+    """A string that may be a Jinja template; plain strings render to themselves for free, and
+    one that only prints variables (``NodeName={{ node }}``) of strings and integers without
+    Jinja (``templating.simple_parts``: the same text, held to Jinja's by a differential test)."""
 
-    __slots__ = ("source", "_tmpl", "_jinja")
+    __slots__ = ("source", "_tmpl", "_jinja", "_parts")
 
     def __init__(self, source: str, compiled: jinja2.Template | None):
         self.source = source
         self._tmpl = compiled
         self._jinja = compiled is not None
+        self._parts = simple_parts(source) if "{{" in source else None
 
     def render(self, variables: Mapping[str, Any]) -> str:
+        if self._parts is not None and self._jinja:
+            fast = render_simple(self._parts, variables)
+            if fast is not None:
+                return fast
         tmpl = self._tmpl
         if tmpl is None:
             if not self._jinja:

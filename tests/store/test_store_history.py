@@ -77,6 +77,24 @@ def test_recent_actions_are_every_unskipped_action_of_an_incident_closed_since(s
     assert sorted(store.recent_actions("drain", since)) == want
 
 
+@pytest.mark.parametrize("since", [0.0, 90000.0, 1e12])
+def test_recent_actions_of_several_names_are_each_names_recent_actions(store, since):
+    names = ("drain", "drain_suspect", "requeue", "nope")
+    got = store.recent_actions_of(names, since)
+    assert list(got) == list(names)
+    for name in names:
+        want = sorted(
+            (r["target"], r["closed_at"], r["incident"])
+            for r in _rows(store)
+            if r["action"] == name
+            and r["closed_at"] is not None
+            and r["closed_at"] >= since
+            and r["status"] not in ("skipped", "held")
+        )
+        assert sorted(got[name]) == want
+    assert (got["drain"] and got["requeue"]) or since > 90000.0  # the comparisons compare something
+
+
 def test_requeued_attempts_are_the_acted_requeues_of_the_job(store):
     for job in ("0", "7", "42", "199", "nope"):
         want = {
