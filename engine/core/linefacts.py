@@ -261,6 +261,7 @@ class StreamFacts:
                     figures[name] = v
             attempt = ctx.attempt if ctx.attempt is not None else conv.cluster.job_attempt.get(job, 0)
             step = step if isinstance(step, int) else None
+            self.into.advance(at)  # what a fact at ``at`` would do first (a hang due before it is due)
             if not self.into.tracker.touch(job, int(attempt or 0), at, step, figures, names):
                 return False
             self.into.ledger.touch(job, int(attempt or 0), at, step, figures)

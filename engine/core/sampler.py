@@ -3,7 +3,9 @@
 Two stages. In the scanner (``engine.core.blockscan``), the lines of a dense progress matcher are
 reported at most once per block of at most ``progress_block()`` bytes (and after each boundary
 hit, and the last of each chunk): the rest never become a ``Hit``. Then here, the lines reported are thinned
-again on the facts' clock (``ProgressSampler``)."""
+again on the facts' clock (``ProgressSampler``). Live, of the lines kept, at most one per file and
+matcher per ``progress_fact_every()`` seconds becomes a fact; the others only touch the progress
+tracker (``StreamFacts._touch``, docs/scaling.md)."""
 
 from __future__ import annotations
 

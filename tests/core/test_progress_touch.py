@@ -94,6 +94,9 @@ def test_touched_lines_leave_the_tracker_and_ledger_as_facts_would(compiled):
     full, want = _run(compiled, False, writes)
     touched, got = _run(compiled, True, writes)
     assert got == want  # after every write: last progress, step, learned gaps, own baseline, ledger
+    # what outlives a restart is what the store holds: the same goodput rows (the tracker is memory
+    # only, facts or touches: a restart rebuilds it from the lines after the committed positions)
+    assert touched.engine.store.progress_rows() == full.engine.store.progress_rows() != {}
     assert len(full.facts) == 200
     # one fact a minute of log (and the first), not one a line
     assert 10 <= len(touched.facts) <= 200 * 4 / sampler.PROGRESS_FACT_EVERY_S + 2, len(touched.facts)
