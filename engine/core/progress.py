@@ -175,6 +175,10 @@ class ProgressTracker:
             return self._own_baseline(str(job), attempt, a, cost, fact.at, str(fact.get("matcher") or "-"), fact.origin)
         return []
 
+    def due_by(self, at: float) -> bool:
+        """Whether some attempt's silence may be over by ``at`` (``due`` would look at it)."""
+        return bool(self._deadlines) and self._deadlines[0][0] <= at
+
     def touch(self, job: str, attempt: int, at: float, step: int | None, speed: Any, key: str) -> bool:
         """A progress line that is no fact (live, ``engine.core.linefacts``): what ``observe``
         would do with a fact of the job's own speed (``speed``: the line's speed figures by name,
