@@ -23,6 +23,7 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine.facts import JOB_ACTIVE_STATES, Fact
 from engine.store import Store
@@ -33,8 +34,9 @@ __all__ = ["JobLedger", "printed_step_time"]
 _STEP_TIME = (("step_time", 1.0), ("step_time_ms", 1e-3), ("s_per_it", 1.0), ("iter_s", 1.0))
 
 
-def printed_step_time(fact: Fact) -> float | None:
-    """Seconds per step as the job printed it (``it_per_s`` inverted); None if it printed none."""
+def printed_step_time(fact: Any) -> float | None:
+    """Seconds per step as the job printed it (``it_per_s`` inverted); None if it printed none.
+    ``fact``: a Fact, or a mapping of the same names (a touch's speed figures)."""
     for name, scale in _STEP_TIME:
         v = fact.get(name)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
@@ -106,25 +108,40 @@ class JobLedger:
         job = fact.get("job")
         if job is None:
             return
-        attempt = int(fact.get("attempt") or 0)
-        later = [a for a, at in self._begun.get(str(job), {}).items() if a > attempt and fact.at >= at]
-        key = (str(job), max(later, default=attempt))
-        step, checkpoint = _int(fact.get("step")), _int(fact.get("checkpoint"))
+        self.point(
+            str(job),
+            int(fact.get("attempt") or 0),
+            fact.at,
+            _int(fact.get("step")),
+            _int(fact.get("checkpoint")),
+            printed_step_time(fact),
+        )
+
+    def touch(self, job: str, attempt: int, at: float, step: int | None, figures: Any) -> None:
+        """A progress line that only touched the progress tracker (live, ``engine.core.linefacts``):
+        its time, step and speed figures by name (no checkpoint: a line naming one is a fact)."""
+        self.point(job, attempt, at, step, None, printed_step_time(figures))
+
+    def point(
+        self, job: str, attempt: int, at: float, step: int | None, checkpoint: int | None, st: float | None
+    ) -> None:
+        """One progress point (a fact's, or a touch's)."""
+        later = [a for a, begun in self._begun.get(job, {}).items() if a > attempt and at >= begun]
+        key = (job, max(later, default=attempt))
         seen = self._seen.get(key)
         due = seen is None
         if seen is None:
-            seen = self._seen[key] = _Seen(first_at=fact.at, first_step=step, last_at=fact.at)
-        if fact.at > seen.last_at:
-            seen.last_at = fact.at
+            seen = self._seen[key] = _Seen(first_at=at, first_step=step, last_at=at)
+        if at > seen.last_at:
+            seen.last_at = at
         if step is not None and (seen.step is None or step > seen.step):
             seen.step = step
         if checkpoint is not None and (seen.checkpoint is None or checkpoint > seen.checkpoint):
-            seen.checkpoint, seen.checkpoint_at = checkpoint, fact.at
+            seen.checkpoint, seen.checkpoint_at = checkpoint, at
             due = True
-        st = printed_step_time(fact)
         if st is not None:
             seen.times.append(st)
-        if due or fact.at - seen.written_at >= self.every:
+        if due or at - seen.written_at >= self.every:
             self._write(key, seen)
 
     def _write(self, key: tuple[str, int], seen: _Seen) -> None:

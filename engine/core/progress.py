@@ -172,12 +172,45 @@ class ProgressTracker:
         # one series for the whole job (or a job on one node): compared with its own past
         cost = _cost(fact)
         if cost is not None:
-            return self._own_baseline(str(job), attempt, a, cost, fact)
+            return self._own_baseline(str(job), attempt, a, cost, fact.at, str(fact.get("matcher") or "-"), fact.origin)
         return []
 
-    def _own_baseline(self, job: str, attempt: int, a: _Attempt, cost: float, fact: Fact) -> list[Fact]:
+    def due_by(self, at: float) -> bool:
+        """Whether some attempt's silence may be over by ``at`` (``due`` would look at it)."""
+        return bool(self._deadlines) and self._deadlines[0][0] <= at
+
+    def touch(self, job: str, attempt: int, at: float, step: int | None, speed: Any, key: str) -> bool:
+        """A progress line that is no fact (live, ``engine.core.linefacts``): what ``observe``
+        would do with a fact of the job's own speed (``speed``: the line's speed figures by name,
+        no node, rank, peer, table or checkpoint) and this ``step``, in a few microseconds. False,
+        and nothing changed, where the point would end a slow run against the job's own baseline
+        (``slow_points`` of them, not reported yet): the caller makes it a fact, so that the
+        slowdown is reported by ``observe``, as a fact of its own line."""
+        cost = _cost(speed) if speed else None
+        a = self.attempts.get((job, attempt))
+        if cost is not None and a is not None:
+            cfg, s = self.straggler, a.own.get(key)
+            if (
+                s is not None
+                and not s.reported
+                and len(s.slow) + 1 >= max(1, cfg.slow_points)
+                and s.seen >= cfg.warmup
+                and len(s.normal) >= max(1, cfg.baseline)
+            ):
+                base = statistics.median(s.normal)
+                if base > 0 and cost >= cfg.factor * base:
+                    return False
+        a = self._touch(job, attempt, at)
+        if step is not None and (a.step is None or step > a.step):
+            a.step = step
+        if cost is not None:
+            self._own_baseline(job, attempt, a, cost, at, key, "")  # ends no slow run: no conclusion
+        return True
+
+    def _own_baseline(
+        self, job: str, attempt: int, a: _Attempt, cost: float, at: float, key: str, origin: str
+    ) -> list[Fact]:
         cfg = self.straggler
-        key = str(fact.get("matcher") or "-")
         s = a.own.get(key)
         if s is None:
             s = a.own[key] = _Series(normal=deque(maxlen=max(1, cfg.window)))
@@ -187,7 +220,7 @@ class ProgressTracker:
         if len(s.normal) >= max(1, cfg.baseline):
             base = statistics.median(s.normal)
             if base > 0 and cost >= cfg.factor * base:
-                s.slow.append((fact.at, cost))
+                s.slow.append((at, cost))
                 if len(s.slow) < max(1, cfg.slow_points) or s.reported:
                     return []
                 s.reported = True
@@ -200,11 +233,11 @@ class ProgressTracker:
                     "step_time": round(recent, 6),
                     "baseline_step_time": round(base, 6),
                     "points": len(s.slow),
-                    "slow_for_s": round(fact.at - s.slow[0][0], 3),
+                    "slow_for_s": round(at - s.slow[0][0], 3),
                     "matcher": key,
                     "evidence": f"{key}: {len(s.slow)} points at x{recent / base:.2f} the job's own baseline",
                 }
-                return [Fact.make("slow_node", attrs, fact.at, fact.origin)]
+                return [Fact.make("slow_node", attrs, at, origin)]
         s.slow.clear()  # back to normal (or still learning): a later slowdown is reported again
         s.reported = False
         s.normal.append(cost)
@@ -368,8 +401,9 @@ def _group(key: str) -> str:
     return key.rsplit(":", 1)[0] if key.startswith("peer:") else ""
 
 
-def _cost(fact: Fact) -> float | None:
-    """Seconds per step (or, from a throughput, its inverse): larger is slower; None if absent."""
+def _cost(fact: Any) -> float | None:
+    """Seconds per step (or, from a throughput, its inverse): larger is slower; None if absent.
+    ``fact``: a Fact, or a mapping of the same names (a touch's speed figures)."""
     value, unit = fact.get("value"), fact.get("unit")
     if isinstance(value, (int, float)) and isinstance(unit, str):
         return unit_cost(float(value), unit)

@@ -3,7 +3,9 @@
 Two stages. In the scanner (``engine.core.blockscan``), the lines of a dense progress matcher are
 reported at most once per block of at most ``progress_block()`` bytes (and after each boundary
 hit, and the last of each chunk): the rest never become a ``Hit``. Then here, the lines reported are thinned
-again on the facts' clock (``ProgressSampler``)."""
+again on the facts' clock (``ProgressSampler``). Live, of the lines kept, at most one per file and
+matcher per ``progress_fact_every()`` seconds becomes a fact; the others only touch the progress
+tracker (``StreamFacts._touch``, docs/scaling.md)."""
 
 from __future__ import annotations
 
@@ -19,29 +21,43 @@ PROGRESS_BLOCK = 64 * 1024
 #: and is 0 (every line) while PROGRESS_EVERY_S of log is fewer bytes than BLOCK_MIN
 PACE_WINDOW_S = 30.0
 BLOCK_MIN = 4096
-_warned: set[str] = set()
+_warned: set[tuple[str, str]] = set()
+
+
+#: live, a progress line that need not be a fact only touches the progress tracker (its time,
+#: step and speed; ``StreamFacts.into``): at most one progress fact per file and matcher per this
+#: many seconds (``RECOVER_PROGRESS_FACT_EVERY``; 0: every line kept is a fact, as in replay)
+PROGRESS_FACT_EVERY_S = 60.0
+
+
+def _setting(name: str, default: float, unit: str, whole: bool) -> float:
+    """A setting from the environment: a number, 0 or more (a whole one if ``whole``), else
+    ``default`` (a bad value is logged once and not used)."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(int(raw.strip()) if whole else float(raw.strip()))
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        if (name, raw) not in _warned:
+            _warned.add((name, raw))
+            logger.error("%s=%r is not a %s (0 or more); using %g", name, raw[:40], unit, default)
+        return default
+    return value
 
 
 def progress_block() -> int:
     """The scanner's progress block in bytes: ``RECOVER_PROGRESS_BLOCK`` if it is a whole number
-    of bytes (0 or more), else ``PROGRESS_BLOCK`` (a bad value is logged once and not used)."""
-    raw = os.environ.get("RECOVER_PROGRESS_BLOCK")
-    if raw is None or raw.strip() == "":
-        return PROGRESS_BLOCK
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        value = -1
-    if value < 0:
-        if raw not in _warned:
-            _warned.add(raw)
-            logger.error(
-                "RECOVER_PROGRESS_BLOCK=%r is not a whole number of bytes (0: every progress line); using %d",
-                raw[:40],
-                PROGRESS_BLOCK,
-            )
-        return PROGRESS_BLOCK
-    return value
+    of bytes (0 or more; 0: every progress line), else ``PROGRESS_BLOCK``."""
+    return int(_setting("RECOVER_PROGRESS_BLOCK", PROGRESS_BLOCK, "whole number of bytes", True))
+
+
+def progress_fact_every() -> float:
+    """Seconds between progress facts of one file and matcher live (``RECOVER_PROGRESS_FACT_EVERY``
+    if it is a number of seconds, 0 or more; else ``PROGRESS_FACT_EVERY_S``)."""
+    return _setting("RECOVER_PROGRESS_FACT_EVERY", PROGRESS_FACT_EVERY_S, "number of seconds", False)
 
 
 #: progress lines of one matcher in one file: after a burst of PROGRESS_BURST, one per

@@ -188,6 +188,7 @@ class FileIngest:
         stream = st.stream
         if stream is None or stream.scanner is not scanner or stream.ctx is not ctx:
             stream = st.stream = StreamFacts(scanner, self.converter, ctx, st.index_map)
+        stream.into = engine  # a progress line that need not be a fact touches its tracker (linefacts)
         if data:
             hits = stream.scan(data)  # converted one by one below: a stop can come between lines
             end = scanner.position
