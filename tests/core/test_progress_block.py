@@ -5,11 +5,9 @@ prints progress every few seconds is not sampled at all."""
 
 from __future__ import annotations
 
-import calendar
 import logging
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -29,26 +27,14 @@ from engine.core.scanner import Scanner, scanner_for
 from engine.facts import Fact
 from engine.rulebook import require_rulebook
 from engine.store import Store
+from tests.core.test_progress_sampling import T0, _dense, _stamp
 
 ROOT = Path(__file__).resolve().parents[2]
-T0 = calendar.timegm((2026, 3, 1, 10, 0, 0, 0, 0, 0))
 
 
 @pytest.fixture(scope="module")
 def compiled():
     return require_rulebook()
-
-
-def _stamp(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}"
-
-
-def _dense(ms: list[float], every: float = 0.05, start: float = T0) -> list[str]:
-    return [
-        f"[{_stamp(start + i * every)}] iteration {i + 1:8d}/  100000 | consumed samples: {i * 2048:10d} | "
-        f"elapsed time per iteration (ms): {m:.1f} | learning rate: 1.0E-04 | lm loss: 2.000000E+00 |"
-        for i, m in enumerate(ms)
-    ]
 
 
 def _incidents(res) -> list[tuple]:
