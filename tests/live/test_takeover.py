@@ -4,10 +4,12 @@ takes over from the read positions the store committed, so no line is lost and n
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 from engine.live.controller import Controller, ControllerConfig
@@ -151,6 +153,28 @@ def _shared_rows(db: str) -> dict[str, list]:
         store.close()
 
 
+@contextlib.contextmanager
+def _leader_and_follower(tmp_path: Path, db: str) -> Iterator[tuple[Path, Controller, Controller]]:
+    """Two controllers started on ``db`` over one empty job log: ``a`` leads, ``b`` follows; both
+    stopped and their lease given up at the end."""
+    view = Live(tmp_path)
+    res = load_rulebook([str(write_rules(tmp_path / "rules.yaml", view.markers))], defaults=False)
+    assert res.ok, res.errors
+    log = view.logs / "train.out"
+    log.write_text("")
+    a = _controller(db, tmp_path, res.compiled)
+    b = _controller(db, tmp_path, res.compiled)
+    try:
+        a.startup()
+        b.startup()
+        yield log, a, b
+    finally:
+        for c in (a, b):
+            c.follower.stop()
+            c.leader.release()
+            c.store.close()
+
+
 def test_a_warm_follower_evaluates_records_nothing_and_its_takeover_resumes_from_the_committed_positions(
     tmp_path: Path, db_target, monkeypatch
 ) -> None:
@@ -161,16 +185,7 @@ def test_a_warm_follower_evaluates_records_nothing_and_its_takeover_resumes_from
     import engine.live.standby as standby
 
     monkeypatch.setattr(standby, "LAG_EVERY_S", 0.0)
-    view = Live(tmp_path)
-    res = load_rulebook([str(write_rules(tmp_path / "rules.yaml", view.markers))], defaults=False)
-    assert res.ok, res.errors
-    log = view.logs / "train.out"
-    log.write_text("")
-    a = _controller(db_target, tmp_path, res.compiled)
-    b = _controller(db_target, tmp_path, res.compiled)
-    try:
-        a.startup()
-        b.startup()
+    with _leader_and_follower(tmp_path, db_target) as (log, a, b):
         append(log, evts(0, 40))
         wait_for(lambda: (a.step(), len(_evt_numbers(db_target)) >= 40)[1], 20, 0.02, what="the leader's lines")
         # the leader dies; what it read after its last commit is rolled back with it
@@ -199,11 +214,6 @@ def test_a_warm_follower_evaluates_records_nothing_and_its_takeover_resumes_from
         assert_exactly_once(_evt_numbers(db_target), set(range(70)))
         booms = [i for i in b.store.incidents() if i.fault_class == "nccl_timeout"]
         assert len(booms) == 1, booms
-    finally:
-        for c in (a, b):
-            c.follower.stop()
-            c.leader.release()
-            c.store.close()
 
 
 def test_the_follower_trails_the_leader_by_what_it_has_not_read(tmp_path: Path, monkeypatch) -> None:
@@ -212,16 +222,8 @@ def test_the_follower_trails_the_leader_by_what_it_has_not_read(tmp_path: Path, 
     import engine.live.standby as standby
 
     monkeypatch.setattr(standby, "LAG_EVERY_S", 0.0)
-    view = Live(tmp_path)
-    res = load_rulebook([str(write_rules(tmp_path / "rules.yaml", view.markers))], defaults=False)
-    log = view.logs / "train.out"
-    log.write_text("")
     db = str(tmp_path / "r.db")
-    a = _controller(db, tmp_path, res.compiled)
-    b = _controller(db, tmp_path, res.compiled)
-    try:
-        a.startup()
-        b.startup()
+    with _leader_and_follower(tmp_path, db) as (log, a, b):
         b.step()  # following, the log known at its (empty) start
         append(log, evts(0, 10))
         wait_for(lambda: (a.step(), len(_evt_numbers(db)) >= 10)[1], 20, 0.02, what="the leader's lines")
@@ -234,11 +236,6 @@ def test_the_follower_trails_the_leader_by_what_it_has_not_read(tmp_path: Path, 
         assert b.standby.behind_bytes == log.stat().st_size
         assert b.metrics.follower_behind._value.get() == log.stat().st_size
         assert json.loads(json.dumps(b._seen()))["behind_bytes"] == log.stat().st_size
-    finally:
-        for c in (a, b):
-            c.follower.stop()
-            c.leader.release()
-            c.store.close()
 
 
 def test_a_controller_that_fails_to_start_gives_up_the_lease_it_took(tmp_path: Path, monkeypatch) -> None:
@@ -288,16 +285,8 @@ def test_the_follower_starts_its_scratch_afresh_and_still_records_nothing(tmp_pa
     is worth nothing): the old one is closed, reading goes on where it was, the shared store is untouched."""
     import engine.live.standby as standby
 
-    view = Live(tmp_path)
-    res = load_rulebook([str(write_rules(tmp_path / "rules.yaml", view.markers))], defaults=False)
-    log = view.logs / "train.out"
-    log.write_text("")
     db = str(tmp_path / "r.db")
-    a = _controller(db, tmp_path, res.compiled)
-    b = _controller(db, tmp_path, res.compiled)
-    try:
-        a.startup()
-        b.startup()
+    with _leader_and_follower(tmp_path, db) as (log, a, b):
         b.step()
         first = b.standby.scratch
         before = _shared_rows(db)
@@ -307,8 +296,3 @@ def test_the_follower_starts_its_scratch_afresh_and_still_records_nothing(tmp_pa
         assert b.standby.scratch is not first and b.batch.store is b.standby.scratch
         assert b.engine.store is b.standby.scratch and b.follower.files[str(log)].offset == log.stat().st_size
         assert _shared_rows(db) == before
-    finally:
-        for c in (a, b):
-            c.follower.stop()
-            c.leader.release()
-            c.store.close()
