@@ -77,6 +77,9 @@ def test_requeue_excluding_the_node(slurm: SlurmAdapter, jobs, wait_for, run_ok)
     job_id = jobs.submit("echo run ${SLURM_RESTART_COUNT:-0} on $SLURMD_NODENAME; sleep 300")
     first = wait_for(f"job {job_id} RUNNING", lambda: job_in(slurm, job_id, "RUNNING"), 20)
     bad = first.nodes[0]
+    # RUNNING comes before the batch script's first line: a requeue in between kills the first
+    # run before it printed, and slurmstepd's "JOB REQUEUE" notice is all the log holds of it
+    wait_for("the first run's line", lambda: "run 0" in (_read(first.stdout) or ""), 10)
 
     # the order matters: Slurm refuses ExcNodeList on a job that is not pending
     for argv in (
