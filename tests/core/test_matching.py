@@ -621,3 +621,26 @@ def test_generated_log_finds_the_injected_failures(tmp_path):
     failure_lines = {h[2] for h in hits if not specs[h[0]].sample}
     assert {m["line_no"] for m in manifest} <= failure_lines
     assert len(manifest) == 6
+
+
+def test_sigkill_text_in_byte_mode_matches_what_its_utf8_spelling_did():
+    # rules/13-matchers-world.yaml spells 已杀死 as its UTF-8 bytes and exit/status with their
+    # cases by hand (and ſ, which RE2's Unicode folding of s took), so that hyperscan takes it
+    from engine.rulebook import require_rulebook
+
+    m = next(m for m in require_rulebook().matchers if m.id == "sigkill_text")
+    hits = [
+        "bash: line 1: 4242 已杀死 python train.py".encode(),
+        b"srun: error: n3: task 0: Exited with exit code 137",
+        b"EXIT STATUS: 137",
+        "exit ſtatus 137".encode(),
+        b"exitcode  : -9",
+        b"[1]+  Killed",
+    ]
+    misses = [b"exit status 1370", "已杀".encode(), b"exit \xc5tatus 137", b"killed by the user"]
+    for backend in ("hyperscan", "re2") if hyperscan_available() else ("re2",):
+        sc = Scanner([MatcherSpec(m.id, m.pattern, ignore_case=m.ignore_case)], backend=backend)
+        if backend == "hyperscan":
+            assert sc.hyperscan_specs == {0}
+        found = {h.line for h in sc.feed(b"\n".join(hits + misses) + b"\n")}
+        assert found == set(hits), backend
