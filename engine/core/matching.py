@@ -11,6 +11,7 @@ matcher hit. What a pattern means and how it is rendered for each engine is
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -133,6 +134,88 @@ def _searcher(rx: Any) -> Callable[[bytes], Any]:
     return search_public
 
 
+def _alternatives(p: str) -> list[str]:
+    """The top-level alternatives of a pattern (as written, or hyperscan's spelling of it)."""
+    out: list[str] = []
+    depth = start = i = 0
+    n = len(p)
+    while i < n:
+        c = p[i]
+        if c == "\\":
+            j = p.find("\\E", i + 2) if p.startswith("\\Q", i) else -2
+            i = i + 2 if j == -2 else n if j < 0 else j + 2
+            continue
+        if c == "[":
+            i = patterns._class_end(p, i)
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            out.append(p[start:i])
+            start = i + 1
+        i += 1
+    out.append(p[start:])
+    return out
+
+
+_FLAG_GROUPS = re.compile(r"(?:\(\?[a-zA-Z]+\))*")
+
+
+def _has_literal(alt: str, run: int = 4) -> bool:
+    """Whether ``alt`` (one alternative in hyperscan's spelling) has ``run`` literal characters
+    in a row (outside classes, at any depth): hyperscan keys its search on literals, and an
+    anchor before them only adds work (measured: python_exception_generic got slower)."""
+    n, i, got = len(alt), 0, 0
+    while i < n:
+        c = alt[i]
+        step, lit = 1, False
+        if c == "\\":
+            step, lit = 2, i + 1 < n and not alt[i + 1].isalnum()
+        elif c == "[":
+            step = patterns._class_end(alt, i) - i
+        elif c == "{":  # a repeat's bounds
+            step = max(1, alt.find("}", i) + 1 - i)
+        elif alt.startswith("(?", i):  # a group's flags: (?:, (?i:, (?m)
+            step = next((j + 1 - i for j in range(i + 2, n) if alt[j] in ":)"), n - i)
+        else:
+            lit = c.isalnum() or c in " _:,'\"=<>/-!@#%&;~`"
+        i += step
+        if lit and not (i < n and alt[i] in "?*{"):
+            got += 1
+            if got >= run:
+                return True
+        else:
+            got = 0
+    return False
+
+
+def _line_anchored(pattern: str, hs_src: bytes) -> bytes | None:
+    """Hyperscan's copy of ``pattern`` with a ``^`` again at the head of each top-level
+    alternative that starts with one (after its inline flags), to be compiled with
+    HS_FLAG_MULTILINE; None where no alternative starts with ``^``.
+
+    The copy drops anchors (``patterns``), which keeps it a superset of the truth; but a
+    pattern with no literal to look for costs hyperscan dearly unanchored: peers_table_row and
+    peers_table_header, each a table line from its start, were a quarter of the main
+    database's time over a training log. Every scan starts at a line start (a part, a block, a
+    cut head, a window of a sampled spec), so ``^`` there and after each newline is a line
+    start, as RE2 reads it on the line."""
+    alts = _alternatives(pattern)
+    hs_alts = _alternatives(hs_src.decode("latin-1"))
+    if len(alts) != len(hs_alts):
+        return None
+    changed = False
+    for k, (a, h) in enumerate(zip(alts, hs_alts)):
+        if not a[_FLAG_GROUPS.match(a).end() :].startswith("^") or _has_literal(h):  # type: ignore[union-attr]
+            continue
+        at = _FLAG_GROUPS.match(h).end()  # type: ignore[union-attr]
+        hs_alts[k] = h[:at] + "^" + h[at:]
+        changed = True
+    return "|".join(hs_alts).encode("latin-1") if changed else None
+
+
 class CompiledSpec:
     """One spec, compiled for the line (truth) and rendered for the buffer-wide search.
     ``search(line)``: see ``_searcher``."""
@@ -152,6 +235,7 @@ class CompiledSpec:
         "search",
         "digit_insensitive",
         "index",
+        "hs_multiline",
     )
 
     def __init__(self, idx: int, spec: MatcherSpec):
@@ -163,6 +247,12 @@ class CompiledSpec:
             raise ValueError(f"matcher {spec.id!r}: {e}") from None
         self.truth, self.utf8, self.cut_sensitive = a.truth, a.utf8, a.cut_sensitive
         self.digit_insensitive, self.hs_src = a.digit_insensitive, a.hyperscan
+        #: hyperscan's copy has its line anchors back (compiled with HS_FLAG_MULTILINE): see _line_anchored
+        self.hs_multiline = False
+        if self.hs_src is not None:
+            anchored = _line_anchored(spec.pattern, self.hs_src)
+            if anchored is not None:
+                self.hs_src, self.hs_multiline = anchored, True
         self.rx = a.rx if a.rx is not None else re2.compile(self.truth, patterns.re2_options(self.utf8))
         self.has_groups = bool(self.rx.groupindex)
         self.named = tuple(
@@ -261,7 +351,8 @@ def hyperscan_databases(specs: list[CompiledSpec], strict: bool) -> tuple[Any, d
             # how a pattern is matched is no news to an operator (the daemons log INFO): -v shows it
             logger.debug("matcher %r: matched with RE2 (pattern needs RE2 semantics)", c.spec.id)
         else:
-            todo.append((c, hs.HS_FLAG_CASELESS if c.spec.ignore_case else 0))
+            flags = hs.HS_FLAG_CASELESS if c.spec.ignore_case else 0
+            todo.append((c, flags | hs.HS_FLAG_MULTILINE if c.hs_multiline else flags))
     sampled: dict[int, Any] = {}
     for c, f in todo:
         if not (c.spec.sample or c.spec.block):

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import re2
 
 from engine.core.blockscan import block_records, blocks
+from engine.core.heads import head_records, long_lines
 from engine.core.matching import CompiledSpec, Hit, MatcherSpec, Re2Group, hs, hyperscan_databases
 from engine.rulebook.patterns import DIGITS_TO_ZERO, re2_options
 
@@ -88,6 +89,7 @@ class Scanner:
         "_re2_sampled",
         "_sampled",
         "_cut_sensitive",
+        "_in_main",
     )
 
     def __init__(self, specs: Sequence[MatcherSpec], backend: str = "auto", max_line: int = 65536):
@@ -138,6 +140,7 @@ class Scanner:
         # specs in the main database in single-match mode: sampled ones report whether they occur
         self._single = frozenset(self._block) | {i for i in in_main if self._c[i].spec.sample}
         self._cut_sensitive = [c for c in self._c if c.cut_sensitive]
+        self._in_main = frozenset(in_main)  # specs of the main database (engine.core.heads)
         self._new_stream()
 
     def _new_stream(self) -> None:
@@ -244,30 +247,6 @@ class Scanner:
             self._pend += data[:room]
         self._pend_total += len(data)
 
-    def _long_lines(self, buf: bytes, lo: int, hi: int) -> dict[int, int]:
-        """{start: end} of the lines in buf[lo:hi] longer than max_line (they are cut).
-
-        Windows of max_line+1 bytes hop from line start to line start (after the last newline
-        in the window), so only a window without a newline, i.e. a long line, costs more.
-        """
-        ml = self.max_line
-        width = ml + 1
-        trunc: dict[int, int] = {}
-        p = lo
-        while p + width < hi:
-            q = buf.rfind(b"\n", p, p + width)
-            if q >= 0:
-                p = q + 1
-                continue
-            e = buf.find(b"\n", p + width, hi)
-            if e < 0:
-                e = hi - 1
-            if e - p - (1 if buf[e - 1] == 13 else 0) > ml:
-                trunc[p] = e
-            p = e + 1
-        self.long_lines_cut += len(trunc)
-        return trunc
-
     def _scan(self, parts) -> tuple[list[Hit], int]:
         """Hits of the complete lines of each part, and the number of lines in the parts."""
         per_part = []
@@ -311,7 +290,7 @@ class Scanner:
     def _scan_part(self, buf: bytes, lo: int, hi: int):
         """Records (line start, spec, line, match) of buf[lo:hi], the last line of each sampled
         spec, and the cut lines."""
-        trunc = self._long_lines(buf, lo, hi)
+        trunc = long_lines(self, buf, lo, hi)
         ml = self.max_line
 
         def line_at(ls: int, le: int) -> bytes:
@@ -337,21 +316,7 @@ class Scanner:
         tails: dict[int, tuple] = {}
         if trunc and self._cut_sensitive:
             # a head can match where the whole line does not ($, \b at the cut): check heads directly
-            seen = {(r[0], r[1]) for r in records if r[0] in trunc}
-            for c in self._cut_sensitive:
-                for ls in sorted(trunc, reverse=c.spec.sample):
-                    if (ls, c.idx) in seen:
-                        continue
-                    text = buf[ls : ls + ml]
-                    m = c.search(text)
-                    if m is None:
-                        continue
-                    if not c.spec.sample:
-                        records.append((ls, c.idx, text, m, None))
-                        continue
-                    tails[c.idx] = (ls, text, m)
-                    floors[c.idx] = ls
-                    break
+            head_records(self, buf, trunc, records, tails, floors)
         if self._single:
             if self._block:
                 block_records(self, buf, lo, hi, line_at, records, proposed, cuts)

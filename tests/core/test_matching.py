@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.core import scanner as scanner_module
-from engine.core.matching import Hit, MatcherSpec, hyperscan_available
+from engine.core.matching import CompiledSpec, Hit, MatcherSpec, hyperscan_available
 from engine.core.scanner import Scanner
 from engine.rulebook.patterns import check_pattern
 
@@ -224,6 +224,25 @@ def test_spellings_that_differ_between_engines(backend):
     assert [h.matcher for h in hits] == [0, 1, 2]
 
 
+@pytest.mark.parametrize(
+    "pattern, anchored",
+    [
+        (r"^[ \t]*(?:[a-z]{1,9}[ \t]+[0-9.]+){2,}$", rb"^[ \t]*(?:[a-z]{1,9}[ \t]+[0-9.]+){2,}"),
+        # per alternative: ": " is no literal to key on, "NCCL WARN" is
+        (r"(?m)NCCL WARN|^(?:\[x\]:?)*[a-z]+: \S", rb"(?m)NCCL WARN|^(?:\[x\]:?)*[a-z]+: [^\t\n\f\r ]"),
+        (r"ab|^cd|(?i)^[0-9]+x", rb"ab|^cd|(?i)^[0-9]+x"),
+        (r"^Traceback", None),  # a literal: hyperscan keys on it, an anchor only adds work
+        (r"^(?:\[\w+\])*(?:ValueError|KeyError)", None),
+        (r"[a-z]+ [0-9]+$", None),
+    ],
+)
+def test_line_anchor_kept_for_hyperscan_where_no_literal(pattern, anchored):
+    c = CompiledSpec(0, MatcherSpec("p", pattern))
+    assert c.hs_multiline == (anchored is not None)
+    if anchored is not None:
+        assert c.hs_src == anchored
+
+
 def test_hyperscan_fallback_per_spec():
     if not hyperscan_available():
         pytest.skip("hyperscan not installed")
@@ -368,6 +387,9 @@ ORACLE_POOL = [
     MatcherSpec("iter", r"iteration (?P<it>[0-9]+)", sample=True),
     MatcherSpec("saved", r"saved (?P<n>[0-9]+)$", sample=True),
     MatcherSpec("nul", r"\x00\w", sample=True),
+    # no literal to key on: hyperscan's copy keeps the line anchor (matching._line_anchored)
+    MatcherSpec("tbl", r"^[ \t]*[a-z]{1,3}\s?[0-9]+[ \t]*$"),
+    MatcherSpec("altanchor", r"xid [0-9]|^(?:[A-Z][a-z]|\[x\])+\s", sample=True),
 ]
 # RE2 spellings Python's re lacks: only compared between the two backends
 EXTRA_POOL = [
@@ -599,3 +621,26 @@ def test_generated_log_finds_the_injected_failures(tmp_path):
     failure_lines = {h[2] for h in hits if not specs[h[0]].sample}
     assert {m["line_no"] for m in manifest} <= failure_lines
     assert len(manifest) == 6
+
+
+def test_sigkill_text_in_byte_mode_matches_what_its_utf8_spelling_did():
+    # rules/13-matchers-world.yaml spells 已杀死 as its UTF-8 bytes and exit/status with their
+    # cases by hand (and ſ, which RE2's Unicode folding of s took), so that hyperscan takes it
+    from engine.rulebook import require_rulebook
+
+    m = next(m for m in require_rulebook().matchers if m.id == "sigkill_text")
+    hits = [
+        "bash: line 1: 4242 已杀死 python train.py".encode(),
+        b"srun: error: n3: task 0: Exited with exit code 137",
+        b"EXIT STATUS: 137",
+        "exit ſtatus 137".encode(),
+        b"exitcode  : -9",
+        b"[1]+  Killed",
+    ]
+    misses = [b"exit status 1370", "已杀".encode(), b"exit \xc5tatus 137", b"killed by the user"]
+    for backend in ("hyperscan", "re2") if hyperscan_available() else ("re2",):
+        sc = Scanner([MatcherSpec(m.id, m.pattern, ignore_case=m.ignore_case)], backend=backend)
+        if backend == "hyperscan":
+            assert sc.hyperscan_specs == {0}
+        found = {h.line for h in sc.feed(b"\n".join(hits + misses) + b"\n")}
+        assert found == set(hits), backend
