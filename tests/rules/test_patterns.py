@@ -16,6 +16,7 @@ anywhere in it; anchors refer to the line; ``ignore_case`` is ``(?i)``.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -198,7 +199,48 @@ def symptom_of_hit(mid: str, groups: dict) -> tuple[str, str] | None:
             or int(groups.get("sxid", -1)) in set(book()[0]["sxid_fatal"])
         )
         return ("nvlink_error", "fatal") if fatal else ("nvlink_warning", "warning")
-    return symptom_of_matcher().get(mid)
+    return _symptom_for_groups(mid, groups)
+
+
+@lru_cache(maxsize=None)
+def _symptom_rules_of(mid: str) -> tuple[tuple[dict, str, str], ...]:
+    """(where, symptom name, severity) of each single-log-condition symptom rule reading ``mid``."""
+    lists, _, rules, _ = book()
+    out = []
+    for r in rules:
+        when = r.get("when") or []
+        if len(when) != 1 or when[0].get("kind") != "log" or "symptom" not in r["then"]:
+            continue
+        where = when[0].get("where") or {}
+        if mid in _values(where.get("matcher"), lists):
+            sym = r["then"]["symptom"]
+            out.append((where, sym["name"], sym.get("severity", "error")))
+    return tuple(out)
+
+
+def _groups_pass(where: dict, groups: dict, named: set[str]) -> bool:
+    """The where-clause's `exists` tests on the matcher's own groups (a retry clause the socket
+    matchers capture: rules/14-matchers-families-retry.yaml); other tests are left to the rules."""
+    for key, test in where.items():
+        if key == "any":
+            if not any(_groups_pass(w, groups, named) for w in test):
+                return False
+        elif key in named and isinstance(test, dict) and "exists" in test:
+            if bool(groups.get(key)) != bool(test["exists"]):
+                return False
+    return True
+
+
+def _symptom_for_groups(mid: str, groups: dict) -> tuple[str, str] | None:
+    named = set(re.findall(r"\(\?P<(\w+)>", book()[1][mid].get("pattern", "")))
+    rules = _symptom_rules_of(mid)
+    if not any(k in named for where, _, _ in rules for k in where):
+        return symptom_of_matcher().get(mid)
+    best = None
+    for where, name, sev in rules:
+        if _groups_pass(where, groups, named) and (best is None or (best[1] == "warning" and sev != "warning")):
+            best = (name, sev)
+    return best
 
 
 def error_classes(line: str, source: str = "any") -> dict[str, set[str]]:
