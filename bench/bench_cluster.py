@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import json
 import os
 import pstats
@@ -137,6 +138,16 @@ def child(cfg_path: str) -> None:
         "adapter_s": 0.0,
     }
     lock = threading.Lock()
+    gc_t0: list[float] = [0.0]
+
+    def gc_timed(phase: str, info: dict) -> None:  # the collector's time, per generation
+        if phase == "start":
+            gc_t0[0] = time.perf_counter()
+        else:
+            key = f"gc{info['generation']}"
+            stats[key] = stats.get(key, 0.0) + time.perf_counter() - gc_t0[0]
+
+    gc.callbacks.append(gc_timed)
     for name in ("jobs", "nodes"):  # the worker thread's question: the adapter's two calls
         orig = getattr(cluster, name)
 
@@ -408,6 +419,7 @@ def run_size(nodes: int, logs: int, args: argparse.Namespace, profile: bool) -> 
             kind = kinds.get(tid, "other")
             by_kind[kind] = by_kind.get(kind, 0.0) + share
         out["steady_threads"] = by_kind
+        out["steady_gc"] = {g: s1.get(g, 0.0) - s0.get(g, 0.0) for g in ("gc0", "gc1", "gc2")}
         out["lines"], out["spool_facts"] = writers.lines, writers.facts
         out["rss"], _ = rss_of(proc.pid)
         out["fds"] = fds(proc.pid)
@@ -570,7 +582,9 @@ def main() -> None:
         )
         print(
             "  steady CPU by thread: "
-            + ", ".join(f"{k} {v:.1f} %" for k, v in sorted(r["steady_threads"].items(), key=lambda kv: -kv[1])),
+            + ", ".join(f"{k} {v:.1f} %" for k, v in sorted(r["steady_threads"].items(), key=lambda kv: -kv[1]))
+            + "; garbage collection "
+            + ", ".join(f"{k} {v:.2f} s" for k, v in r["steady_gc"].items()),
             flush=True,
         )
         if "profile" in r:
