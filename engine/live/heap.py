@@ -23,8 +23,9 @@ from __future__ import annotations
 import gc
 import logging
 import threading
-import time
 from typing import Any
+
+from engine.clock import SYSTEM, Clock
 
 logger = logging.getLogger(__name__)
 
@@ -40,9 +41,9 @@ RELEASE_S = 600.0
 class HeapFreezer:
     """Freeze the heap after a slow full collection; release it every ``release_s``."""
 
-    def __init__(self, release_s: float = RELEASE_S, slow_s: float = SLOW_FULL_S):
-        self.release_s, self.slow_s = release_s, slow_s
-        self._started: float | None = None  # perf_counter() at the start of a full collection
+    def __init__(self, release_s: float = RELEASE_S, slow_s: float = SLOW_FULL_S, clock: Clock = SYSTEM):
+        self.release_s, self.slow_s, self.clock = release_s, slow_s, clock
+        self._started: float | None = None  # the clock's monotonic() at the start of a full collection
         self._slow = threading.Event()  # set by the collector's callback (any thread), read by tick()
         self._frozen_at: float | None = None
         self.stats = {"freezes": 0, "releases": 0}
@@ -69,8 +70,8 @@ class HeapFreezer:
         if info.get("generation") != 2:
             return
         if phase == "start":
-            self._started = time.perf_counter()
-        elif self._started is not None and time.perf_counter() - self._started >= self.slow_s:
+            self._started = self.clock.monotonic()
+        elif self._started is not None and self.clock.monotonic() - self._started >= self.slow_s:
             self._slow.set()
 
     def tick(self, now: float) -> None:
