@@ -81,7 +81,7 @@ class Batch:
         self._lines = 0
         self._facts = 0
         self._latency: list[float] = []
-        self._spool: dict | None = None
+        self._spool: dict | str | None = None  # the spool's positions (or their JSON already)
         self._garbage = 0
         self._closed: list[ClosedIncident] = []
         #: files whose position the ingest moved since the last commit (with the follower's own
@@ -115,7 +115,7 @@ class Batch:
         """A new incident is in this transaction: it should be committed at once."""
         return bool(self._latency)
 
-    def spool_read(self, offsets: dict, garbage: int) -> None:
+    def spool_read(self, offsets: dict | str, garbage: int) -> None:
         """The spool's new positions (saved with this transaction) and the garbage lines it skipped."""
         self._spool = offsets
         self._garbage += garbage
@@ -166,7 +166,8 @@ class Batch:
             for t in moved:
                 self.store.save_offset(t.path, t.inode, t.offset, t.line_no, head_of(t))
             if self._spool is not None:
-                self.store.set_meta("spool_offsets", json.dumps(self._spool))
+                spool = self._spool
+                self.store.set_meta("spool_offsets", spool if isinstance(spool, str) else json.dumps(spool))
         except BaseException as exc:
             self.abort(exc)
             raise

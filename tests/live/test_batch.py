@@ -141,3 +141,20 @@ def test_a_quarantined_input_is_kept_with_its_error(world, caplog):
     ]
     assert caplog.text.count("input set aside") == 1  # rate-limited
     assert batch.metrics.registry.get_sample_value("recover_quarantined_total", {"kind": "line"}) == 2
+
+
+def test_the_spool_offsets_json_is_json_dumps_text_as_nodes_come_change_and_go():
+    import json
+    import random
+
+    from engine.live.ingest import OffsetsJSON
+
+    enc, rng = OffsetsJSON(), random.Random(7)
+    offsets: dict[str, tuple] = {}
+    for _ in range(300):
+        node = f"n{rng.randrange(40)}"
+        if rng.random() < 0.1:
+            offsets.pop(node, None)
+        else:
+            offsets[node] = (rng.randrange(5), rng.randrange(10_000), rng.choice(["256:ab", '12:é"x', None]))
+        assert enc.encode(offsets) == json.dumps({k: list(v) for k, v in offsets.items()})
