@@ -173,3 +173,26 @@ def test_the_spool_is_listed_again_only_when_the_folder_changed(tmp_path: Path, 
     assert [f.get("pid") for f in reader.read()] == [200] and len(listed) == 4
     for w in [*writers, late]:
         w.close()
+
+
+def test_reading_a_followed_log_elsewhere_marks_nothing_a_write_does(tmp_path: Path) -> None:
+    from tests.helpers import wait_for
+
+    quiet, busy = tmp_path / "quiet.log", tmp_path / "busy.log"
+    quiet.write_bytes(b"line\n")
+    busy.write_bytes(b"line\n")
+    f = Follower([str(tmp_path / "*.log")])
+    f.start()  # inotify watches the folder
+    try:
+        drain(f)
+        with f._lock:
+            f._dirty.clear()
+        for _ in range(3):  # what a reader does: open, read, close (IN_OPEN, IN_CLOSE_NOWRITE)
+            assert quiet.read_bytes() == b"line\n"
+        append(busy, b"more\n")  # its event comes after the reads' events (one inotify queue, in order)
+        wait_for(lambda: str(busy) in f._dirty, timeout=10, what="the write's event")
+        assert str(quiet) not in f._dirty
+        append(quiet, b"more\n")
+        wait_for(lambda: str(quiet) in f._dirty, timeout=10, what="a write to the file read")
+    finally:
+        f.stop()
