@@ -163,8 +163,7 @@ class Batch:
             touched.clear()
         moved = [t for t in self._touched.values() if state_of(t).committed != (t.inode, t.offset, t.line_no)]
         try:
-            for t in moved:
-                self.store.save_offset(t.path, t.inode, t.offset, t.line_no, head_of(t))
+            self.store.save_offsets([(t.path, t.inode, t.offset, t.line_no, head_of(t)) for t in moved])
             if self._spool is not None:
                 spool = self._spool
                 self.store.set_meta("spool_offsets", spool if isinstance(spool, str) else json.dumps(spool))
