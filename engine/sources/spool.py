@@ -241,8 +241,21 @@ class SpoolReader:
         groups = self._groups()
         for gone in [b for b in self._sigs if b not in groups]:
             del self._sigs[gone]
+        try:  # the nodes' files are looked at through the folder (no path walk per file)
+            folder: int | None = os.open(self.spool_dir, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            folder = None
+        try:
+            return self._read_groups(groups, folder, out, budget)
+        finally:
+            if folder is not None:
+                os.close(folder)
+
+    def _read_groups(
+        self, groups: dict[str, list[tuple[int, str]]], folder: int | None, out: list[Fact], budget: int | None
+    ) -> list[Fact]:
         for base, files in sorted(groups.items()):
-            sig = self._signature(files)
+            sig = self._signature(files, folder)
             if sig is not None and self._sigs.get(base) == sig:
                 continue  # not written, rotated, truncated or chmod-ed since it was read to its end
             self._sigs.pop(base, None)
@@ -264,12 +277,16 @@ class SpoolReader:
                 self._sigs[base] = sig  # read to its end as of that stat
         return out
 
-    def _signature(self, files: list[tuple[int, str]]) -> tuple | None:
-        """The stat of a node's files now (None when one cannot be looked at)."""
+    def _signature(self, files: list[tuple[int, str]], folder: int | None = None) -> tuple | None:
+        """The stat of a node's files now (None when one cannot be looked at); ``folder``: the
+        spool folder, open."""
         out = []
         for _, name in files:
             try:
-                st = os.lstat(os.path.join(self.spool_dir, name))
+                if folder is not None:
+                    st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+                else:
+                    st = os.lstat(os.path.join(self.spool_dir, name))
             except OSError:
                 return None
             out.append((name, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
