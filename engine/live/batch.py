@@ -43,14 +43,17 @@ STORE_ERRORS = (StoreError, sqlite3.Error)
 
 def head_of(t: Tailed) -> str | None:
     """The fingerprint of the followed file's first bytes, taken once per inode (and again while
-    the file is still shorter than the fingerprint's span)."""
-    from engine.sources.files import HEAD_BYTES, file_head
+    the file is still shorter than the fingerprint's span): of the open file when it is the
+    inode whose position is saved (no open and close by name; and the name may already be
+    another file's), else of the file at the path."""
+    from engine.sources.files import HEAD_BYTES, fd_file_head, file_head
 
     st = state_of(t)
     cached = st.head
     if cached is not None and cached[0] == t.inode and cached[1].startswith(f"{HEAD_BYTES}:"):
         return cached[1]  # a full-length fingerprint of this inode never changes
-    head = file_head(t.path)
+    fh = t.fh
+    head = fd_file_head(fh.fd, HEAD_BYTES) if fh is not None and fh.ino == t.inode else file_head(t.path)
     if head is not None:
         st.head = (t.inode, head)
     return head
