@@ -213,11 +213,11 @@ class FileIngest:
 
     def _fast_path(self, scanner: Scanner) -> Any:
         """The one-line fast path's ``feed`` for this file's scanner (None: its own ``feed``)."""
+        if not isinstance(scanner, Scanner):
+            return None
         key = id(scanner._c)  # the compiled specs a template shares with its clones
         one = self._one_line.get(key)
         if one is None or not one.serves(scanner):
-            if not isinstance(scanner, Scanner):
-                return None
             one = self._one_line[key] = OneLine(scanner)
         return one.feed
 
