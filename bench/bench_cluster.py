@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import json
 import os
 import pstats
@@ -137,6 +138,16 @@ def child(cfg_path: str) -> None:
         "adapter_s": 0.0,
     }
     lock = threading.Lock()
+    gc_t0: list[float] = [0.0]
+
+    def gc_timed(phase: str, info: dict) -> None:  # the collector's time, per generation
+        if phase == "start":
+            gc_t0[0] = time.perf_counter()
+        else:
+            key = f"gc{info['generation']}"
+            stats[key] = stats.get(key, 0.0) + time.perf_counter() - gc_t0[0]
+
+    gc.callbacks.append(gc_timed)
     for name in ("jobs", "nodes"):  # the worker thread's question: the adapter's two calls
         orig = getattr(cluster, name)
 
@@ -196,6 +207,8 @@ def child(cfg_path: str) -> None:
             out["open_files"] = sum(1 for t in list(ctl.follower.files.values()) if t.fh is not None)
             out["lru_closed"] = ctl.follower.stats["lru_closed"]
             out["emfile"] = ctl.follower.stats["emfile"]
+            # which thread is which, for the parent's CPU share per thread (/proc/PID/task)
+            out["threads"] = {str(t.native_id): _thread_kind(t) for t in threading.enumerate()}
             tmp = cfg["stats"] + ".tmp"
             Path(tmp).write_text(json.dumps(out))
             os.replace(tmp, cfg["stats"])
@@ -211,15 +224,41 @@ def child(cfg_path: str) -> None:
         if prof is not None:
             prof.disable()
             with open(cfg["profile"], "w") as fh:
-                pstats.Stats(prof, stream=fh).sort_stats("tottime").print_stats(25)
-                pstats.Stats(prof, stream=fh).sort_stats("cumulative").print_stats(25)
+                pstats.Stats(prof, stream=fh).sort_stats("tottime").print_stats(45)
+                pstats.Stats(prof, stream=fh).sort_stats("cumulative").print_stats(45)
 
 
 # -- the cluster's side (this process) -----------------------------------------------------------
 
 
-def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
+def _thread_kind(t: threading.Thread) -> str:
+    """A thread's part in the controller: the loop (main), the scheduler poll's worker, the
+    inotify watcher's threads (watchdog's emitter and dispatcher), the bench's own reporter."""
+    if t is threading.main_thread():
+        return "loop"
+    kind = type(t).__name__
+    if kind == "Thread":
+        return "report" if getattr(t, "_target", None) is not None and "report" in repr(t._target) else t.name  # type: ignore[attr-defined]
+    return kind
+
+
+def task_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far of each thread of ``pid``, by its native id."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            out[tid] = cpu_s(pid, tid)
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
+def cpu_s(pid: int, tid: str | None = None) -> float:
+    with open(f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
 
@@ -244,6 +283,7 @@ class Watch:
 
     def __init__(self, pid: int):
         self.pid, self.max_fds, self.max_rss = pid, 0, 0
+        self.per_thread: dict[str, float] = {}  # the last window's share per thread (native id)
 
     def sample(self) -> None:
         self.max_fds = max(self.max_fds, fds(self.pid))
@@ -252,13 +292,16 @@ class Watch:
     def window(self, seconds: float, during=None) -> float:
         """CPU share (%) over ``seconds`` of wall time, sampling every 0.5 s; ``during`` is called
         as often (the writers' turn)."""
-        c0, t0 = cpu_s(self.pid), time.monotonic()
+        c0, t0, k0 = cpu_s(self.pid), time.monotonic(), task_cpu(self.pid)
         while time.monotonic() - t0 < seconds:
             if during is not None:
                 during()
             self.sample()
             time.sleep(0.05 if during is not None else 0.5)
-        return 100.0 * (cpu_s(self.pid) - c0) / (time.monotonic() - t0)
+        wall = time.monotonic() - t0
+        k1 = task_cpu(self.pid)
+        self.per_thread = {tid: 100.0 * (c - k0.get(tid, 0.0)) / wall for tid, c in k1.items()}
+        return 100.0 * (cpu_s(self.pid) - c0) / wall
 
 
 class Writers:
@@ -370,6 +413,13 @@ def run_size(nodes: int, logs: int, args: argparse.Namespace, profile: bool) -> 
         time.sleep(0.01)
         out["steady_cpu"] = watch.window(args.steady, writers.turn)
         s1 = stats()
+        kinds = s1.get("threads", {})
+        by_kind: dict[str, float] = {}
+        for tid, share in watch.per_thread.items():
+            kind = kinds.get(tid, "other")
+            by_kind[kind] = by_kind.get(kind, 0.0) + share
+        out["steady_threads"] = by_kind
+        out["steady_gc"] = {g: s1.get(g, 0.0) - s0.get(g, 0.0) for g in ("gc0", "gc1", "gc2")}
         out["lines"], out["spool_facts"] = writers.lines, writers.facts
         out["rss"], _ = rss_of(proc.pid)
         out["fds"] = fds(proc.pid)
@@ -528,6 +578,13 @@ def main() -> None:
             f"{nodes} nodes, {logs} logs: steady CPU {r['steady_cpu']:.1f} % (idle {r['idle_cpu']:.1f} %), "
             f"RSS {r['rss'] / 1024:.0f} MiB, fds {r['max_fds']}, poll {r['poll_ms']:.1f} ms, cascade {r['cascade_s']:.2f} s "
             f"({r['cascade_opened']}/{r['cascade_jobs']}); {time.monotonic() - t0:.0f} s",
+            flush=True,
+        )
+        print(
+            "  steady CPU by thread: "
+            + ", ".join(f"{k} {v:.1f} %" for k, v in sorted(r["steady_threads"].items(), key=lambda kv: -kv[1]))
+            + "; garbage collection "
+            + ", ".join(f"{k} {v:.2f} s" for k, v in r["steady_gc"].items()),
             flush=True,
         )
         if "profile" in r:

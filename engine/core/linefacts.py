@@ -104,11 +104,13 @@ class StreamFacts:
         self._fact_at: dict[int, tuple[float, tuple]] = {}  # touchable matcher -> its last fact (time, context)
         self._boundary = False  # a hit that is not progress since the last progress fact
 
-    def scan(self, data: bytes) -> list[Any]:
+    def scan(self, data: bytes, feed: Any = None) -> list[Any]:
         """Scan a chunk; its hits are then converted one by one with ``item`` (the controller
-        converts lazily, so that it can stop between lines of a burst)."""
+        converts lazily, so that it can stop between lines of a burst). ``feed(scanner, data)``:
+        what scans it instead of ``scanner.feed`` (the controller's one-line fast path,
+        ``engine.core.oneline``), with the same answer."""
         self._begin(data, self.scanner.position[0] + self.scanner.pending)
-        return self._last_hits(self.scanner.feed(data))
+        return self._last_hits(self.scanner.feed(data) if feed is None else feed(self.scanner, data))
 
     def scan_end(self) -> list[Any]:
         """End of stream: the hits of the pending partial line."""

@@ -43,14 +43,17 @@ STORE_ERRORS = (StoreError, sqlite3.Error)
 
 def head_of(t: Tailed) -> str | None:
     """The fingerprint of the followed file's first bytes, taken once per inode (and again while
-    the file is still shorter than the fingerprint's span)."""
-    from engine.sources.files import HEAD_BYTES, file_head
+    the file is still shorter than the fingerprint's span): of the open file when it is the
+    inode whose position is saved (no open and close by name; and the name may already be
+    another file's), else of the file at the path."""
+    from engine.sources.files import HEAD_BYTES, fd_file_head, file_head
 
     st = state_of(t)
     cached = st.head
     if cached is not None and cached[0] == t.inode and cached[1].startswith(f"{HEAD_BYTES}:"):
         return cached[1]  # a full-length fingerprint of this inode never changes
-    head = file_head(t.path)
+    fh = t.fh
+    head = fd_file_head(fh.fd, HEAD_BYTES) if fh is not None and fh.ino == t.inode else file_head(t.path)
     if head is not None:
         st.head = (t.inode, head)
     return head
@@ -81,7 +84,7 @@ class Batch:
         self._lines = 0
         self._facts = 0
         self._latency: list[float] = []
-        self._spool: dict | None = None
+        self._spool: dict | str | None = None  # the spool's positions (or their JSON already)
         self._garbage = 0
         self._closed: list[ClosedIncident] = []
         #: files whose position the ingest moved since the last commit (with the follower's own
@@ -115,7 +118,7 @@ class Batch:
         """A new incident is in this transaction: it should be committed at once."""
         return bool(self._latency)
 
-    def spool_read(self, offsets: dict, garbage: int) -> None:
+    def spool_read(self, offsets: dict | str, garbage: int) -> None:
         """The spool's new positions (saved with this transaction) and the garbage lines it skipped."""
         self._spool = offsets
         self._garbage += garbage
@@ -163,10 +166,10 @@ class Batch:
             touched.clear()
         moved = [t for t in self._touched.values() if state_of(t).committed != (t.inode, t.offset, t.line_no)]
         try:
-            for t in moved:
-                self.store.save_offset(t.path, t.inode, t.offset, t.line_no, head_of(t))
+            self.store.save_offsets([(t.path, t.inode, t.offset, t.line_no, head_of(t)) for t in moved])
             if self._spool is not None:
-                self.store.set_meta("spool_offsets", json.dumps(self._spool))
+                spool = self._spool
+                self.store.set_meta("spool_offsets", spool if isinstance(spool, str) else json.dumps(spool))
         except BaseException as exc:
             self.abort(exc)
             raise

@@ -39,6 +39,7 @@ from engine.core.converter import HitConverter
 from engine.core.rete import is_registered, ruleset_definition
 from engine.core.scope import summary
 from engine.live.frdumps import DumpWatch
+from engine.live.heap import HeapFreezer
 from engine.sources.flight_recorder import Limits
 from engine.live.batch import STORE_ERRORS, Batch
 from engine.live import ingest as pacing  # its pace constants: read when used (a test may set them)
@@ -511,7 +512,8 @@ class Controller:
                 signal.signal(sig, self.on_signal)
         try:  # whatever stops it, a failed start included, gives up the lease (``_stopped``)
             self._start_running()
-            self._loop()
+            with HeapFreezer() as heap:  # the long-lived heap is not walked by every full collection
+                self._loop(heap)
         finally:
             self._stopped()
         if self.lost_reason:
@@ -536,7 +538,7 @@ class Controller:
         if self.cfg.reloaded:
             self.rulebook.accepted(self.compiled)
 
-    def _loop(self) -> None:
+    def _loop(self, heap: HeapFreezer) -> None:
         rescan_every = max(1.0, float(self.cfg.poll or 0.0))
         last_rescan = last_gauges = self.clock.monotonic()
         self._update_gauges()
@@ -550,6 +552,7 @@ class Controller:
                     logger.exception("controller step failed (its transaction was rolled back); continuing")
                 self.outage.bug()
             now = self.clock.monotonic()
+            heap.tick(now)
             if now - last_rescan >= rescan_every:
                 last_rescan = now
                 try:

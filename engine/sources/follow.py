@@ -49,7 +49,15 @@ from engine.sources.tail import (
     identify,
     open_failure,
 )
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 from watchdog.observers.polling import PollingObserver
@@ -77,6 +85,22 @@ HANDOFF_MAX = 1024
 #: for: not open, not in a watched folder, or grown since their last look at the end (a deletion
 #: right after a write raises an event that the write's read already took). 10,000 stats: ~70 ms
 SWEEP_EVERY = 10
+
+
+#: the events a followed file's folder is watched for: what changes a file's bytes or which file a
+#: name is. Not opens and closes without a write (IN_OPEN, IN_CLOSE_NOWRITE): anything that reads
+#: a followed log (the controller itself: a file's first bytes are fingerprinted at commit; a
+#: user's tail) raised two events per open, and each marked the file to be read again for nothing
+EVENTS = [FileModifiedEvent, FileCreatedEvent, FileDeletedEvent, FileMovedEvent, FileClosedEvent]
+
+
+def _schedule(
+    observer: BaseObserver, handler: FileSystemEventHandler, directory: str, recursive: bool
+) -> ObservedWatch:
+    try:
+        return observer.schedule(handler, directory, recursive=recursive, event_filter=EVENTS)
+    except TypeError:  # watchdog < 4 has no event filter: every event, as before
+        return observer.schedule(handler, directory, recursive=recursive)
 
 
 class _Handler(FileSystemEventHandler):
@@ -181,7 +205,7 @@ class Follower:
             return  # rescan() retries: the folder may appear later
         try:
             ino = os.stat(directory).st_ino
-            watch = self._observer.schedule(_Handler(self), directory, recursive=recursive)
+            watch = _schedule(self._observer, _Handler(self), directory, recursive)
             self._watched.add(directory)
             self._watches[directory] = (watch, ino, recursive)
             if recursive:

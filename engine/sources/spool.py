@@ -25,6 +25,7 @@ until it can be read.
 """
 
 from __future__ import annotations
+from engine.clock import SYSTEM, Clock
 from engine.errors import SpoolError
 
 import errno
@@ -44,6 +45,9 @@ logger = logging.getLogger(__name__)
 __all__ = ["SpoolWriter", "SpoolReader", "SpoolError", "NODE_RE"]
 
 #: node names that may become a spool file name
+#: a listing of the spool is reused while the folder is unchanged only if it was taken this long
+#: (seconds) after the folder's last change (its mtime)
+LIST_SETTLE_S = 2.0
 _FILE_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,127}\.jsonl)(?:\.([1-9][0-9]{0,5}))?$")
 
 
@@ -76,8 +80,13 @@ class SpoolReader:
         dedupe_window: int = 100_000,
         max_line: int = 1 << 20,
         trust_job_claims: bool = False,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.spool_dir = os.path.abspath(spool_dir)
+        self.clock = clock
+        #: the folder's stat when it was last listed, and that listing's groups: listed again only
+        #: when the folder changed (see _groups)
+        self._listed: tuple[tuple, dict[str, list[tuple[int, str]]]] | None = None
         self.offsets: dict[str, tuple] = {}
         for name, value in (offsets or {}).items():
             try:
@@ -115,11 +124,22 @@ class SpoolReader:
 
     # -- listing ------------------------------------------------------------------------------
     def _groups(self) -> dict[str, list[tuple[int, str]]]:
+        """The spool's files by node: listed again only when the folder's stat (inode, mtime,
+        ctime) is not what it was at the last listing, which was taken at least LIST_SETTLE_S
+        after the folder last changed (a file system whose times are coarse could show the same
+        mtime after a change made within the same tick); at 2,048 nodes a listing and its names'
+        parsing cost ~4 ms a look. A file created, removed or renamed there changes the mtime."""
         try:
+            st = os.stat(self.spool_dir)
+            key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+            if self._listed is not None and self._listed[0] == key:
+                return self._listed[1]
             names = os.listdir(self.spool_dir)
         except FileNotFoundError:
+            self._listed = None
             return {}  # not there (yet): the controller's health check says so
         except OSError as exc:
+            self._listed = None
             self._cannot_read(".", exc)
             return {}
         self._readable(".")
@@ -133,6 +153,8 @@ class SpoolReader:
             groups.setdefault(m.group(1), []).append((int(m.group(2) or 0), name))
         for files in groups.values():
             files.sort(reverse=True)  # oldest (highest number) first, the live file last
+        settled = self.clock.wall() - st.st_mtime >= LIST_SETTLE_S
+        self._listed = (key, groups) if settled else None
         return groups
 
     def _open_group(self, base: str, files: list[tuple[int, str]]) -> list[tuple[TailFile, int, str]] | None:
@@ -219,8 +241,21 @@ class SpoolReader:
         groups = self._groups()
         for gone in [b for b in self._sigs if b not in groups]:
             del self._sigs[gone]
+        try:  # the nodes' files are looked at through the folder (no path walk per file)
+            folder: int | None = os.open(self.spool_dir, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            folder = None
+        try:
+            return self._read_groups(groups, folder, out, budget)
+        finally:
+            if folder is not None:
+                os.close(folder)
+
+    def _read_groups(
+        self, groups: dict[str, list[tuple[int, str]]], folder: int | None, out: list[Fact], budget: int | None
+    ) -> list[Fact]:
         for base, files in sorted(groups.items()):
-            sig = self._signature(files)
+            sig = self._signature(files, folder)
             if sig is not None and self._sigs.get(base) == sig:
                 continue  # not written, rotated, truncated or chmod-ed since it was read to its end
             self._sigs.pop(base, None)
@@ -242,12 +277,16 @@ class SpoolReader:
                 self._sigs[base] = sig  # read to its end as of that stat
         return out
 
-    def _signature(self, files: list[tuple[int, str]]) -> tuple | None:
-        """The stat of a node's files now (None when one cannot be looked at)."""
+    def _signature(self, files: list[tuple[int, str]], folder: int | None = None) -> tuple | None:
+        """The stat of a node's files now (None when one cannot be looked at); ``folder``: the
+        spool folder, open."""
         out = []
         for _, name in files:
             try:
-                st = os.lstat(os.path.join(self.spool_dir, name))
+                if folder is not None:
+                    st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+                else:
+                    st = os.lstat(os.path.join(self.spool_dir, name))
             except OSError:
                 return None
             out.append((name, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))

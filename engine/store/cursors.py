@@ -3,23 +3,46 @@
 from __future__ import annotations
 
 
-from engine.store.connection import Connection
+from typing import Sequence
+
+from engine.store.connection import Connection, store_error
+from engine.store.dialect import DB_ERRORS
 
 __all__ = ["CursorTables"]
+
+
+_SAVE_OFFSET = (
+    'INSERT INTO offsets(source, inode, "offset", line_no, updated_at, head) VALUES (?,?,?,?,?,?) '
+    'ON CONFLICT(source) DO UPDATE SET inode=excluded.inode, "offset"=excluded."offset", line_no=excluded.line_no, '
+    "updated_at=excluded.updated_at, head=COALESCE(excluded.head, offsets.head)"
+)
 
 
 class CursorTables(Connection):
     """offsets, meta."""
 
+    def save_offsets(self, rows: Sequence[tuple[str, int | None, int, int, str | None]]) -> None:
+        """``save_offset`` of each (source, inode, offset, line_no, head), in one statement (the
+        controller's commit saves every file whose position moved: one statement each cost ~20 us
+        a file at 10,000 followed logs)."""
+        if not rows:
+            return
+        now = self.clock.wall()
+        with self._lock:
+            if self._touches or self._bumps or self._fact_rows or self._firing_rows:
+                self.flush()  # (the offsets table sees no buffered rows: as _exec, to keep the order)
+            try:
+                self.db.executemany(
+                    self.dialect.sql(_SAVE_OFFSET),
+                    [(src, ino, off, line, now, head) for src, ino, off, line, head in rows],
+                )
+            except DB_ERRORS as exc:
+                raise store_error(self.path, exc) from None
+
     def save_offset(self, source: str, inode: int | None, offset: int, line_no: int, head: str | None = None) -> None:
         """``head``: a fingerprint of the file's first bytes, so that a new file that got the old
         one's inode number is not taken for it after a restart."""
-        self._exec(
-            'INSERT INTO offsets(source, inode, "offset", line_no, updated_at, head) VALUES (?,?,?,?,?,?) '
-            'ON CONFLICT(source) DO UPDATE SET inode=excluded.inode, "offset"=excluded."offset", line_no=excluded.line_no, '
-            "updated_at=excluded.updated_at, head=COALESCE(excluded.head, offsets.head)",
-            (source, inode, offset, line_no, self.clock.wall(), head),
-        )
+        self._exec(_SAVE_OFFSET, (source, inode, offset, line_no, self.clock.wall(), head))
 
     def offsets(self) -> dict[str, tuple[int | None, int, int]]:
         return {r["source"]: (r["inode"], r["offset"], r["line_no"]) for r in self._exec("SELECT * FROM offsets")}

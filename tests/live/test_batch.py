@@ -141,3 +141,46 @@ def test_a_quarantined_input_is_kept_with_its_error(world, caplog):
     ]
     assert caplog.text.count("input set aside") == 1  # rate-limited
     assert batch.metrics.registry.get_sample_value("recover_quarantined_total", {"kind": "line"}) == 2
+
+
+def test_the_spool_offsets_json_is_json_dumps_text_as_nodes_come_change_and_go():
+    import json
+    import random
+
+    from engine.live.ingest import OffsetsJSON
+
+    enc, rng = OffsetsJSON(), random.Random(7)
+    offsets: dict[str, tuple] = {}
+    for _ in range(300):
+        node = f"n{rng.randrange(40)}"
+        if rng.random() < 0.1:
+            offsets.pop(node, None)
+        else:
+            offsets[node] = (rng.randrange(5), rng.randrange(10_000), rng.choice(["256:ab", '12:é"x', None]))
+        assert enc.encode(offsets) == json.dumps({k: list(v) for k, v in offsets.items()})
+
+
+def test_a_files_fingerprint_is_of_the_inode_whose_position_is_saved(tmp_path):
+    import os
+
+    from engine.live.batch import head_of
+    from engine.sources.files import file_head
+    from engine.sources.tail import TailFile
+    from engine.sources.tailed import Tailed
+
+    log = tmp_path / "slurm-1.out"
+    log.write_bytes(b"first file\n")
+    t = Tailed(str(log))
+    t.fh = TailFile.open(str(log))
+    t.inode = t.fh.ino
+    first = file_head(str(log))
+    os.rename(log, tmp_path / "slurm-1.out.1")  # rotated: the name is another file's now
+    log.write_bytes(b"second file, longer\n")
+    try:
+        assert head_of(t) == first  # the open file's, the inode t.offset belongs to
+        t.fh.close()
+        t.fh, t.inode = None, None
+        assert head_of(t) == file_head(str(log)) != first  # nothing open: the file at the path
+    finally:
+        if t.fh is not None:
+            t.fh.close()

@@ -142,3 +142,57 @@ def test_with_inotify_a_rescan_stats_every_file_only_now_and_then(tmp_path: Path
         assert len(looked) == len(paths)
     finally:
         f.stop()
+
+
+def test_the_spool_is_listed_again_only_when_the_folder_changed(tmp_path: Path, monkeypatch) -> None:
+    import time
+
+    from engine.clock import FakeClock
+    from engine.sources import spool
+
+    writers = [SpoolWriter(str(tmp_path), f"n{i}", fsync="never") for i in range(3)]
+
+    def write(w: SpoolWriter, pid: int) -> None:
+        w.write([Fact.make("xid", {"code": 79, "node": w.node, "pid": pid}, at=float(pid), origin=f"kmsg:{pid}")])
+
+    for i, w in enumerate(writers):
+        write(w, i)
+    clock = FakeClock(start=time.time())  # the folder changed just now: a listing taken now is not reused
+    reader = SpoolReader(str(tmp_path), clock=clock)
+    listed: list[str] = []
+    real = os.listdir
+    monkeypatch.setattr(spool.os, "listdir", lambda p: listed.append(p) or real(p))
+    assert len(reader.read()) == 3 and len(listed) == 1
+    assert reader.read() == [] and len(listed) == 2  # too soon after the folder's last change
+    clock.advance(spool.LIST_SETTLE_S + 1)
+    assert reader.read() == [] and len(listed) == 3
+    write(writers[1], 100)  # appended: the folder itself is unchanged, the listing is reused
+    assert [f.get("pid") for f in reader.read()] == [100] and len(listed) == 3
+    late = SpoolWriter(str(tmp_path), "n9", fsync="never")  # a new node's file: the folder changed
+    write(late, 200)
+    assert [f.get("pid") for f in reader.read()] == [200] and len(listed) == 4
+    for w in [*writers, late]:
+        w.close()
+
+
+def test_reading_a_followed_log_elsewhere_marks_nothing_a_write_does(tmp_path: Path) -> None:
+    from tests.helpers import wait_for
+
+    quiet, busy = tmp_path / "quiet.log", tmp_path / "busy.log"
+    quiet.write_bytes(b"line\n")
+    busy.write_bytes(b"line\n")
+    f = Follower([str(tmp_path / "*.log")])
+    f.start()  # inotify watches the folder
+    try:
+        drain(f)
+        with f._lock:
+            f._dirty.clear()
+        for _ in range(3):  # what a reader does: open, read, close (IN_OPEN, IN_CLOSE_NOWRITE)
+            assert quiet.read_bytes() == b"line\n"
+        append(busy, b"more\n")  # its event comes after the reads' events (one inotify queue, in order)
+        wait_for(lambda: str(busy) in f._dirty, timeout=10, what="the write's event")
+        assert str(quiet) not in f._dirty
+        append(quiet, b"more\n")
+        wait_for(lambda: str(quiet) in f._dirty, timeout=10, what="a write to the file read")
+    finally:
+        f.stop()
