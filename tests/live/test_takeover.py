@@ -49,15 +49,7 @@ def test_follower_takes_over_without_losing_or_repeating_a_line(tmp_path: Path, 
     monkeypatch.setattr(engine.live.batch, "BATCH_SECONDS", 60.0)
     monkeypatch.setattr(engine.live.ingest, "PASS_SECONDS", 60.0)
     caplog.set_level(logging.WARNING)
-    view = Live(tmp_path)  # only its folders and store readers: no process is started
-    rules = write_rules(tmp_path / "rules.yaml", view.markers)
-    res = load_rulebook([str(rules)], defaults=False)
-    assert res.ok, res.errors
-    log = view.logs / "train.out"
-    log.write_text("")
-    a = _controller(db_target, tmp_path, res.compiled)
-    b = _controller(db_target, tmp_path, res.compiled)
-    try:
+    with _two_controllers(tmp_path, db_target) as (log, a, b):
         assert a.leader.acting() and not b.leader.acting()
         assert any("another controller leads this store" in r.getMessage() for r in caplog.records)
         a.startup()
@@ -98,11 +90,6 @@ def test_follower_takes_over_without_losing_or_repeating_a_line(tmp_path: Path, 
         a.step()
         assert not a.leader.acting()
         assert_exactly_once(_evt_numbers(db_target), set(range(90)))
-    finally:
-        for c in (a, b):
-            c.follower.stop()
-            c.leader.release()
-            c.store.close()
 
 
 def test_a_leader_whose_lease_ran_out_after_started_runs_nothing(tmp_path: Path) -> None:
@@ -154,10 +141,10 @@ def _shared_rows(db: str) -> dict[str, list]:
 
 
 @contextlib.contextmanager
-def _leader_and_follower(tmp_path: Path, db: str) -> Iterator[tuple[Path, Controller, Controller]]:
-    """Two controllers started on ``db`` over one empty job log: ``a`` leads, ``b`` follows; both
-    stopped and their lease given up at the end."""
-    view = Live(tmp_path)
+def _two_controllers(tmp_path: Path, db: str) -> Iterator[tuple[Path, Controller, Controller]]:
+    """Two controllers on ``db`` over one empty job log, not started: ``a`` was made first and
+    holds the lease. Both stopped and their lease given up at the end."""
+    view = Live(tmp_path)  # only its folders and store readers: no process is started
     res = load_rulebook([str(write_rules(tmp_path / "rules.yaml", view.markers))], defaults=False)
     assert res.ok, res.errors
     log = view.logs / "train.out"
@@ -165,14 +152,21 @@ def _leader_and_follower(tmp_path: Path, db: str) -> Iterator[tuple[Path, Contro
     a = _controller(db, tmp_path, res.compiled)
     b = _controller(db, tmp_path, res.compiled)
     try:
-        a.startup()
-        b.startup()
         yield log, a, b
     finally:
         for c in (a, b):
             c.follower.stop()
             c.leader.release()
             c.store.close()
+
+
+@contextlib.contextmanager
+def _leader_and_follower(tmp_path: Path, db: str) -> Iterator[tuple[Path, Controller, Controller]]:
+    """``_two_controllers``, started: ``a`` leads, ``b`` follows."""
+    with _two_controllers(tmp_path, db) as (log, a, b):
+        a.startup()
+        b.startup()
+        yield log, a, b
 
 
 def test_a_warm_follower_evaluates_records_nothing_and_its_takeover_resumes_from_the_committed_positions(
