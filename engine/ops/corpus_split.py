@@ -74,6 +74,9 @@ def case_hash(case: Case) -> str:
 
 
 def side_by_hash(key: str, salt: str = SALT, share: float = SHARE) -> str:
+    """The side of a source no manifest names. Keys are compared as ``source_key`` makes them
+    (stripped, lowercased): "IBM/autopilot" is on the side of "ibm/autopilot", whoever asks."""
+    key = key.strip().lower()
     h = int(hashlib.sha256((salt + key).encode("utf-8")).hexdigest()[:8], 16)
     return HOLDOUT if h / 2**32 < share else TRAIN
 
@@ -89,6 +92,7 @@ class Manifest:
     path: str = ""
 
     def side_of(self, key: str) -> str:
+        key = key.strip().lower()  # as source_key makes every case's key, and the lists hold
         if key in self.holdout_sources:
             return HOLDOUT
         if key in self.train_sources:

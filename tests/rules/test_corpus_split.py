@@ -125,6 +125,15 @@ def test_side_by_hash_is_deterministic_and_near_its_share():
     assert sides != [side_by_hash(k, salt="other:") for k in keys]
 
 
+def test_a_source_is_placed_whatever_the_case_its_name_is_spelt_in():
+    # a helper checking "IBM/autopilot" must get the side of the key cases carry, "ibm/autopilot"
+    keys = [f"Owner{i}/Repo-{i}" for i in range(200)]
+    assert [side_by_hash(k) for k in keys] == [side_by_hash(f" {k.lower()} ") for k in keys]
+    held = next(k for k in keys if side_by_hash(k.lower()) == HOLDOUT)
+    m = Manifest(train_sources=frozenset({held.lower()}))
+    assert m.side_of(held) == m.side_of(held.upper()) == TRAIN
+
+
 def test_the_manifest_lists_win_over_the_hash():
     on_holdout = next(f"o/r{i}" for i in range(100) if side_by_hash(f"o/r{i}") == HOLDOUT)
     on_train = next(f"o/r{i}" for i in range(100) if side_by_hash(f"o/r{i}") == TRAIN)
