@@ -126,17 +126,28 @@ class Connection:
         """One statement, its rows fetched here; the buffered writes go first unless it cannot see
         or change them."""
         with self._lock:
-            if (
-                not pending_ok
-                and (self._touches or self._bumps or self._fact_rows or self._firing_rows)
-                and _sees_buffered(sql)
-            ):
-                self.flush()
+            if not pending_ok:
+                self._flush_for(sql)
             try:
                 cur = self.db.execute(self.dialect.sql(sql, bool(args)), args)
                 return Rows(cur.fetchall(), cur.lastrowid, cur.rowcount)
             except DB_ERRORS as exc:
                 raise store_error(self.path, exc) from None
+
+    def _execmany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """One statement for each of ``rows`` (``executemany``), with ``_exec``'s rule for the
+        buffered writes."""
+        with self._lock:
+            self._flush_for(sql)
+            try:
+                self.db.executemany(self.dialect.sql(sql), rows)
+            except DB_ERRORS as exc:
+                raise store_error(self.path, exc) from None
+
+    def _flush_for(self, sql: str) -> None:
+        """The buffered writes go first when ``sql`` can see or change them."""
+        if (self._touches or self._bumps or self._fact_rows or self._firing_rows) and _sees_buffered(sql):
+            self.flush()
 
     @property
     def _defer_rows(self) -> bool:

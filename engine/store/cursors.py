@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from engine.store.connection import Connection, store_error
-from engine.store.dialect import DB_ERRORS
+from engine.store.connection import Connection
 
 __all__ = ["CursorTables"]
 
@@ -28,16 +27,7 @@ class CursorTables(Connection):
         if not rows:
             return
         now = self.clock.wall()
-        with self._lock:
-            if self._touches or self._bumps or self._fact_rows or self._firing_rows:
-                self.flush()  # (the offsets table sees no buffered rows: as _exec, to keep the order)
-            try:
-                self.db.executemany(
-                    self.dialect.sql(_SAVE_OFFSET),
-                    [(src, ino, off, line, now, head) for src, ino, off, line, head in rows],
-                )
-            except DB_ERRORS as exc:
-                raise store_error(self.path, exc) from None
+        self._execmany(_SAVE_OFFSET, [(src, ino, off, line, now, head) for src, ino, off, line, head in rows])
 
     def save_offset(self, source: str, inode: int | None, offset: int, line_no: int, head: str | None = None) -> None:
         """``head``: a fingerprint of the file's first bytes, so that a new file that got the old
