@@ -131,6 +131,45 @@ def log_end(inp: "Input", last: Fact | None, tail_progress: bool, weak: Fact | N
     return Fact.make("log_end", attrs, last.at, f"{inp.name}:end")
 
 
+class IgnoredBlock:
+    """Where a log's end is read, an error block the program itself reports as ignored does not
+    count: Python's ``Exception ignored in: <function X.__del__>`` (an exception in a destructor
+    or at interpreter shutdown, printed and swallowed) and a logging handler's own ``--- Logging
+    error ---``. A matcher whose ``attrs`` say ``log_block: ignored`` marks such a header; the
+    traceback it announces (a fact of a matcher with ``log_block: traceback``) and the facts of
+    the first line after that traceback's header (its exception line) belong to it. Their facts
+    are kept (rules may read them); they only do not become the log's last word, so a job that
+    printed them and then ended, or that trained on, did not end on them."""
+
+    def __init__(self) -> None:
+        self.state = ""  # "" (none), "header", "traceback", "line"
+        self.origin = ""
+        self.seen = 0
+
+    def holds(self, fact: Fact) -> bool:
+        """Whether ``fact`` belongs to an open ignored block (updating the block's state)."""
+        block = fact.get("log_block") if fact.kind == "log" else None
+        if block == "ignored":
+            self.state, self.origin, self.seen = "header", "", 0
+            return True
+        if not self.state:
+            return False
+        if self.state == "header":
+            self.seen += 1
+            if block == "traceback":
+                self.state = "traceback"
+                return True
+            if self.seen <= 2:  # a line of the header's own report (loguru's "Record was: ...")
+                return True
+        elif self.state == "traceback" and block != "traceback":
+            self.state, self.origin = "line", fact.origin
+            return True
+        elif self.state == "line" and fact.origin == self.origin:
+            return True  # another matcher's fact of the same exception line
+        self.state = ""
+        return False
+
+
 @dataclass(frozen=True)
 class Input:
     """One stream to replay: a name (path), the source kind, and how to read it."""
@@ -270,6 +309,7 @@ def replay_inputs(
         last: Fact | None = None
         weak: Fact | None = None
         tail_progress = False
+        ignored = IgnoredBlock()
         seq = -1
         try:
             for seq, item in enumerate(
@@ -280,6 +320,9 @@ def replay_inputs(
                 # a part of a table of peers (engine.core.peer_table) is output, not training progress
                 trained = isinstance(item, Fact) and item.kind == "progress" and item.get("table") is None
                 if isinstance(item, Fact):
+                    if not trained and ignored.holds(item):
+                        continue  # a block the program reported as ignored is not how the log ends
+                    ignored.state = ""
                     last = item
                     if trained:
                         weak = None

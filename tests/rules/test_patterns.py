@@ -44,6 +44,8 @@ def book():
             else:
                 lists[k] = v["items"] if isinstance(v, dict) else v
         for m in doc.get("matchers") or []:
+            if m.get("override") is True and m["id"] in matchers:  # a later file changes fields, as layering does
+                m = {**matchers[m["id"]], **{k: v for k, v in m.items() if k != "override"}}
             matchers[m["id"]] = m
         rules.extend(doc.get("rules") or [])
         tests.extend((name, t) for t in doc.get("tests") or [])
