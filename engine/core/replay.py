@@ -109,10 +109,15 @@ def scan_chunks(
             yield item
 
 
-def log_end(inp: "Input", last: Fact | None, tail_progress: bool, weak: Fact | None = None) -> Fact | None:
+def log_end(
+    inp: "Input", last: Fact | None, tail_progress: bool, weak: Fact | None = None, cleanup: bool = False
+) -> Fact | None:
     """The end of a whole job log, as a fact: what its job printed last was progress (the job went
-    on after any error it logged) or not (it ended on its failure). Only replay knows where a log
-    ends; live, the scheduler's job state says that a job ended.
+    on after any error it logged), its exit-time cleanup (``cleanup``: a hit of a matcher with
+    ``attrs: {cleanup: true}`` after the last progress, such as multiprocessing's finalizers
+    failing to remove a temporary directory: the work was done, so the log ends on no failure), or
+    neither (it ended on its failure). Only replay knows where a log ends; live, the scheduler's
+    job state says that a job ended.
 
     ``weak``: the last weak-evidence hit (a class's keyword, engine/rulebook/weak.py) after the
     last progress; its class and keyword ride on the fact, so that a keyword the job printed
@@ -122,9 +127,9 @@ def log_end(inp: "Input", last: Fact | None, tail_progress: bool, weak: Fact | N
     attrs = {
         "job": last.get("job"),
         "attempt": int(last.get("attempt") or 0),
-        "tail": "progress" if tail_progress else "failure",
+        "tail": "progress" if tail_progress else "cleanup" if cleanup else "failure",
     }
-    if weak is not None and not tail_progress:
+    if weak is not None and not tail_progress and not cleanup:
         attrs["weak_class"] = weak.get("weak_class")
         attrs["keyword"] = weak.get("keyword")
         attrs["evidence"] = str(weak.get("text") or "")[:300]
@@ -310,6 +315,7 @@ def replay_inputs(
         weak: Fact | None = None
         tail_progress = False
         ignored = IgnoredBlock()
+        cleanup = False
         seq = -1
         try:
             for seq, item in enumerate(
@@ -326,14 +332,17 @@ def replay_inputs(
                     last = item
                     if trained:
                         weak = None
+                        cleanup = False
                     elif item.kind == "log" and item.get("weak"):
                         weak = item
+                    elif item.kind == "log" and item.get("cleanup"):
+                        cleanup = True
                 tail_progress = trained
         except OSError as exc:
             logger.error("%s: cannot read: %s", inp.name, exc.strerror or exc)
             result.unreadable.append(inp.name)
             continue
-        end = log_end(inp, last, tail_progress, weak)
+        end = log_end(inp, last, tail_progress, weak, cleanup)
         if end is not None:
             collected.append((end.at, index, seq + 1, end))
         result.files += 1
