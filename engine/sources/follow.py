@@ -291,15 +291,19 @@ class Follower:
         if self._sweep_next:
             self._sweep_next, sweep = False, True
         for g in self.globs:
-            self._watch_dir(glob_base(g), recursive=_recursive(g))
+            base = glob_base(g)
+            self._watch_dir(base, recursive=_recursive(g))
+            if not sweep and base in self._watched:
+                continue  # a new file there raises an event, which read_ready follows (see matches)
             for p in glob.glob(g, recursive=True):
                 if os.path.isfile(p) and not os.path.islink(p):
                     self.add(p)
-        now = self.clock.wall()
-        for path, t in list(self.files.items()):
-            if t.gone and t.fh is None and t.gone_since is not None and now - t.gone_since > FORGET_GONE_S:
-                del self.files[path]
-                self.stats["forgotten"] += 1
+        if sweep:  # a gone file is forgotten within FORGET_GONE_S plus a sweep period
+            now = self.clock.wall()
+            for path, t in list(self.files.items()):
+                if t.gone and t.fh is None and t.gone_since is not None and now - t.gone_since > FORGET_GONE_S:
+                    del self.files[path]
+                    self.stats["forgotten"] += 1
         self._expire_handoffs()
         watched = self._watched
         changed = [

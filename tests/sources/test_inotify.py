@@ -240,3 +240,17 @@ def test_watchdog_fallback_still_follows(tmp_path: Path, started, monkeypatch) -
     append(a, b"two\n")
     wait_for(lambda: str(a) in dirty(f), timeout=10, what="watchdog's event")
     assert drain(f) == [(str(a), b"two\n")]
+
+
+def test_a_watched_glob_is_listed_on_sweeps_only_and_a_lost_creation_is_found_there(tmp_path: Path, started) -> None:
+    f = started()
+    f._observer.on_paths = lambda paths: None  # the creation's event is lost
+    new = tmp_path / "late.log"
+    new.write_bytes(b"hello\n")
+    wait_for(lambda: f._observer.stats["events"] >= 1, timeout=10, what="the (dropped) event")
+    f._rescans = 1
+    f.rescan(full=False)  # not a sweep: the folder is watched, so it is not listed
+    assert str(new) not in f.files
+    f._rescans = follow.SWEEP_EVERY - 1
+    f.rescan(full=False)  # the sweep lists it
+    assert str(new) in f.files and drain(f) == [(str(new), b"hello\n")]
