@@ -484,7 +484,7 @@ class Controller:
             self.actuator.step()
 
     def _update_gauges(self) -> None:
-        self.gauges.of_controller(self)
+        self.gauges.of_controller(self, STORE_ERRORS)
 
     def on_signal(self, signum: int, frame: Any = None) -> None:
         """SIGHUP reloads; SIGTERM and SIGINT stop, and a stop wins over a restart to come."""

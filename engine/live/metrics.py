@@ -216,10 +216,9 @@ class Gauges:
                 m.source_errors.labels(kind="file", reason=reason).inc(d)
                 self._file_errors[key] = v
 
-    def of_controller(self, ctl: Any) -> None:
-        """Every gauge of a running controller (``live.controller``), its HA ones included."""
-        from engine.live.batch import STORE_ERRORS
-
+    def of_controller(self, ctl: Any, store_errors: tuple[type[BaseException], ...]) -> None:
+        """Every gauge of a running controller (``live.controller``), its HA ones included (a
+        store error, ``store_errors``, leaves those for the next time)."""
         self.update(
             lines=ctl.batch.lines_total,
             facts=ctl.batch.facts_total,
@@ -230,7 +229,7 @@ class Gauges:
         )
         try:
             update_ha(self.metrics, ctl.leader, ctl.store, ctl.sched.ok if ctl.sched is not None else None)
-        except STORE_ERRORS as exc:
+        except store_errors as exc:
             logger.debug("HA gauges: %s", exc)
 
 

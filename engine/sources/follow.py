@@ -1,6 +1,7 @@
 """Following log files: globs (files that appear later too) and paths handed in by the
-scheduler poller, tailed with watchdog (inotify, or its polling observer for NFS/Lustre where
-other hosts' writes raise no events here).
+scheduler poller, told of changes by inotify (our own reader on Linux, watchdog's observer
+elsewhere: ``watching``) or watchdog's polling observer for NFS/Lustre, where other hosts' writes
+raise no events here.
 
 Rotation (the path now names another inode), truncation (the file shrank), deletion and
 re-creation are handled: the old file is read to its end before the new one is started. A
@@ -9,7 +10,7 @@ read under its old name (its inode is kept open for a while to recognise it). Th
 is the scanner's: the start of the first line not yet complete, so a restart that resumes from a
 saved position neither repeats nor skips a line. A file that cannot be read (gone, unreadable,
 not a regular file) is logged once, counted in ``stats`` and tried again; ``health()`` says how
-many are in that state. One thread reads (``read_ready``); watchdog's only marks paths dirty.
+many are in that state. One thread reads (``read_ready``); the watcher's only marks paths dirty.
 Opening, identifying a file and telling rotation from truncation is ``engine.sources.tail``'s;
 what is this module's own is the globbing, the open-file LRU, the hand-off of rotated files and
 the positions the caller persists with the store.

@@ -32,12 +32,11 @@ import select
 import struct
 import sys
 import threading
-import time
 from typing import Any, Callable, Iterable
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Inotify", "InotifyUnavailable", "available", "parse_events"]
+__all__ = ["Inotify", "available", "parse_events"]
 
 IN_MODIFY = 0x00000002
 IN_ATTRIB = 0x00000004
@@ -63,10 +62,6 @@ MASK = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN
 COALESCE_S = 0.02
 READ_SIZE = 1 << 16
 _HEADER = struct.Struct("iIII")
-
-
-class InotifyUnavailable(OSError):
-    """inotify cannot be used here (not Linux, no libc symbol, or no instance left)."""
 
 
 def available() -> bool:
@@ -120,12 +115,12 @@ class Inotify:
     def __init__(self, on_paths: Callable[[list[str]], None], on_lost: Callable[[], None]):
         lib = _libc() if sys.platform.startswith("linux") else None
         if lib is None:
-            raise InotifyUnavailable(errno.ENOSYS, "inotify is not available on this system")
+            raise OSError(errno.ENOSYS, "inotify is not available on this system")
         self._lib = lib
         fd = lib.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
             e = ctypes.get_errno()
-            raise InotifyUnavailable(e, f"inotify_init1: {os.strerror(e)} (fs.inotify.max_user_instances?)")
+            raise OSError(e, f"inotify_init1: {os.strerror(e)} (fs.inotify.max_user_instances?)")
         self.fd = fd
         self.on_paths, self.on_lost = on_paths, on_lost
         self._by_wd: dict[int, Watch] = {}
@@ -192,11 +187,12 @@ class Inotify:
         poller = select.poll()
         poller.register(self.fd, select.POLLIN)
         poller.register(self._stop_r, select.POLLIN)
+        stopper = select.poll()  # waited on for COALESCE_S: returns at once on a stop
+        stopper.register(self._stop_r, select.POLLIN)
         while True:
             ready = poller.poll()
-            if any(fd == self._stop_r for fd, _ in ready):
+            if any(fd == self._stop_r for fd, _ in ready) or stopper.poll(COALESCE_S * 1000):
                 return
-            time.sleep(COALESCE_S)
             try:
                 self.drain()
             except Exception:  # a bug here must not end the watching: say so, the rescan covers
