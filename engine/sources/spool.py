@@ -262,10 +262,12 @@ class SpoolReader:
         changed: set[str] | None = None,
     ) -> list[Fact]:
         sigs = self._sigs
-        ordered = sorted(groups.items())
+        if changed is None:
+            ordered = sorted(groups.items())
+        else:  # the nodes an event named, and those not read to their end: not every node
+            named = {m.group(1) for m in map(_FILE_RE.match, changed) if m}
+            ordered = sorted((b, groups[b]) for b in (named | (groups.keys() - sigs.keys())) & groups.keys())
         for i, (base, files) in enumerate(ordered):
-            if changed is not None and base in sigs and not any(name in changed for _, name in files):
-                continue  # read to its end, and no event since
             sig = self._signature(files, folder)
             if sig is not None and self._sigs.get(base) == sig:
                 continue  # not written, rotated, truncated or chmod-ed since it was read to its end
@@ -283,8 +285,8 @@ class SpoolReader:
             finally:
                 _close_all(opened)
             if budget is not None and budget <= 0:
-                for later, later_files in ordered[i + 1 :]:  # not looked at: their events stay news
-                    if changed is not None and any(name in changed for _, name in later_files):
+                if changed is not None:  # not looked at: their events stay news
+                    for later, _ in ordered[i + 1 :]:
                         sigs.pop(later, None)
                 break
             if sig is not None and len(opened) == len(files):
