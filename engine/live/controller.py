@@ -47,7 +47,7 @@ from engine.store.dialect import display_name
 from engine.live.ingest import FileIngest, FileState, SpoolIngest, engine_time, set_job
 from engine.live.launch import READY
 from engine.live.leader import DEFAULT_LEASE_S, Leadership
-from engine.live.metrics import Gauges, LogLimiter, Metrics, update_ha
+from engine.live.metrics import Gauges, LogLimiter, Metrics
 from engine.live.outage import StoreOutage, db_identity, db_lost
 from engine.live.reload import RulebookWatch, engine_refusal
 from engine.live.schedpoll import SchedulerPoll
@@ -484,18 +484,7 @@ class Controller:
             self.actuator.step()
 
     def _update_gauges(self) -> None:
-        self.gauges.update(
-            lines=self.batch.lines_total,
-            facts=self.batch.facts_total,
-            files=self.follower.health(),
-            file_stats=self.follower.stats,
-            spool_ok=self.spool_in.healthy() if self.spool_in is not None else None,
-            scheduler=self.adapter is not None,
-        )
-        try:
-            update_ha(self.metrics, self.leader, self.store, self.sched.ok if self.sched is not None else None)
-        except STORE_ERRORS as exc:
-            logger.debug("HA gauges: %s", exc)
+        self.gauges.of_controller(self, STORE_ERRORS)
 
     def on_signal(self, signum: int, frame: Any = None) -> None:
         """SIGHUP reloads; SIGTERM and SIGINT stop, and a stop wins over a restart to come."""
@@ -525,7 +514,7 @@ class Controller:
         if self.sched is not None:
             self.sched.start_worker()
         if self.spool_in is not None:  # paced from now on (see ingest.SPOOL_INTERVAL)
-            self.spool_in.interval, self.spool_in.clock = self.cfg.spool_interval, self.clock
+            self.spool_in.pace(self.cfg.spool_interval, self.clock)
         logger.info(
             "%s%s follow=%s spool=%s scheduler=%s db=%s",
             READY,
@@ -589,6 +578,8 @@ class Controller:
             self._tx_abort(exc)
         try:
             self.follower.stop()
+            if self.spool_in is not None:
+                self.spool_in.close()
             if self.sched is not None:
                 self.sched.stop()
             self.metrics.stop()

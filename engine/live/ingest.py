@@ -37,6 +37,7 @@ from engine.live.filestate import FileState, Pending, state_of
 from engine.live.metrics import LogLimiter, Metrics
 from engine.rulebook import CompiledRulebook
 from engine.sources.follow import Follower, Tailed
+from engine.sources.spool_watch import SpoolWatch
 from engine.store import Store
 
 logger = logging.getLogger(__name__)
@@ -377,7 +378,22 @@ class SpoolIngest:
         self.trust_job_claims = trust_job_claims
         self._refused_seen: dict[str, int] = {}
         self._offsets_json = OffsetsJSON()
+        self.watch: SpoolWatch | None = None  # inotify on a local spool folder, under run() (pace)
         self.reopen()
+
+    def pace(self, interval: float, clock: Clock) -> None:
+        """The running controller: a look at most every ``interval`` s, and inotify on a local
+        spool folder saying which nodes' files to look at (``sources.spool_watch``)."""
+        self.interval, self.clock = interval, clock
+        if self.watch is None:
+            self.watch = SpoolWatch(self.path, clock)
+            if not self.watch.start():
+                self.watch = None
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
 
     def reopen(self) -> None:
         """A reader at the positions the store has committed (at start, and after a store outage)."""
@@ -421,10 +437,12 @@ class SpoolIngest:
             self._looked = now
         reader = self.reader
         try:
-            facts = reader.read(max_bytes=SPOOL_READ_BYTES)
+            facts = reader.read(SPOOL_READ_BYTES, self.watch.take() if self.watch is not None else None)
             readable = os.path.isdir(self.path) and not reader.unreadable
             self.metrics.source_health.labels(source="spool").set(1 if readable else 0)
         except OSError as exc:
+            if self.watch is not None:
+                self.watch.lost()  # the names it gave were not looked at: the next look is at every node
             self.metrics.source_health.labels(source="spool").set(0)
             if self.limiter.ok("spool"):
                 logger.warning("spool %s: read failed: %s", self.path, exc)

@@ -7,7 +7,7 @@ Each controller owns its registry, so several controllers in one process (tests)
 from __future__ import annotations
 
 import logging
-from typing import Mapping
+from typing import Any, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from engine.clock import SYSTEM, Clock
@@ -215,6 +215,22 @@ class Gauges:
             if d > 0:
                 m.source_errors.labels(kind="file", reason=reason).inc(d)
                 self._file_errors[key] = v
+
+    def of_controller(self, ctl: Any, store_errors: tuple[type[BaseException], ...]) -> None:
+        """Every gauge of a running controller (``live.controller``), its HA ones included (a
+        store error, ``store_errors``, leaves those for the next time)."""
+        self.update(
+            lines=ctl.batch.lines_total,
+            facts=ctl.batch.facts_total,
+            files=ctl.follower.health(),
+            file_stats=ctl.follower.stats,
+            spool_ok=ctl.spool_in.healthy() if ctl.spool_in is not None else None,
+            scheduler=ctl.adapter is not None,
+        )
+        try:
+            update_ha(self.metrics, ctl.leader, ctl.store, ctl.sched.ok if ctl.sched is not None else None)
+        except store_errors as exc:
+            logger.debug("HA gauges: %s", exc)
 
 
 def update_ha(m: Metrics, leader, store, scheduler_ok: bool | None) -> None:

@@ -1,6 +1,7 @@
 """Following log files: globs (files that appear later too) and paths handed in by the
-scheduler poller, tailed with watchdog (inotify, or its polling observer for NFS/Lustre where
-other hosts' writes raise no events here).
+scheduler poller, told of changes by inotify (our own reader on Linux, watchdog's observer
+elsewhere: ``watching``) or watchdog's polling observer for NFS/Lustre, where other hosts' writes
+raise no events here.
 
 Rotation (the path now names another inode), truncation (the file shrank), deletion and
 re-creation are handled: the old file is read to its end before the new one is started. A
@@ -9,7 +10,7 @@ read under its old name (its inode is kept open for a while to recognise it). Th
 is the scanner's: the start of the first line not yet complete, so a restart that resumes from a
 saved position neither repeats nor skips a line. A file that cannot be read (gone, unreadable,
 not a regular file) is logged once, counted in ``stats`` and tried again; ``health()`` says how
-many are in that state. One thread reads (``read_ready``); watchdog's only marks paths dirty.
+many are in that state. One thread reads (``read_ready``); the watcher's only marks paths dirty.
 Opening, identifying a file and telling rotation from truncation is ``engine.sources.tail``'s;
 what is this module's own is the globbing, the open-file LRU, the hand-off of rotated files and
 the positions the caller persists with the store.
@@ -49,18 +50,7 @@ from engine.sources.tail import (
     identify,
     open_failure,
 )
-from watchdog.events import (
-    FileClosedEvent,
-    FileCreatedEvent,
-    FileDeletedEvent,
-    FileModifiedEvent,
-    FileMovedEvent,
-    FileSystemEvent,
-    FileSystemEventHandler,
-)
-from watchdog.observers import Observer
-from watchdog.observers.api import BaseObserver, ObservedWatch
-from watchdog.observers.polling import PollingObserver
+from engine.sources.watching import Handler, make_observer, schedule
 
 logger = logging.getLogger(__name__)
 
@@ -85,34 +75,9 @@ HANDOFF_MAX = 1024
 #: for: not open, not in a watched folder, or grown since their last look at the end (a deletion
 #: right after a write raises an event that the write's read already took). 10,000 stats: ~70 ms
 SWEEP_EVERY = 10
-
-
-#: the events a followed file's folder is watched for: what changes a file's bytes or which file a
-#: name is. Not opens and closes without a write (IN_OPEN, IN_CLOSE_NOWRITE): anything that reads
-#: a followed log (the controller itself: a file's first bytes are fingerprinted at commit; a
-#: user's tail) raised two events per open, and each marked the file to be read again for nothing
-EVENTS = [FileModifiedEvent, FileCreatedEvent, FileDeletedEvent, FileMovedEvent, FileClosedEvent]
-
-
-def _schedule(
-    observer: BaseObserver, handler: FileSystemEventHandler, directory: str, recursive: bool
-) -> ObservedWatch:
-    try:
-        return observer.schedule(handler, directory, recursive=recursive, event_filter=EVENTS)
-    except TypeError:  # watchdog < 4 has no event filter: every event, as before
-        return observer.schedule(handler, directory, recursive=recursive)
-
-
-class _Handler(FileSystemEventHandler):
-    def __init__(self, follower: "Follower"):
-        self.follower = follower
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        if event.is_directory:
-            return
-        for p in (getattr(event, "src_path", None), getattr(event, "dest_path", None)):
-            if p:
-                self.follower._mark(os.fsdecode(p))
+#: on Linux, without a recursive glob, our own inotify reader (engine.sources.inotify) instead of
+#: watchdog's observer; False: watchdog's (the portable path, and what tests compare it with)
+OWN_INOTIFY = True
 
 
 class Follower:
@@ -145,11 +110,14 @@ class Follower:
         self.touched: dict[str, Tailed] = {}
         self._lock = threading.Lock()
         self.wake = threading.Event()
-        self._observer: BaseObserver | None = None
+        self._observer: Any = None  # watching.make_observer's: watchdog's, or our inotify reader
+        #: a full sweep at the next rescan: events were lost (inotify's queue overflowed)
+        self._sweep_next = False
+        self._unwatchable: set[str] = set()  # folders that could not be watched (said once each)
         self._rescans = 0
         self._watched: set[str] = set()
         self._watched_below: list[str] = []
-        self._watches: dict[str, tuple[ObservedWatch, int, bool]] = {}  # folder -> (watch, its inode, recursive)
+        self._watches: dict[str, tuple[Any, int, bool]] = {}  # folder -> (watch, its inode, recursive)
         # inodes of rotated files (renamed away, still linked) that were read to a known position:
         # {inode: (open file, offset, line_no, since)}. The open file keeps the inode number from
         # being re-used, so a path that turns out to be that inode (a glob that matches rotated
@@ -172,7 +140,8 @@ class Follower:
 
     # -- watching ----------------------------------------------------------------------------
     def start(self) -> None:
-        observer = PollingObserver(timeout=self.poll) if self.poll else Observer()
+        recursive = any(_recursive(g) for g in self.globs)
+        observer = make_observer(self.poll, recursive, self._mark_many, self._lost, own=OWN_INOTIFY)
         self._observer = observer
         for g in self.globs:
             self._watch_dir(glob_base(g), recursive=_recursive(g))
@@ -205,17 +174,32 @@ class Follower:
             return  # rescan() retries: the folder may appear later
         try:
             ino = os.stat(directory).st_ino
-            watch = _schedule(self._observer, _Handler(self), directory, recursive)
+            watch = schedule(self._observer, Handler(self), directory, recursive)
             self._watched.add(directory)
             self._watches[directory] = (watch, ino, recursive)
             if recursive:
                 self._watched_below.append(directory.rstrip(os.sep) + os.sep)
-        except OSError as exc:
-            logger.warning("cannot watch %s: %s", directory, exc)
+        except OSError as exc:  # its files are stat-ed on every rescan (see rescan)
+            if directory not in self._unwatchable:
+                self._unwatchable.add(directory)
+                logger.warning("cannot watch %s: %s; its files are looked at on every rescan instead", directory, exc)
+        else:
+            self._unwatchable.discard(directory)
 
     def _mark(self, path: str) -> None:
         with self._lock:
             self._dirty.add(os.path.abspath(path))
+        self.wake.set()
+
+    def _mark_many(self, paths: list[str]) -> None:
+        """A batch of paths from the inotify reader (absolute already: a watched folder's)."""
+        with self._lock:
+            self._dirty.update(paths)
+        self.wake.set()
+
+    def _lost(self) -> None:
+        """The watcher lost events (or a watched folder): the next rescan looks at every file."""
+        self._sweep_next = True
         self.wake.set()
 
     def add(self, path: str, state: Any = None) -> Tailed:
@@ -282,7 +266,7 @@ class Follower:
                 same = os.stat(directory).st_ino == ino
             except OSError:
                 same = False
-            if same:
+            if same and getattr(watch, "alive", True):
                 continue
             logger.info("%s: the watched folder was removed or replaced; watching it again when it is there", directory)
             try:
@@ -305,16 +289,22 @@ class Follower:
             self._check_watches()
         self._rescans += 1
         sweep = full or self._observer is None or bool(self.poll) or self._rescans % SWEEP_EVERY == 0
+        if self._sweep_next:
+            self._sweep_next, sweep = False, True
         for g in self.globs:
-            self._watch_dir(glob_base(g), recursive=_recursive(g))
+            base = glob_base(g)
+            self._watch_dir(base, recursive=_recursive(g))
+            if not sweep and base in self._watched:
+                continue  # a new file there raises an event, which read_ready follows (see matches)
             for p in glob.glob(g, recursive=True):
                 if os.path.isfile(p) and not os.path.islink(p):
                     self.add(p)
-        now = self.clock.wall()
-        for path, t in list(self.files.items()):
-            if t.gone and t.fh is None and t.gone_since is not None and now - t.gone_since > FORGET_GONE_S:
-                del self.files[path]
-                self.stats["forgotten"] += 1
+        if sweep:  # a gone file is forgotten within FORGET_GONE_S plus a sweep period
+            now = self.clock.wall()
+            for path, t in list(self.files.items()):
+                if t.gone and t.fh is None and t.gone_since is not None and now - t.gone_since > FORGET_GONE_S:
+                    del self.files[path]
+                    self.stats["forgotten"] += 1
         self._expire_handoffs()
         watched = self._watched
         changed = [

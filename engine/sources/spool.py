@@ -234,8 +234,10 @@ class SpoolReader:
                 _close_all(opened)
 
     # -- reading ------------------------------------------------------------------------------
-    def read(self, max_bytes: int | None = None) -> list[Fact]:
-        """New facts from every node's spool, oldest first per node."""
+    def read(self, max_bytes: int | None = None, changed: set[str] | None = None) -> list[Fact]:
+        """New facts from every node's spool, oldest first per node. ``changed``: the file names
+        inotify saw change since the last read (``spool_watch``); a node read to its end whose
+        files are not named is not looked at. None: every node's files are stat-ed."""
         out: list[Fact] = []
         budget = max_bytes if max_bytes and max_bytes > 0 else None
         groups = self._groups()
@@ -246,15 +248,26 @@ class SpoolReader:
         except OSError:
             folder = None
         try:
-            return self._read_groups(groups, folder, out, budget)
+            return self._read_groups(groups, folder, out, budget, changed)
         finally:
             if folder is not None:
                 os.close(folder)
 
     def _read_groups(
-        self, groups: dict[str, list[tuple[int, str]]], folder: int | None, out: list[Fact], budget: int | None
+        self,
+        groups: dict[str, list[tuple[int, str]]],
+        folder: int | None,
+        out: list[Fact],
+        budget: int | None,
+        changed: set[str] | None = None,
     ) -> list[Fact]:
-        for base, files in sorted(groups.items()):
+        sigs = self._sigs
+        if changed is None:
+            ordered = sorted(groups.items())
+        else:  # the nodes an event named, and those not read to their end: not every node
+            named = {m.group(1) for m in map(_FILE_RE.match, changed) if m}
+            ordered = sorted((b, groups[b]) for b in (named | (groups.keys() - sigs.keys())) & groups.keys())
+        for i, (base, files) in enumerate(ordered):
             sig = self._signature(files, folder)
             if sig is not None and self._sigs.get(base) == sig:
                 continue  # not written, rotated, truncated or chmod-ed since it was read to its end
@@ -272,6 +285,9 @@ class SpoolReader:
             finally:
                 _close_all(opened)
             if budget is not None and budget <= 0:
+                if changed is not None:  # not looked at: their events stay news
+                    for later, _ in ordered[i + 1 :]:
+                        sigs.pop(later, None)
                 break
             if sig is not None and len(opened) == len(files):
                 self._sigs[base] = sig  # read to its end as of that stat
