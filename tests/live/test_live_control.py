@@ -64,6 +64,15 @@ def test_sighup_reloads_a_valid_rulebook(live):
     assert_exactly_once(live.evt_numbers(), {0, 1})
 
 
+def _replace(path, text: str) -> None:
+    """Write ``path`` whole, as an editor's save-by-rename does: a reload never reads it half-written
+    (an in-place write is first truncated, and a reload that sees the empty file is a rejection of
+    its own, which would throw the counts below off by one)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def test_invalid_rulebook_is_rejected_and_the_old_one_kept(live):
     live.start(metrics=True)
     log = live.logs / "slurm-202.out"
@@ -75,7 +84,7 @@ def test_invalid_rulebook_is_rejected_and_the_old_one_kept(live):
         "description: a boom line\n", "description: a boom line\n    bogus_key: 1\n"
     )
     assert bad != good
-    live.rules.write_text(bad)
+    _replace(live.rules, bad)
     wait_for(lambda: "rulebook reload rejected" in live.output(), 30, what="the rejection")
     out = live.output()
     # the log says why, with the position of each error in the file
@@ -91,7 +100,7 @@ def test_invalid_rulebook_is_rejected_and_the_old_one_kept(live):
     append(log, evts(6, 8))
     live.wait_evts(set(range(8)))
     # garbage YAML, then an empty file
-    live.rules.write_text("matchers: [ {id: x, pattern: 'unclosed\n  - ]]\n\t\x00")
+    _replace(live.rules, "matchers: [ {id: x, pattern: 'unclosed\n  - ]]\n\t\x00")
     wait_for(
         lambda: live.metric("recover_rulebook_reloads_total", result="rejected") == 3, 30, what="a third rejection"
     )
