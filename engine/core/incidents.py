@@ -90,7 +90,7 @@ class Engine:
         self.scheduler = scheduler
         self.mode = mode
         self.network = network or ReteNetwork(compiled)
-        self.session: ReteSession = self.network.session()
+        self.session: ReteSession = self.network.session(alpha=fast)
         self._closed = False
         self.cluster = cluster or ClusterContext()
         self.on_close = on_close

@@ -41,6 +41,7 @@ from typing import Any, Callable
 import durable_rules_engine as _C
 from durable import engine as _dr
 
+from engine.core.alpha import AlphaJudge
 from engine.facts import Fact
 from engine.rulebook.compile import CompiledRule, CompiledRulebook
 from engine.rulebook.conditions import AllOf, AnyOf, Cmp, Same
@@ -242,6 +243,8 @@ class ReteNetwork:
         self.rules, bodies = _bodies(compiled)
         #: the kinds some rule's condition names: a fact of any other kind reaches no rule
         self.kinds = frozenset(c.kind for cr in self.rules.values() for c in cr.rule.conditions if c.absent_for is None)
+        #: facts no correlation can read, judged without the Rete (engine.core.alpha)
+        self.alpha = AlphaJudge(self.rules.values())
         with _LOCK:
             name = _RULESETS.get(_signature(bodies))
             self.reused = name is not None
@@ -261,8 +264,10 @@ class ReteNetwork:
             out[cr.rule.id] = compile_rule(cr)
         return json.dumps(out, sort_keys=True, indent=1)
 
-    def session(self, sid: str | None = None) -> "ReteSession":
-        """A new, empty session: the sid of a closed one where there is one (see ``SESSION_LIMIT``)."""
+    def session(self, sid: str | None = None, alpha: bool = False) -> "ReteSession":
+        """A new, empty session: the sid of a closed one where there is one (see ``SESSION_LIMIT``).
+        ``alpha``: facts no correlation can read are judged in Python (``engine.core.alpha``), as
+        the engine's fast path does; False (the default): every fact goes to durable_rules."""
         with _LOCK:
             if sid is None:
                 if self._free:
@@ -275,7 +280,7 @@ class ReteNetwork:
                             "the most durable_rules can hold; close engines that are done (Engine.close)"
                         )
                     sid = str(n)
-            s = ReteSession(self, sid)
+            s = ReteSession(self, sid, alpha)
             self._sessions[sid] = s
             return s
 
@@ -290,11 +295,13 @@ class ReteNetwork:
 class ReteSession:
     """Facts in, firings out: ``assert_fact`` returns [(CompiledRule, {alias: fact-dict})]."""
 
-    def __init__(self, network: ReteNetwork, sid: str):
+    def __init__(self, network: ReteNetwork, sid: str, alpha: bool = False):
         self.network = network
         self.sid = sid
         self._held: dict[str, str] = {}  # fact id -> its message (JSON), for retraction
         self.handled = True  # did the last assertion reach any rule?
+        self._alpha = network.alpha if alpha else None
+        self.judged = 0  # facts judged without the Rete (engine.core.alpha)
 
     def __len__(self) -> int:
         return len(self._held)
@@ -343,7 +350,14 @@ class ReteSession:
         if fact.kind not in self.network.kinds:
             self.handled = False  # no rule's condition names its kind: durable_rules would not keep it
             return []
-        payload = _MESSAGE_JSON.encode(fact_message(fact, self.sid))
+        msg = fact_message(fact, self.sid)
+        if self._alpha is not None:
+            judged = self._alpha.judge(msg)
+            if judged is not None:  # no correlation can read it: what the Rete would say, without it
+                self.judged += 1
+                self.handled = bool(judged)
+                return judged
+        payload = _MESSAGE_JSON.encode(msg)
         self._held[fact.id] = payload
         try:
             fired = self._call(_C.assert_fact, payload, fact.id)

@@ -232,8 +232,8 @@ class _RecordingNetwork:
         self.network = network
         self.fired: list[tuple[Any, dict, Fact]] = []
 
-    def session(self, sid: str | None = None) -> "_RecordingSession":
-        return _RecordingSession(self, self.network.session(sid))
+    def session(self, sid: str | None = None, alpha: bool = False) -> "_RecordingSession":
+        return _RecordingSession(self, self.network.session(sid, alpha))
 
 
 class _RecordingSession:
