@@ -55,6 +55,14 @@ CASES = [
         5,
     ),
     ('actions:\n  drain:\n    argv: [scontrol, "{{ secret }}"]\n', "E-TEMPLATE", 3, 5),
+    # an unknown filter is found when the template's code is generated (templates are compiled
+    # on first render, so the load generates it to check)
+    (
+        'rules:\n  - id: r\n    description: d\n    when: [{kind: log}]\n    then: {symptom: {name: "{{ c1.node | nosuchfilter }}"}}\n',
+        "E-TEMPLATE",
+        2,
+        5,
+    ),
     ("policy:\n  plans: {restart: [reboot_everything]}\n", "E-REF", 2, 10),
     ("lists:\n  a: [1]\n  a: [2]\n", "E-DUPKEY", 3, 3),
     ("matchers: [\n", "E-YAML", 2, 1),
@@ -126,3 +134,21 @@ def test_cli_check_binary_garbage_file(tmp_path):
     assert proc.returncode == 1
     assert "Traceback" not in proc.stdout + proc.stderr
     assert "garbage.yaml:1:1: E-IO" in proc.stdout
+
+
+def test_templates_compile_on_first_render(tmp_path):
+    """A template the load checked is compiled when it is first rendered, and renders as Jinja."""
+    from engine.rulebook import load_rulebook
+
+    path = tmp_path / "site.yaml"
+    path.write_text(
+        "rules:\n  - id: r\n    description: d\n    when: [{kind: log}]\n"
+        '    then: {symptom: {name: "{{ c1.node | upper }}-{{ c1.gpu }}"}}\n'
+    )
+    result = load_rulebook([path], defaults=False)
+    assert result.ok, [str(d) for d in result.diagnostics]
+    rule = result.compiled.rule("r")
+    t = rule.then_templates["name"]
+    assert t.is_template and t._tmpl is None  # checked, not compiled
+    assert t.render({"c1": {"node": "n1", "gpu": 3}}) == "N1-3"
+    assert t._tmpl is not None
