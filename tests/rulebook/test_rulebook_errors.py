@@ -152,3 +152,37 @@ def test_templates_compile_on_first_render(tmp_path):
     assert t.is_template and t._tmpl is None  # checked, not compiled
     assert t.render({"c1": {"node": "n1", "gpu": 3}}) == "N1-3"
     assert t._tmpl is not None
+
+
+def test_alias_bomb_refused():
+    """Aliases that expand past MAX_NODES are refused (the count is skipped only for a text with
+    no anchor that is too short to reach it)."""
+    from engine.rulebook.yamlmarks import MAX_NODES, load_marked
+
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 7):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    tree, problems = load_marked("\n".join(lines) + "\n", "bomb.yaml")
+    assert tree is None and [p.code for p in problems] == ["E-YAML"]
+    assert f"more than {MAX_NODES}" in problems[0].message
+
+
+@pytest.mark.parametrize("text", ["-\n" * 500, "{" + ", ".join(f"k{i}" for i in range(300)) + "}", "[" + "," * 0 + "]"])
+def test_nodes_without_anchors_bounded_by_length(text):
+    """The bound that lets load_marked skip the expansion count: with no anchor, a text of n
+    characters composes to at most 2n + 1 nodes (empty values take no character)."""
+    import yaml
+
+    from engine.rulebook.yamlmarks import _too_big
+
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    stack, count = [node], 0
+    while stack:
+        n = stack.pop()
+        count += 1
+        if isinstance(n, yaml.MappingNode):
+            stack.extend(x for pair in n.value for x in pair)
+        elif isinstance(n, yaml.SequenceNode):
+            stack.extend(n.value)
+    assert count <= 2 * len(text) + 1
+    assert _too_big(node) is None
