@@ -388,7 +388,8 @@ class _Ahead:
         def run() -> None:
             try:
                 self._out = (True, fn(*args))
-            except BaseException as exc:  # handed to whoever asks for the result
+            except BaseException as exc:  # handed to whoever asks for the result, raised there
+                logger.debug("hyperscan compile in its own thread failed: %s", exc)
                 self._out = (False, exc)
 
         self._thread = threading.Thread(target=run, name="hyperscan-compile", daemon=True)
@@ -495,7 +496,7 @@ def hyperscan_databases(specs: list[CompiledSpec], strict: bool) -> tuple[Any, d
     if ahead is not None and not (main and same):  # (its guess did not hold: rare) let it finish
         try:
             ahead.result()
-        except Exception:  # what it raised was found again above
-            pass
+        except Exception as exc:  # what it raised was found again above
+            logger.debug("hyperscan: the guessed main database failed too: %s", exc)
     in_main = {c.idx for c, _ in main}
     return (db if main else None), sampled, in_main | set(sampled), block_db, in_main
