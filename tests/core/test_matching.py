@@ -390,6 +390,9 @@ ORACLE_POOL = [
     # no literal to key on: hyperscan's copy keeps the line anchor (matching._line_anchored)
     MatcherSpec("tbl", r"^[ \t]*[a-z]{1,3}\s?[0-9]+[ \t]*$"),
     MatcherSpec("altanchor", r"xid [0-9]|^(?:[A-Z][a-z]|\[x\])+\s", sample=True),
+    # wide bounds: unbounded in hyperscan's main database (matching._relaxed), RE2 keeps them
+    MatcherSpec("wide", r"NCCL[^\n]{0,16}timeout"),
+    MatcherSpec("widelazy", r"(?:er){1,20}?ror [a-z ]{16,17}$"),
 ]
 # RE2 spellings Python's re lacks: only compared between the two backends
 EXTRA_POOL = [
@@ -406,6 +409,7 @@ FULL_POOL = ORACLE_POOL + EXTRA_POOL
 
 FRAGS = [
     b"NCCL WARN timeout",
+    b"0123456789ab",
     b"NCCL ERROR x",
     b"error",
     b"ERROR",
@@ -644,3 +648,36 @@ def test_sigkill_text_in_byte_mode_matches_what_its_utf8_spelling_did():
             assert sc.hyperscan_specs == {0}
         found = {h.line for h in sc.feed(b"\n".join(hits + misses) + b"\n")}
         assert found == set(hits), backend
+
+
+@pytest.mark.parametrize(
+    "src,relaxed",
+    [
+        (rb"a[^\n]{0,200}b", rb"a[^\n]{0,}b"),
+        (rb"a{1,20}?b", rb"a{1,}?b"),
+        (rb"(?:ab){3,99}c", rb"(?:ab){3,}c"),
+        (rb"\x{41}{0,30}", rb"\x{41}{0,}"),
+        (rb"x{2,15}", rb"x{2,15}"),  # narrow: kept
+        (rb"\{1,20}x", rb"\{1,20}x"),  # an escaped brace is a literal
+        (rb"[a{1,20}]", rb"[a{1,20}]"),  # inside a class
+        (rb"(?:{1,20}|{0,99})", rb"(?:{1,20}|{0,99})"),  # nothing to repeat: a literal
+    ],
+)
+def test_relaxed_bounds(src, relaxed):
+    from engine.core.matching import _relaxed
+
+    assert _relaxed(src) == relaxed
+
+
+@pytest.mark.skipif(not hyperscan_available(), reason="hyperscan is not built for this platform")
+def test_relaxed_copy_reports_more_and_re2_decides():
+    """The main database's relaxed copy reports a line the bound rules out; the scanner's answer
+    is still RE2's (no hit), and a line within the bound is a hit."""
+    spec = MatcherSpec("wide", r"NCCL[^\n]{0,16}timeout")
+    sc = Scanner([spec], backend="hyperscan")
+    far = b"NCCL " + b"x" * 40 + b" timeout\n"
+    near = b"NCCL WARN timeout\n"
+    reported = []
+    sc._hs_main.scan(far, match_event_handler=lambda *a: reported.append(a[2]), scratch=sc._hs_scratch)
+    assert reported, "the relaxed copy should report the far line"
+    assert [h.line for h in sc.feed(far + near)] == [near.rstrip(b"\n")]

@@ -55,6 +55,14 @@ CASES = [
         5,
     ),
     ('actions:\n  drain:\n    argv: [scontrol, "{{ secret }}"]\n', "E-TEMPLATE", 3, 5),
+    # an unknown filter is found when the template's code is generated (templates are compiled
+    # on first render, so the load generates it to check)
+    (
+        'rules:\n  - id: r\n    description: d\n    when: [{kind: log}]\n    then: {symptom: {name: "{{ c1.node | nosuchfilter }}"}}\n',
+        "E-TEMPLATE",
+        2,
+        5,
+    ),
     ("policy:\n  plans: {restart: [reboot_everything]}\n", "E-REF", 2, 10),
     ("lists:\n  a: [1]\n  a: [2]\n", "E-DUPKEY", 3, 3),
     ("matchers: [\n", "E-YAML", 2, 1),
@@ -126,3 +134,55 @@ def test_cli_check_binary_garbage_file(tmp_path):
     assert proc.returncode == 1
     assert "Traceback" not in proc.stdout + proc.stderr
     assert "garbage.yaml:1:1: E-IO" in proc.stdout
+
+
+def test_templates_compile_on_first_render(tmp_path):
+    """A template the load checked is compiled when it is first rendered, and renders as Jinja."""
+    from engine.rulebook import load_rulebook
+
+    path = tmp_path / "site.yaml"
+    path.write_text(
+        "rules:\n  - id: r\n    description: d\n    when: [{kind: log}]\n"
+        '    then: {symptom: {name: "{{ c1.node | upper }}-{{ c1.gpu }}"}}\n'
+    )
+    result = load_rulebook([path], defaults=False)
+    assert result.ok, [str(d) for d in result.diagnostics]
+    rule = result.compiled.rule("r")
+    t = rule.then_templates["name"]
+    assert t.is_template and t._tmpl is None  # checked, not compiled
+    assert t.render({"c1": {"node": "n1", "gpu": 3}}) == "N1-3"
+    assert t._tmpl is not None
+
+
+def test_alias_bomb_refused():
+    """Aliases that expand past MAX_NODES are refused (the count is skipped only for a text with
+    no anchor that is too short to reach it)."""
+    from engine.rulebook.yamlmarks import MAX_NODES, load_marked
+
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 7):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    tree, problems = load_marked("\n".join(lines) + "\n", "bomb.yaml")
+    assert tree is None and [p.code for p in problems] == ["E-YAML"]
+    assert f"more than {MAX_NODES}" in problems[0].message
+
+
+@pytest.mark.parametrize("text", ["-\n" * 500, "{" + ", ".join(f"k{i}" for i in range(300)) + "}", "[" + "," * 0 + "]"])
+def test_nodes_without_anchors_bounded_by_length(text):
+    """The bound that lets load_marked skip the expansion count: with no anchor, a text of n
+    characters composes to at most 2n + 1 nodes (empty values take no character)."""
+    import yaml
+
+    from engine.rulebook.yamlmarks import _too_big
+
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    stack, count = [node], 0
+    while stack:
+        n = stack.pop()
+        count += 1
+        if isinstance(n, yaml.MappingNode):
+            stack.extend(x for pair in n.value for x in pair)
+        elif isinstance(n, yaml.SequenceNode):
+            stack.extend(n.value)
+    assert count <= 2 * len(text) + 1
+    assert _too_big(node) is None
