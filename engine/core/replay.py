@@ -175,6 +175,41 @@ class IgnoredBlock:
         return False
 
 
+class HandledFailure:
+    """A failure the program itself handled does not stand when the job then trains on. A matcher
+    whose ``attrs`` say ``handled: true`` reads a program's own words that it dealt with what went
+    wrong and goes on (fairseq's "Skipping batch" after a CUDA OOM, a batch-size finder reducing
+    the batch, torchelastic's "will restart worker group", Ray Train's ``FailureDecision.RETRY``).
+    When such a notice sits between two progress lines, the facts this input gave between them
+    (the failure, a traceback printed with the notice) are the failure it handled: replay leaves
+    them out (their floods too), so no rule reads them. The notice's own line keeps its facts: a
+    line that names what it skipped ("loss is nan ..., skipping batch") is its own matchers'
+    business. A notice that no progress follows decides nothing: a restart that fails again, or a
+    retry the log ends on, still ends on its failure; a launcher's task exit after the notice (a
+    matcher with ``attrs: {task_exit: true}``: srun's "Exited with exit code", an MPI launcher's)
+    says the handling did not keep the job alive; and a failure after which other ranks only
+    print progress, with no notice between, stands."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[int, str]] = []  # (position in replay's collected list, origin)
+        self.notices: set[str] = set()  # the origins (lines) of the notices among them
+
+    def seen(self, fact: Fact, pos: int) -> None:
+        """A non-progress fact of this input at ``pos``."""
+        self.pending.append((pos, fact.origin))
+        if fact.get("handled"):
+            self.notices.add(fact.origin)
+        elif fact.get("task_exit"):
+            self.notices = set()  # the launcher ended the tasks after the notice: not handled
+
+    def progress(self) -> list[int]:
+        """The job trained: the positions of the facts a recovery notice covered (none without one)."""
+        notices = self.notices
+        handled = [pos for pos, origin in self.pending if origin not in notices] if notices else []
+        self.pending, self.notices = [], set()
+        return handled
+
+
 @dataclass(frozen=True)
 class Input:
     """One stream to replay: a name (path), the source kind, and how to read it."""
@@ -289,6 +324,7 @@ def replay_inputs(
     matchers = list(compiled.matchers)
     converter = HitConverter(matchers, cluster)
     collected: list[tuple[float, int, int, Any]] = []
+    handled_out: set[int] = set()  # positions of failures the program handled (HandledFailure)
     context_seq = [0]
 
     def on_context(at: float, job: str, att: int | None, nodes: frozenset) -> None:
@@ -315,6 +351,7 @@ def replay_inputs(
         weak: Fact | None = None
         tail_progress = False
         ignored = IgnoredBlock()
+        handled = HandledFailure()
         cleanup = False
         seq = -1
         try:
@@ -326,6 +363,10 @@ def replay_inputs(
                 # a part of a table of peers (engine.core.peer_table) is output, not training progress
                 trained = isinstance(item, Fact) and item.kind == "progress" and item.get("table") is None
                 if isinstance(item, Fact):
+                    if trained:
+                        handled_out.update(handled.progress())
+                    else:
+                        handled.seen(item, len(collected) - 1)
                     if not trained and ignored.holds(item):
                         continue  # a block the program reported as ignored is not how the log ends
                     ignored.state = ""
@@ -348,6 +389,13 @@ def replay_inputs(
         result.files += 1
         result.bytes += scanner.bytes_seen
         result.long_lines += scanner.long_lines_cut
+    if handled_out:
+        gone = {collected[i][3].id for i in handled_out}
+        collected = [
+            c
+            for i, c in enumerate(collected)
+            if i not in handled_out and not (isinstance(c[3], Flood) and c[3].fact_id in gone)
+        ]
     for fact in extra_facts:
         collected.append((fact.at, -1, 0, fact))
     collected.sort(key=lambda t: (t[0], t[1], t[2]))
@@ -382,5 +430,6 @@ def replay_inputs(
     result.stats = dict(engine.stats) | {
         "dropped_values": converter.dropped_values,
         "progress_sampled_out": converter.progress_skipped,
+        "handled_out": len(handled_out),  # facts of failures the program handled (HandledFailure)
     }
     return result
