@@ -1,10 +1,11 @@
 """recover.toml, environment overrides, and flags winning."""
 
-import subprocess
-import sys
+import os
 
 import pytest
+from typer.testing import CliRunner
 
+from engine.cli import app
 from engine.config import ConfigError, autonomy_overlay, load_settings
 from engine.rulebook import load_rulebook
 
@@ -75,16 +76,22 @@ def test_flags_win_over_file_and_env(tmp_path):
     log.write_text(
         "2026-11-29T17:00:00Z [rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
     )
-    env = {"RECOVER_CONFIG": str(cfg), "PATH": "/usr/bin:/bin"}
-    run = lambda *a: subprocess.run(
-        [sys.executable, "-m", "engine.cli", *a], capture_output=True, text=True, env=env, timeout=120
-    )
-    assert run("replay", str(log)).returncode == 0
+    # the CLI in this process (three interpreters and rulebook loads took seconds): its
+    # environment is this one's with every RECOVER_* setting removed but those given here
+    env: dict[str, str | None] = {k: None for k in os.environ if k.startswith("RECOVER_")}
+    env["RECOVER_CONFIG"] = str(cfg)
+
+    def run(*args: str) -> int:
+        result = CliRunner().invoke(app, list(args), env=env)
+        assert result.exit_code == 0, (result.output, result.exception)
+        return result.exit_code
+
+    assert run("replay", str(log)) == 0
     assert (tmp_path / "from-file.db").exists()
     env["RECOVER_DB"] = str(tmp_path / "from-env.db")
-    assert run("replay", str(log)).returncode == 0
+    assert run("replay", str(log)) == 0
     assert (tmp_path / "from-env.db").exists()
-    assert run("replay", "--db", str(tmp_path / "from-flag.db"), str(log)).returncode == 0
+    assert run("replay", "--db", str(tmp_path / "from-flag.db"), str(log)) == 0
     assert (tmp_path / "from-flag.db").exists()
 
 

@@ -99,9 +99,18 @@ def _same(compiled, facts, mode: str = "recommend", batches=(0, 7, 500)):
     return full
 
 
+@pytest.fixture(scope="module")
+def mixes():
+    """The bench's two fact streams, made once for the module: ``engine_mixes`` replays every
+    rulebook test and corpus case to find each matcher's attributes (tens of seconds), and its
+    streams are the same for the rulebook as compiled and as read back from the store (the same
+    matchers), so each case below takes them from here instead of making them again."""
+    return engine_mixes(require_rulebook(), 900)
+
+
 @pytest.mark.parametrize("mix", ["realistic", "pathological"])
-def test_bench_mixes_same_on_both_paths(compiled, mix):
-    realistic, worst = engine_mixes(compiled, 900)
+def test_bench_mixes_same_on_both_paths(compiled, mixes, mix):
+    realistic, worst = mixes
     full = _same(compiled, realistic if mix == "realistic" else worst[:300], mode="act")
     assert full[0]["incidents"] and full[0]["firings"] and full[0]["actions"]
 

@@ -157,7 +157,10 @@ class Harness:
             lambda: self.controller.poll() is not None or b"recover run: mode=" in log.read_bytes(),
             90,
         )
-        time.sleep(2.0)  # its first scheduler poll
+        # no sleep for its first scheduler poll: Controller.startup polls (and commits the answer)
+        # before the ready line, waiting up to --scheduler-startup-wait for one; this says whether
+        # that poll was answered (a later poll would come only on the worker's own time)
+        assert b"scheduler did not answer within" not in log.read_bytes(), log.read_text("utf-8", "replace")
         return self.controller
 
     def stop_controller(self, sig=signal.SIGTERM) -> None:
@@ -292,6 +295,7 @@ def test_a_gpu_that_fails_as_its_job_starts_requeues_that_job(h):
     the job attempt the scheduler then says held the node: the job is requeued excluding it."""
     h.start_agents()
     h.start_controller("--scheduler-interval", "10")
+    time.sleep(2.0)  # the poll worker's first poll (started with the ready line) over: the next is 10 s away
     job = h.submit(XID_AT_START_JOB.replace("KERN", str(h.tmp)), "-N", "2")
     t0 = time.monotonic()
     first = wait_for("job running", lambda: h.running(job), 30)

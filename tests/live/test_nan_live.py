@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.clock import FakeClock
 from engine.live.controller import Controller, ControllerConfig
 from engine.rulebook import load_rulebook
 from scheduler_adapters.base import CommandResult, JobInfo, NodeInfo
@@ -63,6 +64,7 @@ def world(tmp_path):
         dry_run=True,
         scheduler_interval=0.0,
         scheduler_startup_wait=5.0,
+        clock=FakeClock(start=time.time()),  # moved by run_for, never by sleeping
     )
     ctl = Controller(cfg, res.compiled)
     ctl.startup()
@@ -73,20 +75,24 @@ def world(tmp_path):
         ctl.store.close()
 
 
-def write(log: Path, line: str) -> None:
+def write(ctl: Controller, log: Path, line: str) -> None:
+    """A line of the job's log, stamped with the controller's (fake) clock."""
     with open(log, "a") as fh:
-        fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {line}\n")
+        fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(ctl.clock.wall()))} {line}\n")
 
 
 def run_for(ctl: Controller, seconds: float, log: Path | None = None, step: list[int] | None = None) -> None:
-    """Steps the controller for a while; with ``log``, the job prints a step every 0.2 s."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    """Steps the controller for ``seconds`` of its fake clock, a step every 0.2 s of it; with
+    ``log``, the job prints a step line before each. Each step reads what was written (a rescan
+    marks the log to be read, so no step waits for the file watcher's event); no real waiting."""
+    for _ in range(round(seconds / 0.2)):
         if log is not None and step is not None:
             step[0] += 1
-            write(log, f"step={step[0]} loss=2.31")
+            write(ctl, log, f"step={step[0]} loss=2.31")
+        ctl.follower.rescan()
         ctl.step()
-        time.sleep(0.2)
+        ctl.clock.advance(0.2)
+    ctl.follower.rescan()
     ctl.step()
 
 
@@ -98,7 +104,7 @@ def test_a_nan_the_loop_skips_while_progress_goes_on_stops_nothing(world):
     ctl, _, log = world
     step = [810]
     run_for(ctl, 1.0, log, step)
-    write(log, NAN)
+    write(ctl, log, NAN)
     run_for(ctl, 3.5, log, step)  # past the settle window and the hang bound, still progressing
     assert incidents(ctl) == []
     assert not [a for a in ctl.store.actions() if a["action"] == "cancel"]
@@ -108,7 +114,7 @@ def test_a_nan_then_the_scheduler_says_failed_is_an_application_error(world):
     ctl, sched, log = world
     step = [810]
     run_for(ctl, 1.0, log, step)
-    write(log, NAN)
+    write(ctl, log, NAN)
     sched.state = "FAILED"
     run_for(ctl, 2.0)
     assert incidents(ctl) == [("401", "app_error", "stop")]
@@ -118,7 +124,7 @@ def test_a_nan_then_no_progress_is_an_application_error(world):
     ctl, _, log = world
     step = [810]
     run_for(ctl, 1.0, log, step)
-    write(log, NAN)
+    write(ctl, log, NAN)
     run_for(ctl, 4.5)  # silence: the hang bound (2 s) passes, then the settle window
     assert incidents(ctl) == [("401", "app_error", "stop")]
     assert "fault.app_error_nan_then_hang" in ctl.store.rules_fired(ctl.store.incidents()[0].id)
