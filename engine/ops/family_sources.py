@@ -1,0 +1,159 @@
+"""How many independent sources the rulebook's embedded tests quote, per matcher and per family.
+
+Issue 20 asks that every matcher family have test lines from at least three sources. An embedded
+test that quotes real lines names its source as a URL in the comment block directly above it; the
+source of a URL is its key as the corpus makes it (``corpus_eval.source_key``: ``owner/name`` for a
+GitHub link, else the host). A test with no URL in that block is *constructed*: it counts, but as
+no source.
+
+A matcher's sources are those of the **positive** tests (``expect`` not empty) whose input lines it
+hits, as the rule-test runner records the hits (the real pipeline, so a matcher that only sees
+kernel lines is not credited with a job log's words). A family is the fault class a matcher's
+positive tests expect most often: the wording family the issue speaks of ("a NCCL/c10d network
+failure"); ``--group prefix`` (the id's first word) and ``--group file`` are there for a second look.
+
+Usage::
+
+    report = measure(require_rulebook())
+    report.rows["nccl_socket_failure"].sources    # {"pytorch/pytorch", "discuss.pytorch.org", ...}
+    report.under(3)                               # ["cuda_oom_xla", ...]
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from engine.ops.corpus_eval import source_key
+from engine.ops.ruletest import EVIDENCE_EMITS, run_one
+from engine.core.rete import ReteNetwork
+from engine.rulebook import _display as display_name
+from engine.rulebook import default_rule_files
+from engine.rulebook.compile import CompiledRulebook
+from engine.rulebook.model import RuleTest
+
+__all__ = ["MatcherSources", "SourcesReport", "measure", "sources_of_test", "read_debt", "GROUPS", "NO_FAMILY"]
+
+#: the number of distinct sources a matcher (and a family) must reach
+ENOUGH = 3
+GROUPS = ("class", "prefix", "file")
+NO_FAMILY = "(no positive test)"
+_URL = re.compile(r"https?://[^\s<>\"'`]+")
+
+
+@dataclass
+class MatcherSources:
+    id: str
+    file: str
+    sources: set[str] = field(default_factory=set)
+    constructed: int = 0  # positive tests with no URL above them that hit the matcher
+    classes: Counter[str] = field(default_factory=Counter)  # fault classes its positive tests expect
+
+    def family(self, group: str) -> str:
+        if group == "prefix":
+            return self.id.split("_", 1)[0] if not self.id.startswith("weak.") else "weak"
+        if group == "file":
+            return self.file
+        return self.classes.most_common(1)[0][0] if self.classes else NO_FAMILY
+
+
+@dataclass
+class SourcesReport:
+    rows: dict[str, MatcherSources]  # matcher id -> its sources, in rulebook order
+    positive_tests: int = 0
+    constructed_tests: int = 0
+
+    def under(self, n: int = ENOUGH) -> list[str]:
+        return [m for m, r in self.rows.items() if len(r.sources) < n]
+
+    def families(self, group: str = "class") -> dict[str, set[str]]:
+        """family -> the union of its matchers' sources."""
+        out: dict[str, set[str]] = {}
+        for r in self.rows.values():
+            out.setdefault(r.family(group), set()).update(r.sources)
+        return out
+
+    def family_members(self, group: str = "class") -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for r in self.rows.values():
+            out.setdefault(r.family(group), []).append(r.id)
+        return out
+
+
+def _comment_block(lines: Sequence[str], line_no: int) -> list[str]:
+    """The comment lines directly above 1-based line ``line_no`` (no blank line between)."""
+    out: list[str] = []
+    i = line_no - 2
+    while i >= 0 and lines[i].strip().startswith("#"):
+        out.append(lines[i])
+        i -= 1
+    return out[::-1]
+
+
+def sources_of_test(test: RuleTest, text_of: dict[str, list[str]]) -> set[str]:
+    """The source keys of the URLs in the comment block above ``test`` (empty: constructed)."""
+    lines = text_of.get(test.mark.file)
+    if lines is None:
+        return set()
+    keys = set()
+    for comment in _comment_block(lines, test.mark.line):
+        for url in _URL.findall(comment):
+            key, _problem = source_key(url.rstrip(").,;:]"))
+            if key:
+                keys.add(key)
+    return keys
+
+
+def _file_texts(compiled: CompiledRulebook, extra: Iterable[str | Path]) -> dict[str, list[str]]:
+    """Each rulebook file's lines, by the name its marks carry."""
+    paths = {display_name(p): p for p in default_rule_files()}
+    for p in extra:
+        paths[display_name(Path(p))] = Path(p)
+    out: dict[str, list[str]] = {}
+    for name in compiled.book.files:
+        path = paths.get(name, Path(name))
+        try:
+            out[name] = path.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            continue  # an overlay given as text has no file: its tests count as constructed
+    return out
+
+
+def measure(compiled: CompiledRulebook, site_paths: Iterable[str | Path] = ()) -> SourcesReport:
+    """Runs every positive embedded test and credits the matchers its lines hit with its sources."""
+    rows = {
+        m.id: MatcherSources(m.id, m.mark.file) for m in compiled.matchers if m.enabled and m.emit in EVIDENCE_EMITS
+    }
+    report = SourcesReport(rows)
+    text_of = _file_texts(compiled, site_paths)
+    network = ReteNetwork(compiled)
+    for test in compiled.book.tests:
+        if not test.expect:
+            continue
+        report.positive_tests += 1
+        sources = sources_of_test(test, text_of)
+        report.constructed_tests += not sources
+        seen: set[str] = set()
+        run_one(compiled, test, network, seen)
+        classes = {str(e["fault_class"]) for e in test.expect if "fault_class" in e}
+        for mid in seen:
+            row = rows.get(mid)
+            if row is None:
+                continue
+            row.sources |= sources
+            row.constructed += not sources
+            row.classes.update(classes)
+    return report
+
+
+def read_debt(path: str | Path) -> set[str]:
+    """The matcher ids a debt file lists (one a line; ``#`` comments and blank lines skipped)."""
+    out = set()
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            out.add(line)
+    return out

@@ -1,0 +1,88 @@
+"""Issue 20's "every matcher family has test lines from >= 3 sources", as a ratchet: the matchers
+of the shipped rulebook whose positive embedded tests quote fewer than 3 distinct sources must all
+be in tests/rules/family_sources_debt.txt (written by scripts/family_sources.py --write-debt), so a
+new matcher comes with 3 sources, and a matcher that reaches 3 must leave the list."""
+
+from pathlib import Path
+
+import pytest
+
+from engine.ops.family_sources import ENOUGH, measure, read_debt
+from engine.rulebook import require_rulebook
+
+DEBT = Path(__file__).with_name("family_sources_debt.txt")
+FIX = "run scripts/family_sources.py --write-debt only if the change is meant"
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return measure(require_rulebook())
+
+
+def ratchet(report, debt: set[str]) -> tuple[list[str], list[str]]:
+    """(matchers under 3 sources that the debt list lacks, listed ones no longer under 3 or gone)."""
+    under = set(report.under(ENOUGH))
+    return sorted(under - debt), sorted(debt - under)
+
+
+def test_no_matcher_outside_the_debt_list_is_under_three_sources(shipped):
+    new, _ = ratchet(shipped, read_debt(DEBT))
+    assert not new, f"matchers with fewer than {ENOUGH} sources in their tests: {new} (add sources; {FIX})"
+
+
+def test_a_matcher_that_reached_three_sources_leaves_the_debt_list(shipped):
+    _, paid = ratchet(shipped, read_debt(DEBT))
+    assert not paid, f"no longer under {ENOUGH} sources (or gone), remove from {DEBT.name}: {paid}"
+
+
+def test_the_measure_counts_distinct_sources_and_constructed_tests(shipped):
+    # a GitHub URL is keyed owner/name, any other URL by its host
+    row = shipped.rows["nccl_watchdog_timeout"]
+    assert len(row.sources) >= ENOUGH and all("/" in s or "." in s for s in row.sources)
+    assert shipped.positive_tests > shipped.constructed_tests > 0
+
+
+SITE = """
+matchers:
+  - {id: site_new_wording, source: [job], pattern: 'FABRIC-GONE rank (?P<rank>\\d+)'}
+rules:
+  - id: site.fabric
+    description: the new wording is a fabric failure
+    when: [{as: l, kind: log, where: {matcher: site_new_wording}}]
+    then: {fault: {fault_class: nccl_network_error, reason: "the fabric went away"}}
+tests:
+  # https://github.com/example-org/fabric-tool/issues/1 (the one thread quoting it)
+  - name: site - the new wording
+    input: [{file: slurm-7.out, source: job, lines: "FABRIC-GONE rank 3\\n"}]
+    expect: [{fault_class: nccl_network_error}]
+  - name: site - the same wording, constructed
+    input: [{file: slurm-8.out, source: job, lines: "FABRIC-GONE rank 4\\n"}]
+    expect: [{fault_class: nccl_network_error}]
+  # https://github.com/other-org/x/issues/2 (a negative test: its source does not count)
+  - name: site - not this
+    input: [{file: slurm-9.out, source: job, lines: "FABRIC-OK rank 4\\n"}]
+    expect: []
+"""
+
+
+def test_a_new_matcher_with_one_source_breaks_the_ratchet(tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text(SITE)
+    # the site alone (the shipped fault classes and policy come with it): quick, and the shipped
+    # matchers are not in it, so only the new one can be under 3
+    report = measure(require_rulebook([site], defaults=False), [site])
+    row = report.rows["site_new_wording"]
+    assert row.sources == {"example-org/fabric-tool"}
+    assert row.constructed == 1
+    new, _ = ratchet(report, read_debt(DEBT))
+    assert "site_new_wording" in new
+    # ... and three sources pay it off
+    three = SITE.replace(
+        "  # https://github.com/example-org/fabric-tool/issues/1",
+        "  # https://github.com/example-org/fabric-tool/issues/1\n"
+        "  # https://discuss.example.org/t/5 and https://github.com/third/repo/pull/9",
+    )
+    site.write_text(three)
+    report = measure(require_rulebook([site], defaults=False), [site])
+    assert report.rows["site_new_wording"].sources == {"example-org/fabric-tool", "discuss.example.org", "third/repo"}
+    assert "site_new_wording" not in ratchet(report, read_debt(DEBT))[0]
