@@ -210,6 +210,48 @@ class HandledFailure:
         return handled
 
 
+class LogTail:
+    """How one input's log ends, read item by item as replay collects them: the last fact that
+    counts (an ignored block's facts do not, IgnoredBlock), whether it was training progress, the
+    last weak-evidence hit and exit-time cleanup after the last progress (``log_end``), and the
+    failures the program handled before training on (HandledFailure)."""
+
+    def __init__(self) -> None:
+        self.last: Fact | None = None
+        self.weak: Fact | None = None
+        self.cleanup = False
+        self.progress = False
+        self.ignored = IgnoredBlock()
+        self.handled = HandledFailure()
+
+    def feed(self, item: Any, pos: int) -> list[int]:
+        """One collected item at ``pos``; returns the positions of facts a recovery notice covered
+        (HandledFailure), which replay leaves out."""
+        # a part of a table of peers (engine.core.peer_table) is output, not training progress
+        trained = isinstance(item, Fact) and item.kind == "progress" and item.get("table") is None
+        out: list[int] = []
+        if isinstance(item, Fact):
+            if trained:
+                out = self.handled.progress()
+                self.ignored.state = ""  # progress ends an ignored block
+            else:
+                self.handled.seen(item, pos)
+                if self.ignored.holds(item):
+                    return out  # a block the program reported as ignored is not how the log ends
+            self.last = item
+            if trained:
+                self.weak, self.cleanup = None, False
+            elif item.kind == "log" and item.get("weak"):
+                self.weak = item
+            elif item.kind == "log" and item.get("cleanup"):
+                self.cleanup = True
+        self.progress = trained
+        return out
+
+    def end(self, inp: "Input") -> Fact | None:
+        return log_end(inp, self.last, self.progress, self.weak, self.cleanup)
+
+
 @dataclass(frozen=True)
 class Input:
     """One stream to replay: a name (path), the source kind, and how to read it."""
@@ -347,12 +389,7 @@ def replay_inputs(
         if ctx.job:
             cluster.assign(ctx.job, ctx.attempt, ctx.nodes, 0.0)
         scanner, index_map = scanner_for(compiled, inp.source)
-        last: Fact | None = None
-        weak: Fact | None = None
-        tail_progress = False
-        ignored = IgnoredBlock()
-        handled = HandledFailure()
-        cleanup = False
+        tail = LogTail()
         seq = -1
         try:
             for seq, item in enumerate(
@@ -360,30 +397,12 @@ def replay_inputs(
             ):
                 # a flood is applied when its first repeat was seen, with every repeat counted by then
                 collected.append((item.at, index, seq, item))
-                # a part of a table of peers (engine.core.peer_table) is output, not training progress
-                trained = isinstance(item, Fact) and item.kind == "progress" and item.get("table") is None
-                if isinstance(item, Fact):
-                    if trained:
-                        handled_out.update(handled.progress())
-                    else:
-                        handled.seen(item, len(collected) - 1)
-                    if not trained and ignored.holds(item):
-                        continue  # a block the program reported as ignored is not how the log ends
-                    ignored.state = ""
-                    last = item
-                    if trained:
-                        weak = None
-                        cleanup = False
-                    elif item.kind == "log" and item.get("weak"):
-                        weak = item
-                    elif item.kind == "log" and item.get("cleanup"):
-                        cleanup = True
-                tail_progress = trained
+                handled_out.update(tail.feed(item, len(collected) - 1))
         except OSError as exc:
             logger.error("%s: cannot read: %s", inp.name, exc.strerror or exc)
             result.unreadable.append(inp.name)
             continue
-        end = log_end(inp, last, tail_progress, weak, cleanup)
+        end = tail.end(inp)
         if end is not None:
             collected.append((end.at, index, seq + 1, end))
         result.files += 1
