@@ -463,16 +463,7 @@ class Controller:
         if self.outage.down and not self._store_recover():
             return
         try:
-            self.files.read(self.follower, self.engine)
-            if not self.stop_event.is_set():
-                if self.spool_in is not None:
-                    self.spool_in.feed(self.engine)
-                if self.sched is not None:
-                    self.sched.poll(engine_time(self.clock), self.engine)
-                self.batch.begin()
-                self.frdumps.step(self.engine, self.batch, engine_time(self.clock))  # never waits: see live.frdumps
-                self.engine.advance(engine_time(self.clock))
-            self.batch.commit()
+            self.read_and_evaluate(dumps=True)
         except STORE_ERRORS as exc:
             self._store_failed(exc)
             return
@@ -482,6 +473,22 @@ class Controller:
         self.outage.succeeded()
         if self.actuator is not None:
             self.actuator.step()
+
+    def read_and_evaluate(self, dumps: bool) -> None:
+        """Read what changed (files, the spool, the scheduler), evaluate it and commit the batch;
+        the leader's pass and a follower's (into its scratch store) are this same step. ``dumps``:
+        also collect flight-recorder dumps (the leader only; never waits: see live.frdumps)."""
+        self.files.read(self.follower, self.engine)
+        if not self.stop_event.is_set():
+            if self.spool_in is not None:
+                self.spool_in.feed(self.engine)
+            if self.sched is not None:
+                self.sched.poll(engine_time(self.clock), self.engine)
+            self.batch.begin()
+            if dumps:
+                self.frdumps.step(self.engine, self.batch, engine_time(self.clock))
+            self.engine.advance(engine_time(self.clock))
+        self.batch.commit()
 
     def _update_gauges(self) -> None:
         self.gauges.of_controller(self, STORE_ERRORS)

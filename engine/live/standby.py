@@ -36,7 +36,6 @@ import math
 from typing import Any
 
 from engine.live.batch import STORE_ERRORS
-from engine.live.ingest import engine_time
 from engine.store import Store
 
 logger = logging.getLogger(__name__)
@@ -121,15 +120,7 @@ class Standby:
             self.enter()
         self.passes += 1
         try:
-            ctl.files.read(ctl.follower, ctl.engine)
-            if not ctl.stop_event.is_set():
-                if ctl.spool_in is not None:
-                    ctl.spool_in.feed(ctl.engine)
-                if ctl.sched is not None:
-                    ctl.sched.poll(engine_time(ctl.clock), ctl.engine)
-                ctl.batch.begin()
-                ctl.engine.advance(engine_time(ctl.clock))
-            ctl.batch.commit()
+            ctl.read_and_evaluate(dumps=False)
         except Exception as exc:  # the follower's trouble is its own: the scratch starts afresh
             ctl.batch.abort(exc)
             ctl.metrics.errors.inc()
