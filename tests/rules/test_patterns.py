@@ -639,6 +639,10 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
         {"ctld_node_down": {"node": "n3"}},
     ),
     (
+        "compute001      1     main*       down*   12   12:1:1  64267        0      1   (null) Not responding",
+        {"ctld_node_down": {"node": "compute001"}},
+    ),
+    (
         "[2026-11-29T22:00:30.552] error: slurmd error running JobId=1209813 on node(s)=n6: Kill task failed",
         {"ctld_job_failed_node": {"job": "1209813", "node": "n6"}},
     ),
