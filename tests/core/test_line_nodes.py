@@ -74,7 +74,7 @@ def test_a_line_with_its_own_host_prefix_keeps_its_node(compiled):
 def test_srun_hostlist_after_a_host_line_keeps_the_whole_allocation(compiled):
     # old main reset the allocation to the NCCL line's host {n11}: n12 was refused as "other node"
     facts, _ = _facts(compiled, BANNER + NCCL_INFO + "srun: error: Node failure on n[11-12]\n")
-    assert _by(facts, "srun_node_failure_list").get("failed_nodes") == ("n11", "n12")
+    assert _by(facts, "srun_node_failure").get("failed_nodes") == ("n11", "n12")
 
 
 def test_an_allocation_of_one_still_names_the_node_of_a_line_without_one(compiled):

@@ -340,7 +340,7 @@ def test_a_spool_file_cannot_name_other_nodes_in_a_hostlist(world, scheduler):
             now,
             "spool:n7",
         )
-        for m in ("ctld_nodes_down_not_responding", "srun_node_failure_list")
+        for m in ("ctld_node_down", "srun_node_failure")
     ]
     (spool / "n7.jsonl").write_text("".join(f.to_json() + "\n" for f in forged))
     settle(ctl)

@@ -38,7 +38,7 @@ def _facts(compiled, line: str, source: str, scheduler: bool, allocation=ALLOCAT
 
 
 def _node_failure(facts):
-    (fact,) = [f for f in facts if f.get("matcher") in ("srun_node_failure_list", "ctld_nodes_down_not_responding")]
+    (fact,) = [f for f in facts if f.get("matcher") in ("srun_node_failure", "ctld_node_down")]
     return fact
 
 

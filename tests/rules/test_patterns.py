@@ -601,7 +601,7 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
     ),
     (
         "slurmstepd: error: *** JOB 1234 ON n3 UNCORRECTABLE MEMORY ERROR AT 2026-11-29T00:00:00 ***",
-        {"slurm_uncorrectable_memory_error": {"node": "n3"}},
+        {"slurm_cancelled_node_failure": {"node": "n3"}},
     ),
     (
         "srun: error: n3: tasks 8-15: Exited with exit code 137",
@@ -612,15 +612,15 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
         {"srun_task_crashed": {"node": "gpu-12", "signal_name": "Segmentation fault"}},
     ),
     ("srun: error: nic5-w052: task 13: Out Of Memory", {"srun_task_oom": {"node": "nic5-w052"}}),
-    ("srun: error: Node failure on n[3-4]", {"srun_node_failure_list": {"failed_nodes": "n[3-4]"}}),
+    ("srun: error: Node failure on n[3-4]", {"srun_node_failure": {"failed_nodes": "n[3-4]"}}),
     ("srun: forcing job termination", {"srun_step_aborted": {}}),
     (
         "[2026-11-29T22:00:30.552] requeue JobId=12210_11(12238) due to failure of node master",
-        {"ctld_requeue_node_failure": {"job": "12210_11", "node": "master"}},
+        {"ctld_job_failed_node": {"job": "12210_11", "node": "master"}},
     ),
     (
         "[2026-11-29T22:00:30.552] Killing job_id 48 on failed node node03",
-        {"ctld_kill_job_failed_node": {"job": "48", "node": "node03"}},
+        {"ctld_job_failed_node": {"job": "48", "node": "node03"}},
     ),
     (
         "[2026-11-29T22:00:30.552] error: Removing failed node n3 from JobId=8",
@@ -628,19 +628,23 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
     ),
     (
         "[2026-11-29T22:00:30.552] node n3 not responding, setting DOWN",
-        {"ctld_node_down_not_responding": {"node": "n3"}},
+        {"ctld_node_down": {"node": "n3"}},
     ),
     (
         "[2026-11-29T22:00:30.552] error: Nodes q2-st-t2large-[1-2] not responding, setting DOWN",
-        {"ctld_nodes_down_not_responding": {"failed_nodes": "q2-st-t2large-[1-2]"}},
+        {"ctld_node_down": {"failed_nodes": "q2-st-t2large-[1-2]"}},
     ),
     (
         "[2026-11-29T22:00:30.552] validate_node_specs: Node n3 unexpectedly rebooted boot_time=1795900000 last response=1795899000",
-        {"ctld_node_unexpected_reboot": {"node": "n3"}},
+        {"ctld_node_down": {"node": "n3"}},
+    ),
+    (
+        "compute001      1     main*       down*   12   12:1:1  64267        0      1   (null) Not responding",
+        {"ctld_node_down": {"node": "compute001"}},
     ),
     (
         "[2026-11-29T22:00:30.552] error: slurmd error running JobId=1209813 on node(s)=n6: Kill task failed",
-        {"ctld_kill_task_failed": {"job": "1209813", "node": "n6"}},
+        {"ctld_job_failed_node": {"job": "1209813", "node": "n6"}},
     ),
     ("[2026-11-29T22:00:30.552] Time limit exhausted for JobId=2", {"ctld_time_limit": {"job": "2"}}),
     # progress and context
