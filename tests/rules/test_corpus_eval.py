@@ -136,9 +136,12 @@ def test_shipped_rulebook_holds_the_floor_on_the_corpus(compiled):
     # every healthy case of the train side opens nothing; the holdout is scored, never tuned, and
     # holds one known healthy case that does (g3h-healthy-012, frozen 2026-12-02: a data-loader
     # thread's CancelledError traceback printed as training ends, read as the log ending on an
-    # uncaught exception) - a rule for it must come from a train source with the same wording
+    # uncaught exception) - a rule for it must come from a train source with the same wording.
+    # 2026-12-06: 91 cases gathered from holdout sources by a helper who wrote no rule (unseen20b,
+    # added after that day's freeze) brought 3 more, scored as found: 4 in all; the figure may
+    # fall, never grow
     wrong = [r.case.id for r in report.healthy_with_incident]
     held = [i for i in wrong if "/holdout/" in next(r.case.where for r in report.results if r.case.id == i)]
     assert not set(wrong) - set(held), misses
-    assert len(held) <= 1, held
+    assert len(held) <= 4, held
     assert report.accuracy >= FLOOR, f"{report.accuracy:.1%} < {FLOOR:.0%}\n{misses}"
