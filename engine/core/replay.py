@@ -232,9 +232,10 @@ class RecoveredStall:
     is no stall notice. Without a recovery nothing is left out. Replay only."""
 
     def __init__(self) -> None:
-        self.recent: deque[tuple[str, int]] = deque(maxlen=8)  # (origin, position) of the last facts
+        self.recent: deque[tuple[str, int, str]] = deque(maxlen=8)  # (origin, position, id) of the last facts
         self.lines: dict[str, str] = {}  # the origin (line) of a stall notice -> its server
-        self.stalls: dict[str, list[int]] = {}  # server -> positions of its stall lines' facts
+        self.stalls: dict[str, list[tuple[int, str]]] = {}  # server -> (position, id) of its stall lines' facts
+        self.over: dict[str, tuple[str, list[tuple[int, str]]]] = {}  # id of an ended stall's fact -> (server, all)
 
     def seen(self, fact: Fact, pos: int) -> list[int]:
         """A non-progress fact of this input at ``pos``; returns the positions a recovery ends."""
@@ -243,15 +244,27 @@ class RecoveredStall:
         if fact.get("stall") and server:
             self.lines[fact.origin] = server
             waiting = self.stalls.setdefault(server, [])
-            waiting += [p for origin, p in self.recent if origin == fact.origin]  # its line's others
-            waiting.append(pos)
+            waiting += [(p, i) for origin, p, i in self.recent if origin == fact.origin]  # its line's others
+            waiting.append((pos, fact.id))
         elif fact.origin in self.lines:
-            self.stalls.setdefault(self.lines[fact.origin], []).append(pos)
+            self.stalls.setdefault(self.lines[fact.origin], []).append((pos, fact.id))
         elif fact.get("recovers") and server:
-            out = self.stalls.pop(server, [])
+            ended = self.stalls.pop(server, [])
+            out = [p for p, _ in ended]
+            self.over.update({i: (server, ended) for _, i in ended})
             self.lines = {origin: s for origin, s in self.lines.items() if s != server}
-        self.recent.append((fact.origin, pos))
+        self.recent.append((fact.origin, pos, fact.id))
         return out
+
+    def repeated(self, fact_id: str) -> list[int]:
+        """A repeat (a flood) of a stall fact that a recovery ended: the server stalls again, so
+        those facts stand after all (until a recovery ends them again); returns their positions."""
+        if fact_id not in self.over:
+            return []
+        server, ended = self.over[fact_id]
+        self.over = {i: v for i, v in self.over.items() if v[1] is not ended}
+        self.stalls.setdefault(server, []).extend(ended)
+        return [p for p, _ in ended]
 
 
 def _names_job(item: Any) -> bool:
@@ -276,7 +289,7 @@ class LogTail:
         self.ignored = IgnoredBlock()
         self.handled = HandledFailure()
         self.stalls = RecoveredStall()
-        self.stalls_over: list[int] = []  # positions of stall lines' facts a recovery ended
+        self.stalls_over: set[int] = set()  # positions of stall lines' facts a recovery ended
         # the traceback header counted last, and how the log stood before it (a side frame undoes it)
         self.opened: tuple[Fact, tuple[Fact | None, bool, Fact | None, bool]] | None = None
         self.header: Fact | None = None  # the last traceback header fact (its floods repeat it)
@@ -288,6 +301,8 @@ class LogTail:
         # a part of a table of peers (engine.core.peer_table) is output, not training progress
         trained = isinstance(item, Fact) and item.kind == "progress" and item.get("table") is None
         out: list[int] = []
+        if isinstance(item, Flood):
+            self.stalls_over.difference_update(self.stalls.repeated(item.fact_id))
         if isinstance(item, Flood) and self.ignored.state and self.header and item.fact_id == self.header.id:
             # a traceback header again, identical (a flood), after a side block: the main
             # program's own traceback starts, and the log may end in it
@@ -299,7 +314,7 @@ class LogTail:
                 self.ignored.state = ""  # progress ends an ignored block
             else:
                 self.handled.seen(item, pos)
-                self.stalls_over += self.stalls.seen(item, pos)
+                self.stalls_over.update(self.stalls.seen(item, pos))
                 if self._own_exit(item):
                     return [*out, pos]
                 block = item.get("log_block") if item.kind == "log" else None
