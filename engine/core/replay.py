@@ -18,6 +18,7 @@ import gc
 import logging
 import os
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
@@ -144,7 +145,9 @@ class IgnoredBlock:
     traceback it announces (a fact of a matcher with ``log_block: traceback``) and the facts of
     the first line after that traceback's header (its exception line) belong to it. Their facts
     are kept (rules may read them); they only do not become the log's last word, so a job that
-    printed them and then ended, or that trained on, did not end on them."""
+    printed them and then ended, or that trained on, did not end on them. A traceback printed with
+    no header, whose outermost frame is a side thread's own entry (a matcher with ``log_block:
+    side_frame``: a queue feeder thread's ``_feed``), is such a block as well (LogTail)."""
 
     def __init__(self) -> None:
         self.state = ""  # "" (none), "header", "traceback", "line"
@@ -159,15 +162,17 @@ class IgnoredBlock:
             return True
         if not self.state:
             return False
+        frame = block in ("traceback", "side_frame")  # the traceback's header or one of its frames
         if self.state == "header":
             self.seen += 1
-            if block == "traceback":
+            if frame:
                 self.state = "traceback"
                 return True
             if self.seen <= 2:  # a line of the header's own report (loguru's "Record was: ...")
                 return True
         elif self.state == "traceback" and block != "traceback":
-            self.state, self.origin = "line", fact.origin
+            if block != "side_frame":
+                self.state, self.origin = "line", fact.origin
             return True
         elif self.state == "line" and fact.origin == self.origin:
             return True  # another matcher's fact of the same exception line
@@ -210,11 +215,71 @@ class HandledFailure:
         return handled
 
 
+class RecoveredStall:
+    """A stall the same source later reports over is no failure. A matcher whose ``attrs`` say
+    ``stall: true`` reads a notice that operations wait on a server and go on when it answers
+    (the NFS client's "nfs: server fs1 not responding, still trying", Lustre's "... was lost; in
+    progress operations using this service will wait for recovery to complete"), its ``server``
+    group (or ``import``, a Lustre client's import of the server) naming what they wait on; one
+    whose ``attrs`` say ``recovers: true`` reads the same
+    source's notice that the server answers again ("nfs: server fs1 OK", Lustre's "Connection
+    restored to ..."), with the same group. When the recovery follows in the same input, replay
+    leaves out every fact of the stall lines of that server before it (other matchers' facts of
+    those lines too), so no rule reads a stall that ended, when no job is in sight in the replay
+    (a kernel log read on its own, where a stall alone would say storage_io_error): with a job,
+    a stall that held it up while it failed still explains the failure, recovered or not. What
+    failed meanwhile stands: a soft mount's "not responding, timed out" (the operations failed)
+    is no stall notice. Without a recovery nothing is left out. Replay only."""
+
+    def __init__(self) -> None:
+        self.recent: deque[tuple[str, int, str]] = deque(maxlen=8)  # (origin, position, id) of the last facts
+        self.lines: dict[str, str] = {}  # the origin (line) of a stall notice -> its server
+        self.stalls: dict[str, list[tuple[int, str]]] = {}  # server -> (position, id) of its stall lines' facts
+        self.over: dict[str, tuple[str, list[tuple[int, str]]]] = {}  # id of an ended stall's fact -> (server, all)
+
+    def seen(self, fact: Fact, pos: int) -> list[int]:
+        """A non-progress fact of this input at ``pos``; returns the positions a recovery ends."""
+        server = str(fact.get("server") or fact.get("import") or "")
+        out: list[int] = []
+        if fact.get("stall") and server:
+            self.lines[fact.origin] = server
+            waiting = self.stalls.setdefault(server, [])
+            waiting += [(p, i) for origin, p, i in self.recent if origin == fact.origin]  # its line's others
+            waiting.append((pos, fact.id))
+        elif fact.origin in self.lines:
+            self.stalls.setdefault(self.lines[fact.origin], []).append((pos, fact.id))
+        elif fact.get("recovers") and server:
+            ended = self.stalls.pop(server, [])
+            out = [p for p, _ in ended]
+            self.over.update({i: (server, ended) for _, i in ended})
+            self.lines = {origin: s for origin, s in self.lines.items() if s != server}
+        self.recent.append((fact.origin, pos, fact.id))
+        return out
+
+    def repeated(self, fact_id: str) -> list[int]:
+        """A repeat (a flood) of a stall fact that a recovery ended: the server stalls again, so
+        those facts stand after all (until a recovery ends them again); returns their positions."""
+        if fact_id not in self.over:
+            return []
+        server, ended = self.over[fact_id]
+        self.over = {i: v for i, v in self.over.items() if v[1] is not ended}
+        self.stalls.setdefault(server, []).extend(ended)
+        return [p for p, _ in ended]
+
+
+def _names_job(item: Any) -> bool:
+    """Whether a collected item places a job: a fact of a job, or a context line naming one."""
+    if isinstance(item, Fact):
+        return item.get("job") is not None
+    return isinstance(item, tuple) and bool(item[1])
+
+
 class LogTail:
     """How one input's log ends, read item by item as replay collects them: the last fact that
     counts (an ignored block's facts do not, IgnoredBlock), whether it was training progress, the
-    last weak-evidence hit and exit-time cleanup after the last progress (``log_end``), and the
-    failures the program handled before training on (HandledFailure)."""
+    last weak-evidence hit and exit-time cleanup after the last progress (``log_end``), the
+    failures the program handled before training on (HandledFailure) and the stalls its source
+    reported over (RecoveredStall)."""
 
     def __init__(self) -> None:
         self.last: Fact | None = None
@@ -223,21 +288,47 @@ class LogTail:
         self.progress = False
         self.ignored = IgnoredBlock()
         self.handled = HandledFailure()
+        self.stalls = RecoveredStall()
+        self.stalls_over: set[int] = set()  # positions of stall lines' facts a recovery ended
+        # the traceback header counted last, and how the log stood before it (a side frame undoes it)
+        self.opened: tuple[Fact, tuple[Fact | None, bool, Fact | None, bool]] | None = None
+        self.header: Fact | None = None  # the last traceback header fact (its floods repeat it)
+        self.own_exit = ("", 0)  # (origin, facts left) after a command's "nothing to act on" notice
 
     def feed(self, item: Any, pos: int) -> list[int]:
         """One collected item at ``pos``; returns the positions of facts a recovery notice covered
-        (HandledFailure), which replay leaves out."""
+        (HandledFailure), which replay leaves out (a recovered stall's are in ``stalls_over``)."""
         # a part of a table of peers (engine.core.peer_table) is output, not training progress
         trained = isinstance(item, Fact) and item.kind == "progress" and item.get("table") is None
         out: list[int] = []
+        if isinstance(item, Flood):
+            self.stalls_over.difference_update(self.stalls.repeated(item.fact_id))
+        if isinstance(item, Flood) and self.ignored.state and self.header and item.fact_id == self.header.id:
+            # a traceback header again, identical (a flood), after a side block: the main
+            # program's own traceback starts, and the log may end in it
+            self.ignored.state, self.last, self.progress = "", self.header, False
+            return out
         if isinstance(item, Fact):
             if trained:
                 out = self.handled.progress()
                 self.ignored.state = ""  # progress ends an ignored block
             else:
                 self.handled.seen(item, pos)
+                self.stalls_over.update(self.stalls.seen(item, pos))
+                if self._own_exit(item):
+                    return [*out, pos]
+                block = item.get("log_block") if item.kind == "log" else None
+                if block == "traceback":
+                    self.header = item
+                if block == "side_frame" and self.opened is not None and self.last is self.opened[0]:
+                    # the traceback just opened is a side thread's: the log does not end on it
+                    self.last, self.progress, self.weak, self.cleanup = self.opened[1]
+                    self.opened, self.ignored.state = None, "traceback"
+                    return out
                 if self.ignored.holds(item):
                     return out  # a block the program reported as ignored is not how the log ends
+                if block == "traceback":
+                    self.opened = (item, (self.last, self.progress, self.weak, self.cleanup))
             self.last = item
             if trained:
                 self.weak, self.cleanup = None, False
@@ -247,6 +338,24 @@ class LogTail:
                 self.cleanup = True
         self.progress = trained
         return out
+
+    def _own_exit(self, fact: Fact) -> bool:
+        """Whether ``fact`` is the launcher's report of the exit of a command that just said it had
+        nothing to act on (a matcher with ``attrs: {own_exit: true}``: killall's "no process
+        found" for processes that had already ended): that exit code is the command's, by
+        design, not the job's work failing, so replay leaves the report out. Only the launcher's
+        exit-code line within the next two facts of the notice, or another fact of that line."""
+        origin, left = self.own_exit
+        if fact.get("own_exit"):
+            self.own_exit = (fact.origin, 2)
+        elif fact.origin == origin and left < 0:
+            return True  # another matcher's fact of the exit line left out
+        elif left > 0 and fact.get("task_exit") and fact.get("exit_code") is not None:
+            self.own_exit = (fact.origin, -1)
+            return True
+        else:
+            self.own_exit = (origin, left - 1) if left > 0 else ("", 0)
+        return False
 
     def end(self, inp: "Input") -> Fact | None:
         return log_end(inp, self.last, self.progress, self.weak, self.cleanup)
@@ -367,6 +476,7 @@ def replay_inputs(
     converter = HitConverter(matchers, cluster)
     collected: list[tuple[float, int, int, Any]] = []
     handled_out: set[int] = set()  # positions of failures the program handled (HandledFailure)
+    stalls_over: set[int] = set()  # positions of stall notices their source reported over
     context_seq = [0]
 
     def on_context(at: float, job: str, att: int | None, nodes: frozenset) -> None:
@@ -402,12 +512,15 @@ def replay_inputs(
             logger.error("%s: cannot read: %s", inp.name, exc.strerror or exc)
             result.unreadable.append(inp.name)
             continue
+        stalls_over.update(tail.stalls_over)
         end = tail.end(inp)
         if end is not None:
             collected.append((end.at, index, seq + 1, end))
         result.files += 1
         result.bytes += scanner.bytes_seen
         result.long_lines += scanner.long_lines_cut
+    if stalls_over and not job and not any(_names_job(c[3]) for c in collected):
+        handled_out |= stalls_over  # RecoveredStall: no job in sight for a stall to explain
     if handled_out:
         gone = {collected[i][3].id for i in handled_out}
         collected = [

@@ -801,12 +801,14 @@ def _tests_by(kind):
 
 
 def _holds_recovery_notice(inp) -> bool:
-    """An input with a program's own recovery notice (a matcher with attrs handled: true): its
-    failure lines are handled by replay (engine/core/replay.py, HandledFailure), not by the lines."""
+    """An input with a program's own recovery notice (a matcher with attrs handled: true) or a
+    command's notice that its exit is its own (own_exit: true, killall finding nothing): its
+    failure lines are handled by replay (engine/core/replay.py, HandledFailure, LogTail), not by
+    the lines."""
     matchers = book()[1]
     source = inp.get("source", "any")
     return any(
-        (matchers[mid].get("attrs") or {}).get("handled")
+        ((matchers[mid].get("attrs") or {}).get("handled") or (matchers[mid].get("attrs") or {}).get("own_exit"))
         for line in inp["lines"].splitlines()
         for mid in hits(line, source)
     )
