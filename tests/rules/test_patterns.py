@@ -131,7 +131,7 @@ def classes_of_symptom() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     return direct, reach
 
 
-XID_MATCHERS = {"xid", "xid_nvlink5", "xid_recovery_action"}
+XID_MATCHERS = {"xid", "xid_decoded"}
 # an Xid a job's or a monitor's line reports by its code: 14-matchers-families-hw2.yaml maps the
 # code through the same lists, but only when the job's log ends on the line (or the job then
 # fails), so it is no error line of its own (the nvlink5 and recovery-action decodes are the kernel's)
@@ -284,7 +284,7 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
     # x'd out, empty or missing; the code and the other groups are read all the same
     (
         "kernel: NVRM: Xid (PCI:...): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 11 (...)",
-        {"xid_nvlink5": {"code": "145", "fatality": "Nonfatal", "pci": "..."}},
+        {"xid_decoded": {"code": "145", "fatality": "Nonfatal", "pci": "..."}},
     ),
     (
         "kernel: NVRM: Xid (PCI:...): 137, RLW_RXPIPE interrupt hit on link 11 on GPU0: PRIV Error",
@@ -298,7 +298,7 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
     ("NVRM: Xid: 79, pid=1, name=python, GPU has fallen off the bus.", {"xid": {"code": "79"}}),
     (
         "NVRM: Xid (PCI:xxxx:xx:xx): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
-        {"xid_recovery_action": {"code": "154", "recovery_action": "Node Reboot Required"}},
+        {"xid_decoded": {"code": "154", "recovery_action": "Node Reboot Required"}},
     ),
     (
         "nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 12028, Data {0x000001c0, 0x00bd5c8a, 0x00000500, 0x00000064}",
@@ -346,19 +346,19 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
     ("NVRM: Xid (PCI:0000:0a:00): 999, pid=1, name=x, something new", {"xid": {"code": "999"}}),
     (
         "NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)",
-        {"xid_nvlink5": {"code": "145", "nvlink_unit": "RLW_RXPIPE", "fatality": "Nonfatal"}},
+        {"xid_decoded": {"code": "145", "nvlink_unit": "RLW_RXPIPE", "fatality": "Nonfatal"}},
     ),
     (
         "Nov 29 17:00:05 gb-07 kernel: NVRM: Xid (PCI:0008:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
-        {"xid_nvlink5": {"code": "149", "fatality": "Fatal", "node": "gb-07"}},
+        {"xid_decoded": {"code": "149", "fatality": "Fatal", "node": "gb-07"}},
     ),
     (
         "NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)",
-        {"xid_recovery_action": {"code": "154", "recovery_action": "Drain and Reset"}},
+        {"xid_decoded": {"code": "154", "recovery_action": "Drain and Reset"}},
     ),
     (
         "NVRM: Xid (PCI:0008:01:00): 154, pid=1, name=x, GPU recovery action changed from 0x4 (Drain and Reset) to 0x1 (GPU Reset Required)",
-        {"xid_recovery_action": {"code": "154", "recovery_action": "GPU Reset Required"}},
+        {"xid_decoded": {"code": "154", "recovery_action": "GPU Reset Required"}},
     ),
     # fallen off the bus without a Xid
     ("[ 1843.308152] NVRM: fallen off the bus and is not responding to commands.", {"gpu_fallen_off_bus_text": {}}),
@@ -440,7 +440,7 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
     ),
     (
         "NET/IB: ibp198s0f0:1 async fatal event on QP: local access violation work queue error",
-        {"nccl_ib_async_event": {}},
+        {"nccl_ib_completion_error": {"ib_event": "local access violation work queue error"}},
     ),
     (
         "n4:9:10 [1] NCCL WARN NET/IB : Call to ibv_modify_qp failed with error Connection timed out",
