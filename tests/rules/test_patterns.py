@@ -442,6 +442,15 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
         "NET/IB: ibp198s0f0:1 async fatal event on QP: local access violation work queue error",
         {"nccl_ib_completion_error": {"ib_event": "local access violation work queue error"}},
     ),
+    # the OFI plugin's and the EFA provider's completion errors are of the same family (src20f)
+    (
+        "[1,13]<stdout>:nccl-tests-worker-1:35:89 [5] ofi_process_cq:1039 NCCL WARN NET/OFI Request 0x7fbb944701b8 completed with error. RC: 20. Error: unknown error. Completed length: 0, Request: { buffer_index: 255, dev: 1, size: 0, state: CREATED, direction: SEND }",
+        {"nccl_ib_completion_error": {"node": "nccl-tests-worker-1", "local_rank": "5"}},
+    ),
+    (
+        "libfabric:451707:1708520807::efa:cq:efa_rdm_txe_handle_error():737<warn> err: 5, message: Invalid address",
+        {"nccl_ib_completion_error": {}},
+    ),
     (
         "n4:9:10 [1] NCCL WARN NET/IB : Call to ibv_modify_qp failed with error Connection timed out",
         {"nccl_ib_verbs_call_failed": {"node": "n4", "verb": "modify_qp"}},
