@@ -537,9 +537,14 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
         "RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one.",
         {"torch_app_runtime_error": {}},
     ),
+    # JAX's lost coordination service is of the coordination-timeout family (src20f)
+    (
+        "F0929 17:42:48.594200 1044529 client.h:77] Terminating process because the JAX distributed service detected fatal errors. This most likely indicates that another task died; see the other task logs for more details.",
+        {"coordination_deadline_exceeded": {}},
+    ),
     (
         "RuntimeError: The total norm of order 2.0 for gradients from `parameters` is non-finite, so it cannot be clipped. To disable this error and scale the gradients by the non-finite norm anyway, set `error_if_nonfinite=False`",
-        {"nan_non_finite_norm": {}},
+        {"nan_grad_norm": {}},
     ),
     (
         "RuntimeError: Function 'LogSoftmaxBackward0' returned nan values in its 0th output.",
