@@ -329,7 +329,7 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
     ),
     (
         "Nov 29 10:00:01 n2 kernel: nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)",
-        {"kernel_gpu_aer_unrecoverable": {"node": "n2", "pci": "0000:03:00.0"}},
+        {"kernel_gpu_lost_status": {"node": "n2", "pci": "0000:03:00.0"}},
     ),
     (
         "2026-11-29T17:00:05.118950+00:00 n3 kernel: NVRM: Xid (PCI:0008:01:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU4 GSP!",
