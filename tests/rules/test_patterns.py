@@ -568,11 +568,11 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
     ),
     (
         "LustreError: 11-0: scratch-OST0003-osc-ffff8a: operation ost_write to node 10.1.0.3@o2ib failed: rc = -107",
-        {"kernel_lustre_error": {}},
+        {"kernel_netfs_error": {}},
     ),
     (
         "Nov 29 01:00:00 n4 kernel: LustreError: 167-0: scratch-MDT0000-mdc-ffff8a: This client was evicted by scratch-MDT0000; in progress operations using this service will fail.",
-        {"kernel_lustre_error": {"node": "n4"}},
+        {"kernel_netfs_error": {"node": "n4"}},
     ),
     (
         "Nov 29 01:00:00 n4 kernel: blk_update_request: I/O error, dev nvme0n1, sector 123456 op 0x1:(WRITE) flags 0x800 phys_seg 1 prio class 0",
