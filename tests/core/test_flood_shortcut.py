@@ -170,7 +170,7 @@ def test_kernel_log_floods_keep_nodes_and_codes_apart(compiled, monkeypatch):
         return {tuple(f.get(n) for n in names) for f in facts if f["matcher"] == matcher}
 
     # outside a job log the node is part of the shape, and so are the server, the SXid and the status
-    assert distinct("kernel_nfs_not_responding", "node", "server") == {
+    assert distinct("kernel_netfs_error", "node", "server") == {
         (f"gpu{n:03d}", f"10.0.0.{s}") for n in range(3) for s in (1, 2)
     }
     assert distinct("nvswitch_sxid", "node", "sxid") == {(f"gpu{n:03d}", x) for n in range(3) for x in (12028, 20034)}

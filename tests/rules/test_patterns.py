@@ -131,7 +131,7 @@ def classes_of_symptom() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     return direct, reach
 
 
-XID_MATCHERS = {"xid", "xid_nvlink5", "xid_recovery_action"}
+XID_MATCHERS = {"xid", "xid_decoded"}
 # an Xid a job's or a monitor's line reports by its code: 14-matchers-families-hw2.yaml maps the
 # code through the same lists, but only when the job's log ends on the line (or the job then
 # fails), so it is no error line of its own (the nvlink5 and recovery-action decodes are the kernel's)
@@ -284,7 +284,7 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
     # x'd out, empty or missing; the code and the other groups are read all the same
     (
         "kernel: NVRM: Xid (PCI:...): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 11 (...)",
-        {"xid_nvlink5": {"code": "145", "fatality": "Nonfatal", "pci": "..."}},
+        {"xid_decoded": {"code": "145", "fatality": "Nonfatal", "pci": "..."}},
     ),
     (
         "kernel: NVRM: Xid (PCI:...): 137, RLW_RXPIPE interrupt hit on link 11 on GPU0: PRIV Error",
@@ -298,7 +298,7 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
     ("NVRM: Xid: 79, pid=1, name=python, GPU has fallen off the bus.", {"xid": {"code": "79"}}),
     (
         "NVRM: Xid (PCI:xxxx:xx:xx): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
-        {"xid_recovery_action": {"code": "154", "recovery_action": "Node Reboot Required"}},
+        {"xid_decoded": {"code": "154", "recovery_action": "Node Reboot Required"}},
     ),
     (
         "nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 12028, Data {0x000001c0, 0x00bd5c8a, 0x00000500, 0x00000064}",
@@ -329,7 +329,7 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
     ),
     (
         "Nov 29 10:00:01 n2 kernel: nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)",
-        {"kernel_gpu_aer_unrecoverable": {"node": "n2", "pci": "0000:03:00.0"}},
+        {"kernel_gpu_lost_status": {"node": "n2", "pci": "0000:03:00.0"}},
     ),
     (
         "2026-11-29T17:00:05.118950+00:00 n3 kernel: NVRM: Xid (PCI:0008:01:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU4 GSP!",
@@ -346,19 +346,19 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
     ("NVRM: Xid (PCI:0000:0a:00): 999, pid=1, name=x, something new", {"xid": {"code": "999"}}),
     (
         "NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)",
-        {"xid_nvlink5": {"code": "145", "nvlink_unit": "RLW_RXPIPE", "fatality": "Nonfatal"}},
+        {"xid_decoded": {"code": "145", "nvlink_unit": "RLW_RXPIPE", "fatality": "Nonfatal"}},
     ),
     (
         "Nov 29 17:00:05 gb-07 kernel: NVRM: Xid (PCI:0008:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
-        {"xid_nvlink5": {"code": "149", "fatality": "Fatal", "node": "gb-07"}},
+        {"xid_decoded": {"code": "149", "fatality": "Fatal", "node": "gb-07"}},
     ),
     (
         "NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)",
-        {"xid_recovery_action": {"code": "154", "recovery_action": "Drain and Reset"}},
+        {"xid_decoded": {"code": "154", "recovery_action": "Drain and Reset"}},
     ),
     (
         "NVRM: Xid (PCI:0008:01:00): 154, pid=1, name=x, GPU recovery action changed from 0x4 (Drain and Reset) to 0x1 (GPU Reset Required)",
-        {"xid_recovery_action": {"code": "154", "recovery_action": "GPU Reset Required"}},
+        {"xid_decoded": {"code": "154", "recovery_action": "GPU Reset Required"}},
     ),
     # fallen off the bus without a Xid
     ("[ 1843.308152] NVRM: fallen off the bus and is not responding to commands.", {"gpu_fallen_off_bus_text": {}}),
@@ -440,7 +440,16 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
     ),
     (
         "NET/IB: ibp198s0f0:1 async fatal event on QP: local access violation work queue error",
-        {"nccl_ib_async_event": {}},
+        {"nccl_ib_completion_error": {"ib_event": "local access violation work queue error"}},
+    ),
+    # the OFI plugin's and the EFA provider's completion errors are of the same family (src20f)
+    (
+        "[1,13]<stdout>:nccl-tests-worker-1:35:89 [5] ofi_process_cq:1039 NCCL WARN NET/OFI Request 0x7fbb944701b8 completed with error. RC: 20. Error: unknown error. Completed length: 0, Request: { buffer_index: 255, dev: 1, size: 0, state: CREATED, direction: SEND }",
+        {"nccl_ib_completion_error": {"node": "nccl-tests-worker-1", "local_rank": "5"}},
+    ),
+    (
+        "libfabric:451707:1708520807::efa:cq:efa_rdm_txe_handle_error():737<warn> err: 5, message: Invalid address",
+        {"nccl_ib_completion_error": {}},
     ),
     (
         "n4:9:10 [1] NCCL WARN NET/IB : Call to ibv_modify_qp failed with error Connection timed out",
@@ -528,9 +537,14 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
         "RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one.",
         {"torch_app_runtime_error": {}},
     ),
+    # JAX's lost coordination service is of the coordination-timeout family (src20f)
+    (
+        "F0929 17:42:48.594200 1044529 client.h:77] Terminating process because the JAX distributed service detected fatal errors. This most likely indicates that another task died; see the other task logs for more details.",
+        {"coordination_deadline_exceeded": {}},
+    ),
     (
         "RuntimeError: The total norm of order 2.0 for gradients from `parameters` is non-finite, so it cannot be clipped. To disable this error and scale the gradients by the non-finite norm anyway, set `error_if_nonfinite=False`",
-        {"nan_non_finite_norm": {}},
+        {"nan_grad_norm": {}},
     ),
     (
         "RuntimeError: Function 'LogSoftmaxBackward0' returned nan values in its 0th output.",
@@ -554,11 +568,11 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
     ),
     (
         "LustreError: 11-0: scratch-OST0003-osc-ffff8a: operation ost_write to node 10.1.0.3@o2ib failed: rc = -107",
-        {"kernel_lustre_error": {}},
+        {"kernel_netfs_error": {}},
     ),
     (
         "Nov 29 01:00:00 n4 kernel: LustreError: 167-0: scratch-MDT0000-mdc-ffff8a: This client was evicted by scratch-MDT0000; in progress operations using this service will fail.",
-        {"kernel_lustre_error": {"node": "n4"}},
+        {"kernel_netfs_error": {"node": "n4"}},
     ),
     (
         "Nov 29 01:00:00 n4 kernel: blk_update_request: I/O error, dev nvme0n1, sector 123456 op 0x1:(WRITE) flags 0x800 phys_seg 1 prio class 0",
