@@ -23,7 +23,10 @@ CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 #: 93.1% (962/1033) -> 93.9% (970/1033), the frozen holdout 208/235 before and after.
 #: 2026-12-06: stragglers read from tables of peers (engine/core/peer_table.py), from train misses
 #: only: 93.9% (970/1033) -> 94.2% (973/1033)
-FLOOR = 0.94
+#: 2026-12-06 (later): 1,781 cases, 91 of them gathered from holdout sources by a helper who wrote
+#: no rule (79 % right); this session's train-side rounds brought the whole corpus to 95.0 %
+#: (1692/1781), issue 20's floor
+FLOOR = 0.95
 
 
 @pytest.fixture(scope="module")
@@ -133,15 +136,15 @@ def test_shipped_rulebook_holds_the_floor_on_the_corpus(compiled):
     cases, _ = load_cases([str(CORPUS)])
     report = evaluate(compiled, cases)
     misses = "\n".join(f"{r.case.id}: {r.case.label} -> {r.got} {r.error}" for r in report.misses)
-    # every healthy case of the train side opens nothing; the holdout is scored, never tuned, and
-    # holds one known healthy case that does (g3h-healthy-012, frozen 2026-12-02: a data-loader
-    # thread's CancelledError traceback printed as training ends, read as the log ending on an
-    # uncaught exception) - a rule for it must come from a train source with the same wording.
+    # every healthy case of the train side opens nothing; the holdout is scored, never tuned. The
+    # frozen holdout's known case (g3h-healthy-012, frozen 2026-12-02: a data-loader thread's
+    # CancelledError traceback printed as training ends) no longer opens one since the side-thread
+    # blocks of rules/14-matchers-families-benign2.yaml, written from train sources (benign20p).
     # 2026-12-06: 91 cases gathered from holdout sources by a helper who wrote no rule (unseen20b,
-    # added after that day's freeze) brought 3 more, scored as found: 4 in all; the figure may
+    # added after that day's freeze) hold 3 healthy ones that do, scored as found; the figure may
     # fall, never grow
     wrong = [r.case.id for r in report.healthy_with_incident]
     held = [i for i in wrong if "/holdout/" in next(r.case.where for r in report.results if r.case.id == i)]
     assert not set(wrong) - set(held), misses
-    assert len(held) <= 4, held
+    assert len(held) <= 3, held
     assert report.accuracy >= FLOOR, f"{report.accuracy:.1%} < {FLOOR:.0%}\n{misses}"
