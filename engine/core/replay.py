@@ -293,6 +293,7 @@ class LogTail:
         # the traceback header counted last, and how the log stood before it (a side frame undoes it)
         self.opened: tuple[Fact, tuple[Fact | None, bool, Fact | None, bool]] | None = None
         self.header: Fact | None = None  # the last traceback header fact (its floods repeat it)
+        self.side_frames: set[str] = set()  # ids of side frame facts (their floods repeat them)
         self.own_exit = ("", 0)  # (origin, facts left) after a command's "nothing to act on" notice
 
     def feed(self, item: Any, pos: int) -> list[int]:
@@ -303,9 +304,13 @@ class LogTail:
         out: list[int] = []
         if isinstance(item, Flood):
             self.stalls_over.difference_update(self.stalls.repeated(item.fact_id))
+        if isinstance(item, Flood) and item.fact_id in self.side_frames and self._side_opened():
+            return out  # a side frame again (a flood): the header just repeated opened a side block
         if isinstance(item, Flood) and self.ignored.state and self.header and item.fact_id == self.header.id:
             # a traceback header again, identical (a flood), after a side block: the main
-            # program's own traceback starts, and the log may end in it
+            # program's own traceback starts, and the log may end in it (unless a side frame
+            # follows: another side thread's traceback, such as a second queue feeder's)
+            self.opened = (self.header, (self.last, self.progress, self.weak, self.cleanup))
             self.ignored.state, self.last, self.progress = "", self.header, False
             return out
         if isinstance(item, Fact):
@@ -320,11 +325,10 @@ class LogTail:
                 block = item.get("log_block") if item.kind == "log" else None
                 if block == "traceback":
                     self.header = item
-                if block == "side_frame" and self.opened is not None and self.last is self.opened[0]:
-                    # the traceback just opened is a side thread's: the log does not end on it
-                    self.last, self.progress, self.weak, self.cleanup = self.opened[1]
-                    self.opened, self.ignored.state = None, "traceback"
-                    return out
+                if block == "side_frame":
+                    self.side_frames.add(item.id)
+                    if self._side_opened():
+                        return out
                 if self.ignored.holds(item):
                     return out  # a block the program reported as ignored is not how the log ends
                 if block == "traceback":
@@ -338,6 +342,15 @@ class LogTail:
                 self.cleanup = True
         self.progress = trained
         return out
+
+    def _side_opened(self) -> bool:
+        """After a side thread's entry frame: whether the traceback header just counted opened it,
+        then taken back out of how the log ends (the log does not end on a side block)."""
+        if self.opened is None or self.last is not self.opened[0]:
+            return False
+        self.last, self.progress, self.weak, self.cleanup = self.opened[1]
+        self.opened, self.ignored.state = None, "traceback"
+        return True
 
     def _own_exit(self, fact: Fact) -> bool:
         """Whether ``fact`` is the launcher's report of the exit of a command that just said it had
