@@ -223,7 +223,9 @@ class RecoveredStall:
     group (or ``import``, a Lustre client's import of the server) naming what they wait on; one
     whose ``attrs`` say ``recovers: true`` reads the same
     source's notice that the server answers again ("nfs: server fs1 OK", Lustre's "Connection
-    restored to ..."), with the same group. When the recovery follows in the same input, replay
+    restored to ..."), with the same group. A stall and a recovery are the same server's only on
+    the same node (the fact's ``node``: a syslog file of several nodes has each node's client
+    speak for its own mount). When the recovery follows in the same input, replay
     leaves out every fact of the stall lines of that server before it (other matchers' facts of
     those lines too), so no rule reads a stall that ended, when no job is in sight in the replay
     (a kernel log read on its own, where a stall alone would say storage_io_error): with a job,
@@ -233,22 +235,28 @@ class RecoveredStall:
 
     def __init__(self) -> None:
         self.recent: deque[tuple[str, int, str]] = deque(maxlen=8)  # (origin, position, id) of the last facts
-        self.lines: dict[str, str] = {}  # the origin (line) of a stall notice -> its server
-        self.stalls: dict[str, list[tuple[int, str]]] = {}  # server -> (position, id) of its stall lines' facts
-        self.over: dict[str, tuple[str, list[tuple[int, str]]]] = {}  # id of an ended stall's fact -> (server, all)
+        # a server is (node, server): in a log of several nodes each node's client speaks for itself
+        self.lines: dict[str, tuple[str, str]] = {}  # the origin (line) of a stall notice -> its server
+        self.stalls: dict[
+            tuple[str, str], list[tuple[int, str]]
+        ] = {}  # server -> (position, id) of its stall lines' facts
+        self.over: dict[
+            str, tuple[tuple[str, str], list[tuple[int, str]]]
+        ] = {}  # id of an ended stall's fact -> (server, all)
 
     def seen(self, fact: Fact, pos: int) -> list[int]:
         """A non-progress fact of this input at ``pos``; returns the positions a recovery ends."""
-        server = str(fact.get("server") or fact.get("import") or "")
+        name = str(fact.get("server") or fact.get("import") or "")
+        server = (str(fact.get("node") or ""), name)
         out: list[int] = []
-        if fact.get("stall") and server:
+        if fact.get("stall") and name:
             self.lines[fact.origin] = server
             waiting = self.stalls.setdefault(server, [])
             waiting += [(p, i) for origin, p, i in self.recent if origin == fact.origin]  # its line's others
             waiting.append((pos, fact.id))
         elif fact.origin in self.lines:
             self.stalls.setdefault(self.lines[fact.origin], []).append((pos, fact.id))
-        elif fact.get("recovers") and server:
+        elif fact.get("recovers") and name:
             ended = self.stalls.pop(server, [])
             out = [p for p, _ in ended]
             self.over.update({i: (server, ended) for _, i in ended})
