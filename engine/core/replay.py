@@ -365,13 +365,14 @@ class LogTail:
         nothing to act on (a matcher with ``attrs: {own_exit: true}``: killall's "no process
         found" for processes that had already ended): that exit code is the command's, by
         design, not the job's work failing, so replay leaves the report out. Only the launcher's
-        exit-code line within the next two facts of the notice, or another fact of that line."""
+        exit-code line reporting killall's exit status (1) within the next two facts of the notice,
+        or another fact of that line: any other exit code is not the kill's."""
         origin, left = self.own_exit
         if fact.get("own_exit"):
             self.own_exit = (fact.origin, 2)
         elif fact.origin == origin and left < 0:
             return True  # another matcher's fact of the exit line left out
-        elif left > 0 and fact.get("task_exit") and fact.get("exit_code") is not None:
+        elif left > 0 and fact.get("task_exit") and str(fact.get("exit_code")) == "1":  # killall's own
             self.own_exit = (fact.origin, -1)
             return True
         else:
