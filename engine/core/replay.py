@@ -223,7 +223,9 @@ class RecoveredStall:
     group (or ``import``, a Lustre client's import of the server) naming what they wait on; one
     whose ``attrs`` say ``recovers: true`` reads the same
     source's notice that the server answers again ("nfs: server fs1 OK", Lustre's "Connection
-    restored to ..."), with the same group. When the recovery follows in the same input, replay
+    restored to ..."), with the same group. A stall and a recovery are the same server's only on
+    the same node (the fact's ``node``: a syslog file of several nodes has each node's client
+    speak for its own mount). When the recovery follows in the same input, replay
     leaves out every fact of the stall lines of that server before it (other matchers' facts of
     those lines too), so no rule reads a stall that ended, when no job is in sight in the replay
     (a kernel log read on its own, where a stall alone would say storage_io_error): with a job,
@@ -233,22 +235,28 @@ class RecoveredStall:
 
     def __init__(self) -> None:
         self.recent: deque[tuple[str, int, str]] = deque(maxlen=8)  # (origin, position, id) of the last facts
-        self.lines: dict[str, str] = {}  # the origin (line) of a stall notice -> its server
-        self.stalls: dict[str, list[tuple[int, str]]] = {}  # server -> (position, id) of its stall lines' facts
-        self.over: dict[str, tuple[str, list[tuple[int, str]]]] = {}  # id of an ended stall's fact -> (server, all)
+        # a server is (node, server): in a log of several nodes each node's client speaks for itself
+        self.lines: dict[str, tuple[str, str]] = {}  # the origin (line) of a stall notice -> its server
+        self.stalls: dict[
+            tuple[str, str], list[tuple[int, str]]
+        ] = {}  # server -> (position, id) of its stall lines' facts
+        self.over: dict[
+            str, tuple[tuple[str, str], list[tuple[int, str]]]
+        ] = {}  # id of an ended stall's fact -> (server, all)
 
     def seen(self, fact: Fact, pos: int) -> list[int]:
         """A non-progress fact of this input at ``pos``; returns the positions a recovery ends."""
-        server = str(fact.get("server") or fact.get("import") or "")
+        name = str(fact.get("server") or fact.get("import") or "")
+        server = (str(fact.get("node") or ""), name)
         out: list[int] = []
-        if fact.get("stall") and server:
+        if fact.get("stall") and name:
             self.lines[fact.origin] = server
             waiting = self.stalls.setdefault(server, [])
             waiting += [(p, i) for origin, p, i in self.recent if origin == fact.origin]  # its line's others
             waiting.append((pos, fact.id))
         elif fact.origin in self.lines:
             self.stalls.setdefault(self.lines[fact.origin], []).append((pos, fact.id))
-        elif fact.get("recovers") and server:
+        elif fact.get("recovers") and name:
             ended = self.stalls.pop(server, [])
             out = [p for p, _ in ended]
             self.over.update({i: (server, ended) for _, i in ended})
@@ -293,6 +301,7 @@ class LogTail:
         # the traceback header counted last, and how the log stood before it (a side frame undoes it)
         self.opened: tuple[Fact, tuple[Fact | None, bool, Fact | None, bool]] | None = None
         self.header: Fact | None = None  # the last traceback header fact (its floods repeat it)
+        self.side_frames: set[str] = set()  # ids of side frame facts (their floods repeat them)
         self.own_exit = ("", 0)  # (origin, facts left) after a command's "nothing to act on" notice
 
     def feed(self, item: Any, pos: int) -> list[int]:
@@ -303,9 +312,13 @@ class LogTail:
         out: list[int] = []
         if isinstance(item, Flood):
             self.stalls_over.difference_update(self.stalls.repeated(item.fact_id))
+        if isinstance(item, Flood) and item.fact_id in self.side_frames and self._side_opened():
+            return out  # a side frame again (a flood): the header just repeated opened a side block
         if isinstance(item, Flood) and self.ignored.state and self.header and item.fact_id == self.header.id:
             # a traceback header again, identical (a flood), after a side block: the main
-            # program's own traceback starts, and the log may end in it
+            # program's own traceback starts, and the log may end in it (unless a side frame
+            # follows: another side thread's traceback, such as a second queue feeder's)
+            self.opened = (self.header, (self.last, self.progress, self.weak, self.cleanup))
             self.ignored.state, self.last, self.progress = "", self.header, False
             return out
         if isinstance(item, Fact):
@@ -320,11 +333,10 @@ class LogTail:
                 block = item.get("log_block") if item.kind == "log" else None
                 if block == "traceback":
                     self.header = item
-                if block == "side_frame" and self.opened is not None and self.last is self.opened[0]:
-                    # the traceback just opened is a side thread's: the log does not end on it
-                    self.last, self.progress, self.weak, self.cleanup = self.opened[1]
-                    self.opened, self.ignored.state = None, "traceback"
-                    return out
+                if block == "side_frame":
+                    self.side_frames.add(item.id)
+                    if self._side_opened():
+                        return out
                 if self.ignored.holds(item):
                     return out  # a block the program reported as ignored is not how the log ends
                 if block == "traceback":
@@ -339,18 +351,28 @@ class LogTail:
         self.progress = trained
         return out
 
+    def _side_opened(self) -> bool:
+        """After a side thread's entry frame: whether the traceback header just counted opened it,
+        then taken back out of how the log ends (the log does not end on a side block)."""
+        if self.opened is None or self.last is not self.opened[0]:
+            return False
+        self.last, self.progress, self.weak, self.cleanup = self.opened[1]
+        self.opened, self.ignored.state = None, "traceback"
+        return True
+
     def _own_exit(self, fact: Fact) -> bool:
         """Whether ``fact`` is the launcher's report of the exit of a command that just said it had
         nothing to act on (a matcher with ``attrs: {own_exit: true}``: killall's "no process
         found" for processes that had already ended): that exit code is the command's, by
         design, not the job's work failing, so replay leaves the report out. Only the launcher's
-        exit-code line within the next two facts of the notice, or another fact of that line."""
+        exit-code line reporting killall's exit status (1) within the next two facts of the notice,
+        or another fact of that line: any other exit code is not the kill's."""
         origin, left = self.own_exit
         if fact.get("own_exit"):
             self.own_exit = (fact.origin, 2)
         elif fact.origin == origin and left < 0:
             return True  # another matcher's fact of the exit line left out
-        elif left > 0 and fact.get("task_exit") and fact.get("exit_code") is not None:
+        elif left > 0 and fact.get("task_exit") and str(fact.get("exit_code")) == "1":  # killall's own
             self.own_exit = (fact.origin, -1)
             return True
         else:

@@ -654,7 +654,7 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
     ),
     (
         "compute001      1     main*       down*   12   12:1:1  64267        0      1   (null) Not responding",
-        {"ctld_node_down": {"node": "compute001"}},
+        {"ctld_node_down": {"failed_nodes": "compute001"}},  # a list of one: the converter's node
     ),
     (
         "[2026-11-29T22:00:30.552] error: slurmd error running JobId=1209813 on node(s)=n6: Kill task failed",
