@@ -265,7 +265,8 @@ def _echo_sides(sides: dict, manifest, mpath: str | None, verbose: bool) -> None
     else:
         typer.echo("split by source: no holdout manifest (holdout.manifest.json beside the corpus, or --manifest)")
     for side, st in sides.items():
-        fig = "-" if st["accuracy"] is None else f"{st['accuracy']:.1%}"
+        # from the counts, not the JSON's 4-digit accuracy: rounding twice would print 89.5% for 373/417
+        fig = "-" if not st["cases"] else f"{st['right'] / st['cases']:.1%}"
         typer.echo(
             f"  {_SIDE_NAMES[side] + ':':<24} {fig:>6} ({st['right']}/{st['cases']}) from {st['sources']} "
             f"source(s); healthy cases that opened any incident: {len(st['healthy_opened'])} of {st['healthy']}"

@@ -465,3 +465,21 @@ def test_freeze_moves_misplaced_cases_and_refreezes(tmp_path):
     assert m is not None and m.frozen == "2026-12-02" and set(m.cases) == {"t-3", "t-4", "t-5", "t-8"}
     assert "t-8" in (corpus / "holdout" / "a.jsonl").read_text() and "t-8" not in (corpus / "a.jsonl").read_text()
     assert _run("check", "--corpus", str(corpus)).returncode == 0
+
+
+def test_a_sides_figure_is_rounded_once(capsys):
+    # 373/417 is 89.448 %: the JSON keeps 0.8945, and formatting that again printed 89.5 %
+    from engine.cli.rules import _echo_sides
+
+    side = {
+        "accuracy": round(373 / 417, 4),
+        "right": 373,
+        "cases": 417,
+        "sources": 1,
+        "healthy_opened": [],
+        "healthy": 0,
+    }
+    side |= {"wrongful_isolations": [], "node_faults_not_isolated": [], "not_isolated_right_class": []}
+    _echo_sides({"holdout": side}, None, None, False)
+    out = capsys.readouterr().out
+    assert "89.4% (373/417)" in out, out
