@@ -126,7 +126,10 @@ class Decider:
                     self.store.save_progress(job_id, attempt or 0, p.get("step"), p.get("checkpoint"), p.get("last_at"))
             ctx = self.guard_context(incident, job_id, attempt, at, nodes)
             weak = next((str(f.get("keyword") or "") for f in faults if f.id == fault_id and f.get("weak")), None)
-            decision = decide(self.compiled, fault_class, nodes, reason, ctx, rule, weak=weak)
+            only = next(
+                (str(f.get("recommend_only")) for f in faults if f.id == fault_id and f.get("recommend_only")), None
+            )
+            decision = decide(self.compiled, fault_class, nodes, reason, ctx, rule, weak=weak, recommend=only)
             found = list(suspects) if fault_class in self.compiled.policy.suspects.classes else []
             drain_for_diagnosis: tuple[str, ...] = ()
             if found:
@@ -232,7 +235,12 @@ class Decider:
         )
 
     def wants_at_once(self, fault: Fact) -> bool:
-        return fault.get("fault_class") in self.at_once and bool(fault.get("nodes")) and not fault.get("weak")
+        return (
+            fault.get("fault_class") in self.at_once
+            and bool(fault.get("nodes"))
+            and not fault.get("weak")
+            and not fault.get("recommend_only")
+        )
 
     def isolate_now(
         self,

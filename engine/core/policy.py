@@ -119,9 +119,12 @@ def decide(
     rule: str | None = None,
     *,
     weak: str | None = None,
+    recommend: str | None = None,
 ) -> Decision:
     """``weak``: the keyword, when the fault was reached only through weak evidence (a class's
-    keyword, rules/25-weak-evidence.yaml): a node-scoped class is then recommended, never acted on."""
+    keyword, rules/25-weak-evidence.yaml): a node-scoped class is then recommended, never acted on.
+    ``recommend``: why the fault's own rule says its evidence may only recommend (its
+    ``recommend_only``: a job's text about a node, rules/14-matchers-families-kinds4.yaml)."""
     ctx = ctx or GuardContext()
     policy = compiled.policy
     decision = policy.decisions.get(fault_class, "restart")
@@ -278,6 +281,8 @@ def decide(
         why = (
             f"weak evidence only (keyword {weak!r}) for {fault_class}, a node-scoped class: recommended, never acted on"
         )
+    elif recommend and autonomy == "act":
+        autonomy, why = "recommend", f"{recommend}: recommended, never acted on"
     scoped = False
     problem = ctx.scope.directives.problem if ctx.scope is not None else None
     if problem is not None and (decision != "observe" or plan):

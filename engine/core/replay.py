@@ -282,6 +282,33 @@ def _names_job(item: Any) -> bool:
     return isinstance(item, tuple) and bool(item[1])
 
 
+@dataclass
+class OwnExit:
+    """After a command's notice that it had nothing to act on (``attrs: {own_exit: true}``:
+    killall's "no process found"), the launcher's report of its exit is the command's, not the
+    job's work failing: replay leaves out the exit-code line of status 1 (killall's) within the
+    next two facts of the notice, and that line's other facts; any other exit code stands."""
+
+    origin: str = ""  # the notice's origin while waiting; the exit line's once it is left out
+    left: int = 0  # facts left in which the exit line may still come
+    taken: bool = False  # the exit line was left out: its other matchers' facts are left out too
+
+    def left_out(self, fact: Fact) -> bool:
+        """Whether replay leaves ``fact`` out of how the log ends."""
+        if fact.get("own_exit"):
+            self.origin, self.left, self.taken = fact.origin, 2, False
+        elif self.taken and fact.origin == self.origin:
+            return True
+        elif self.left > 0 and fact.get("task_exit") and str(fact.get("exit_code")) == "1":  # killall's own
+            self.origin, self.left, self.taken = fact.origin, 0, True
+            return True
+        elif self.left > 0:
+            self.left -= 1
+        else:
+            self.origin, self.left, self.taken = "", 0, False
+        return False
+
+
 class LogTail:
     """How one input's log ends, read item by item as replay collects them: the last fact that
     counts (an ignored block's facts do not, IgnoredBlock), whether it was training progress, the
@@ -302,7 +329,7 @@ class LogTail:
         self.opened: tuple[Fact, tuple[Fact | None, bool, Fact | None, bool]] | None = None
         self.header: Fact | None = None  # the last traceback header fact (its floods repeat it)
         self.side_frames: set[str] = set()  # ids of side frame facts (their floods repeat them)
-        self.own_exit = ("", 0)  # (origin, facts left) after a command's "nothing to act on" notice
+        self.own_exit = OwnExit()
 
     def feed(self, item: Any, pos: int) -> list[int]:
         """One collected item at ``pos``; returns the positions of facts a recovery notice covered
@@ -328,7 +355,7 @@ class LogTail:
             else:
                 self.handled.seen(item, pos)
                 self.stalls_over.update(self.stalls.seen(item, pos))
-                if self._own_exit(item):
+                if self.own_exit.left_out(item):
                     return [*out, pos]
                 block = item.get("log_block") if item.kind == "log" else None
                 if block == "traceback":
@@ -359,25 +386,6 @@ class LogTail:
         self.last, self.progress, self.weak, self.cleanup = self.opened[1]
         self.opened, self.ignored.state = None, "traceback"
         return True
-
-    def _own_exit(self, fact: Fact) -> bool:
-        """Whether ``fact`` is the launcher's report of the exit of a command that just said it had
-        nothing to act on (a matcher with ``attrs: {own_exit: true}``: killall's "no process
-        found" for processes that had already ended): that exit code is the command's, by
-        design, not the job's work failing, so replay leaves the report out. Only the launcher's
-        exit-code line reporting killall's exit status (1) within the next two facts of the notice,
-        or another fact of that line: any other exit code is not the kill's."""
-        origin, left = self.own_exit
-        if fact.get("own_exit"):
-            self.own_exit = (fact.origin, 2)
-        elif fact.origin == origin and left < 0:
-            return True  # another matcher's fact of the exit line left out
-        elif left > 0 and fact.get("task_exit") and str(fact.get("exit_code")) == "1":  # killall's own
-            self.own_exit = (fact.origin, -1)
-            return True
-        else:
-            self.own_exit = (origin, left - 1) if left > 0 else ("", 0)
-        return False
 
     def end(self, inp: "Input") -> Fact | None:
         return log_end(inp, self.last, self.progress, self.weak, self.cleanup)

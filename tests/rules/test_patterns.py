@@ -451,6 +451,27 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
         "libfabric:451707:1708520807::efa:cq:efa_rdm_txe_handle_error():737<warn> err: 5, message: Invalid address",
         {"nccl_ib_completion_error": {}},
     ),
+    # review20: NCCL's WARN prefix is "host:pid:tid [dev] <filefunc>:<line> NCCL WARN " (and
+    # "... <file>:<line> (<func>) NCCL WARN " in NCCL 2.2x); the OFI plugin's filefunc is its
+    # __PRETTY_FUNCTION__, which in its C++ builds holds spaces, parentheses and '*'. Lines
+    # written from those format strings: host and rank come from that prefix, whatever the
+    # filefunc, and never from text after NCCL WARN.
+    (
+        "p4d-st-1:4011:4090 [6] int nccl_net_ofi_rdma_process_cq(nccl_net_ofi_rdma_ep_t*, size_t):1039 NCCL WARN NET/OFI Request 0x7fbb944701b8 completed with error. RC: 20. Error: 4126 (Unresponsive receiver). Completed length: 0",
+        {"nccl_ib_completion_error": {"node": "p4d-st-1", "local_rank": "6"}},
+    ),
+    (
+        "n3:2201:2290 [1] transport/net_ib.cc:1573 (ncclIbTest) NCCL WARN NET/IB : Got completion from peer 10.0.0.4<56789> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=0 len=0 vendor err 129 (Recv)",
+        {"nccl_ib_completion_error": {"node": "n3", "local_rank": "1", "ib_wc_status": "12"}},
+    ),
+    (
+        "[1,3]<stderr>:n5:77:91 [2] net_ib.cc:92 (ncclIbAsyncThreadMain) NCCL WARN NET/IB : mlx5_0:1 Got async event : port error",
+        {"nccl_ib_completion_error": {"node": "n5", "local_rank": "2", "ib_event": "port error"}},
+    ),
+    (
+        "n1:10:11 [0] enqueue.cc:88 NCCL WARN Cuda failure 'x' n9:3:4 [5] f.cc:1 NCCL WARN NET/OFI Request 0x1 completed with error. RC: 5",
+        {"nccl_ib_completion_error": {"node": "n9", "local_rank": "5"}},
+    ),
     (
         "n4:9:10 [1] NCCL WARN NET/IB : Call to ibv_modify_qp failed with error Connection timed out",
         {"nccl_ib_verbs_call_failed": {"node": "n4", "verb": "modify_qp"}},
@@ -615,7 +636,7 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
     ),
     (
         "slurmstepd: error: *** JOB 1234 ON n3 UNCORRECTABLE MEMORY ERROR AT 2026-11-29T00:00:00 ***",
-        {"slurm_cancelled_node_failure": {"node": "n3"}},
+        {"slurm_step_uncorrectable_memory": {"node": "n3"}},
     ),
     (
         "srun: error: n3: tasks 8-15: Exited with exit code 137",
