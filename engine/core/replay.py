@@ -28,6 +28,7 @@ from engine.core.converter import HitConverter
 from engine.core.floods import Flood
 from engine.core.linefacts import StreamFacts
 from engine.core.linetime import LineClock, log_zone
+from engine.core.logend import log_end, takes_ending
 from engine.core.scanner import Scanner, scanner_for
 from engine.rulebook.compile import CompiledRulebook
 
@@ -108,33 +109,6 @@ def scan_chunks(
         item = convert(hit)
         if item is not None:
             yield item
-
-
-def log_end(
-    inp: "Input", last: Fact | None, tail_progress: bool, weak: Fact | None = None, cleanup: bool = False
-) -> Fact | None:
-    """The end of a whole job log, as a fact: what its job printed last was progress (the job went
-    on after any error it logged), its exit-time cleanup (``cleanup``: a hit of a matcher with
-    ``attrs: {cleanup: true}`` after the last progress, such as multiprocessing's finalizers
-    failing to remove a temporary directory: the work was done, so the log ends on no failure), or
-    neither (it ended on its failure). Only replay knows where a log ends; live, the scheduler's
-    job state says that a job ended.
-
-    ``weak``: the last weak-evidence hit (a class's keyword, engine/rulebook/weak.py) after the
-    last progress; its class and keyword ride on the fact, so that a keyword the job printed
-    before it went on training never decides how the log ended."""
-    if last is None or inp.source not in ("job", "any") or last.get("job") is None:
-        return None
-    attrs = {
-        "job": last.get("job"),
-        "attempt": int(last.get("attempt") or 0),
-        "tail": "progress" if tail_progress else "cleanup" if cleanup else "failure",
-    }
-    if weak is not None and not tail_progress and not cleanup:
-        attrs["weak_class"] = weak.get("weak_class")
-        attrs["keyword"] = weak.get("keyword")
-        attrs["evidence"] = str(weak.get("text") or "")[:300]
-    return Fact.make("log_end", attrs, last.at, f"{inp.name}:end")
 
 
 class IgnoredBlock:
@@ -312,13 +286,14 @@ class OwnExit:
 class LogTail:
     """How one input's log ends, read item by item as replay collects them: the last fact that
     counts (an ignored block's facts do not, IgnoredBlock), whether it was training progress, the
-    last weak-evidence hit and exit-time cleanup after the last progress (``log_end``), the
-    failures the program handled before training on (HandledFailure) and the stalls its source
-    reported over (RecoveredStall)."""
+    last weak-evidence hit, exit-time cleanup and the program's ending after the last progress
+    (``log_end``, engine/core/logend.py), the failures the program handled before training on
+    (HandledFailure) and the stalls its source reported over (RecoveredStall)."""
 
     def __init__(self) -> None:
         self.last: Fact | None = None
         self.weak: Fact | None = None
+        self.ending: Fact | None = None  # the program's ending after the last progress (logend.py)
         self.cleanup = False
         self.progress = False
         self.ignored = IgnoredBlock()
@@ -370,11 +345,13 @@ class LogTail:
                     self.opened = (item, (self.last, self.progress, self.weak, self.cleanup))
             self.last = item
             if trained:
-                self.weak, self.cleanup = None, False
+                self.weak, self.cleanup, self.ending = None, False, None
             elif item.kind == "log" and item.get("weak"):
                 self.weak = item
             elif item.kind == "log" and item.get("cleanup"):
                 self.cleanup = True
+            if not trained and takes_ending(item, self.ending):
+                self.ending = item
         self.progress = trained
         return out
 
@@ -388,7 +365,7 @@ class LogTail:
         return True
 
     def end(self, inp: "Input") -> Fact | None:
-        return log_end(inp, self.last, self.progress, self.weak, self.cleanup)
+        return log_end(inp, self.last, self.progress, self.weak, self.cleanup, self.ending)
 
 
 @dataclass(frozen=True)
