@@ -4,6 +4,7 @@
     scripts/weak_vocab.py                      # candidates per class, from every train source
     scripts/weak_vocab.py --min-sources 4 --top 15
     scripts/weak_vocab.py --split              # mine on the even-hash train sources, score the odd half
+    scripts/weak_vocab.py --split --vocab rules/28-weak-mined.yaml   # the hand-kept list, re-qualified
 
 For each class that has keywords (the weak layer's classes), a candidate is a case-folded word or
 2-3 word phrase of the error-like lines of failing train cases (a line naming an error, a failure,
@@ -18,7 +19,9 @@ cases the manifest puts on the train side are used.
 half; odd: scoring half). The candidates mined on the even half, with no hand selection, are
 appended to each class's keywords, and the odd half is evaluated with and without them: how many
 odd-half misses become right and how many rights become wrong. That is the generalisation
-estimate of mined vocabulary; the corpus figure is not (the tokens were mined from it).
+estimate of mined vocabulary; the corpus figure is not (the tokens were mined from it). With
+--vocab FILE, the keywords of FILE (a hand-kept list) that pass the same criteria on the even half
+alone are scored instead (the hand choice itself saw the whole train side: an optimistic figure).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from collections import defaultdict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+import yaml
 
 from engine.errors import RecoverError
 from engine.ops.corpus_eval import HEALTHY, Case, evaluate, load_cases
@@ -126,15 +131,46 @@ def half(key: str) -> str:
     return "even" if int(hashlib.sha256(key.encode("utf-8")).hexdigest()[-1], 16) % 2 == 0 else "odd"
 
 
+def vocab_file(path: str) -> dict[str, list[str]]:
+    """The keywords per class of a rulebook file (fault_classes.<class>.keywords)."""
+    with open(path, encoding="utf-8") as fh:
+        raw = yaml.safe_load(fh) or {}
+    return {k: [str(w) for w in (v or {}).get("keywords", [])] for k, v in (raw.get("fault_classes") or {}).items()}
+
+
+def qualify(cases: list[Case], vocab: dict[str, list[str]], min_sources: int, max_other: int) -> dict[str, list[str]]:
+    """The keywords that pass mine()'s criteria on these cases alone, matched as the weak layer
+    matches them (whole words, any case, any run of spaces)."""
+    healthy = [c.text for c in cases if c.label == HEALTHY]
+    failing = [(c.label, c.repo, error_lines(c.text)) for c in cases if c.label != HEALTHY]
+    out: dict[str, list[str]] = {}
+    for label, words in vocab.items():
+        keep = []
+        for w in words:
+            pat = re.compile(keyword_pattern([w]), re.I)
+            hits = [(lab, repo) for lab, repo, lines in failing if any(pat.search(ln) for ln in lines)]
+            srcs = {repo for lab, repo in hits if lab == label}
+            other = sum(1 for lab, _ in hits if lab != label)
+            if len(srcs) >= min_sources and other <= max_other and not any(pat.search(t) for t in healthy):
+                keep.append(w)
+        out[label] = keep
+    return out
+
+
 def split_estimate(cases: list[Case], classes: dict[str, list[str]], args: argparse.Namespace) -> None:
     even = [c for c in cases if half(c.repo) == "even"]
     odd = [c for c in cases if half(c.repo) == "odd"]
-    mined = mine(even, classes, args.min_sources, args.max_other)
-    new = {k: [r[0] for r in rows if not r[4]] for k, rows in mined.items()}
+    if args.vocab:
+        new = qualify(even, vocab_file(args.vocab), args.min_sources, args.max_other)
+        what = f"keywords of {args.vocab} that qualify on the even half alone"
+    else:
+        mined = mine(even, classes, args.min_sources, args.max_other)
+        new = {k: [r[0] for r in rows if not r[4]] for k, rows in mined.items()}
+        what = "tokens mined on the even half (no hand selection)"
     print(
         f"split: mining half {len(even)} cases ({len({c.repo for c in even})} sources); scoring half {len(odd)} cases"
     )
-    print("tokens mined on the even half (no hand selection): " + ", ".join(f"{k} {len(v)}" for k, v in new.items()))
+    print(f"{what}: " + ", ".join(f"{k} {len(v)}" for k, v in new.items()))
     with tempfile.TemporaryDirectory() as tmp:
         layer = os.path.join(tmp, "99-mined-even.yaml")
         with open(layer, "w", encoding="utf-8") as fh:
@@ -165,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-other", type=int, default=2, help="most cases of other classes a token may appear in")
     ap.add_argument("--top", type=int, default=30, help="candidates shown per class")
     ap.add_argument("--split", action="store_true", help="mine on even-hash sources, score the odd half")
+    ap.add_argument(
+        "--vocab", metavar="FILE", help="with --split: score FILE's keywords that qualify on the even half instead"
+    )
     args = ap.parse_args(argv)
     try:
         classes = keyword_classes()
