@@ -27,8 +27,11 @@ CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 #: no rule (79 % right); this session's train-side rounds brought the whole corpus to 95.0 %
 #: (1692/1781), issue 20's floor. A second independent set (unseen20c: 55 holdout-source cases,
 #: 40 right, scored as found) then took it to 94.9 % (1811/1909; 95.5 % without that set): the
-#: floor follows what is measured on the whole corpus, and issue 20's 95 % is not reached on it
-FLOOR = 0.945
+#: floor follows what is measured on the whole corpus, and issue 20's 95 % is not reached on it.
+#: Round 3 (2026-12-06, evening): unseen20c frozen, a third independent set (unseen20d: 60
+#: holdout-source cases, 42 right as found) added, 324 train cases from nine branches; the whole
+#: corpus is at 95.1 % (2181/2293), so the floor is issue 20's 95 % again
+FLOOR = 0.95
 
 
 @pytest.fixture(scope="module")
