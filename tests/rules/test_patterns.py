@@ -105,6 +105,23 @@ def log_end_error_matchers() -> frozenset[str]:
 
 
 @lru_cache(maxsize=None)
+def log_end_symptoms() -> dict[str, frozenset[str]]:
+    """matcher -> the symptoms its hit makes when the job's log ends after it (the rules of
+    log_end_error_matchers, any severity), so that their fault classes are reachable from it."""
+    lists, _, rules, _ = book()
+    out: dict[str, set[str]] = {}
+    for r in rules:
+        when = r.get("when") or []
+        sym = r["then"].get("symptom")
+        if sorted(c.get("kind") for c in when) != ["log", "log_end"] or sym is None:
+            continue
+        log = next(c for c in when if c.get("kind") == "log")
+        for mid in _values((log.get("where") or {}).get("matcher"), lists):
+            out.setdefault(mid, set()).add(sym["name"])
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+@lru_cache(maxsize=None)
 def classes_of_symptom() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     """symptom -> fault classes of single-condition rules (direct) and of any rule (reachable)."""
     lists, _, rules, _ = book()
@@ -870,6 +887,8 @@ def test_positive_cases_carry_their_evidence(t):
             for mid, groups in hits(line, inp.get("source", "any")).items():
                 # a line the log may end on, which then is an error of its own (a bare traceback)
                 any_error = any_error or mid in log_end_error_matchers()
+                for name in log_end_symptoms().get(mid, ()):
+                    found |= reach.get(name, set())
                 if book()[1][mid].get("emit") == "progress":
                     # speeds, aggregated by the progress tracker into a slow_node: no one line
                     # is the evidence, the series is
