@@ -118,17 +118,16 @@ class Decider:
         else:
             fault_class, nodes, reason, fault_id = "unknown", (), "no rule could tell what caused this failure", None
         job_id, attempt = bound if bound is not None else split_key(key)
-        rule = next((f.get("rule") for f in faults if f.id == fault_id), None)
+        chosen = next((f for f in faults if f.id == fault_id), None)  # the fault decided on, as listed
+        rule = chosen.get("rule") if chosen is not None else None
         with self.store.transaction():
             if job_id is not None:
                 p = self.tracker.get(job_id, attempt or 0)
                 if p:
                     self.store.save_progress(job_id, attempt or 0, p.get("step"), p.get("checkpoint"), p.get("last_at"))
             ctx = self.guard_context(incident, job_id, attempt, at, nodes)
-            weak = next((str(f.get("keyword") or "") for f in faults if f.id == fault_id and f.get("weak")), None)
-            only = next(
-                (str(f.get("recommend_only")) for f in faults if f.id == fault_id and f.get("recommend_only")), None
-            )
+            weak = str(chosen.get("keyword") or "") if chosen is not None and chosen.get("weak") else None
+            only = str(chosen.get("recommend_only")) if chosen is not None and chosen.get("recommend_only") else None
             decision = decide(self.compiled, fault_class, nodes, reason, ctx, rule, weak=weak, recommend=only)
             found = list(suspects) if fault_class in self.compiled.policy.suspects.classes else []
             drain_for_diagnosis: tuple[str, ...] = ()
