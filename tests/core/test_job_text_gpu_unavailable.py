@@ -62,3 +62,58 @@ def test_a_fault_that_may_only_recommend_is_recommended_whatever_the_grant():
     assert decide(compiled, "gpu_unavailable", ("n1",), "x", ctx).autonomy == "act"
     d = decide(compiled, "gpu_unavailable", ("n1",), "x", ctx, recommend="job text only")
     assert d.autonomy == "recommend" and "job text only" in d.mode_why
+
+
+# review5: one policy for the wordings that say the node's driver cannot be reached or does not
+# match its libraries, whoever prints them (NVML and nvidia-smi in the job, the container hook
+# that runs NVML on the host, docker's device request): on a job of one node the node is drained
+# (gpu_unavailable's retry of 1 bounds a job that brings its own mismatched libraries to one
+# drain). Only the wordings that say a library is missing from the job's environment stay
+# recommend_only. Each line below is scanned by the shipped matchers, as the agent would.
+NODE_STATE_WORDINGS = [
+    "Failed to initialize NVML: Driver/library version mismatch",
+    "nvidia-container-cli: initialization error: nvml error: driver/library version mismatch: unknown.",
+    "RuntimeError: No CUDA GPUs are available",
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.",
+    'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].',
+]
+ENVIRONMENT_WORDINGS = [
+    LOADER,
+    "nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1: cannot open shared object file: no such file or directory",
+]
+
+
+def _scanned(line: str) -> list[tuple[str, str, dict]]:
+    """(matcher, text, groups) of every shipped job matcher that hits ``line``."""
+    from engine.core.scanner import scanner_for
+
+    compiled = require_rulebook()
+    scanner, index_map = scanner_for(compiled, "job")
+    hits = scanner.feed(line.encode() + b"\n") + scanner.flush()
+    out = []
+    for h in hits:
+        m = compiled.matchers[index_map[h.matcher]]
+        if m.emit == "log":
+            groups = {k: v for k, v in h.groups.items() if v is not None and k != "node"}
+            out.append((m.id, line, {"job": "7", "attempt": 0, **groups}))
+    assert out, line
+    return out
+
+
+def test_node_state_wordings_in_a_jobs_text_drain_its_one_node():
+    for line in NODE_STATE_WORDINGS:
+        inc, actions = _incident(*_scanned(line))
+        assert (inc.fault_class, inc.decision, inc.nodes, inc.mode) == (
+            "gpu_unavailable",
+            "isolate_and_restart",
+            ("n1",),
+            "act",
+        ), line
+        assert ("drain", "act") in actions, line
+
+
+def test_environment_wordings_in_a_jobs_text_only_recommend():
+    for line in ENVIRONMENT_WORDINGS:
+        inc, actions = _incident(*_scanned(line))
+        assert (inc.fault_class, inc.nodes, inc.mode) == ("gpu_unavailable", ("n1",), "recommend"), line
+        assert not any(mode == "act" for _, mode in actions), line

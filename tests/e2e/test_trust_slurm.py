@@ -116,3 +116,38 @@ def test_a_printed_nodelist_does_not_move_a_genuine_xid_to_the_attacker(h):
     atk = h.slurm.job(attacker)
     assert atk.attempt == 0 and tuple(atk.nodes) == tuple(a.nodes), (atk, h.actions())
     assert {i[1] for i in h.incidents()} == {victim}, h.incidents()
+
+
+# review5: a job's own text that may only recommend (recommend_only: the loader cannot find the
+# driver's libcuda.so.1, a library missing from the job's environment, rules/14-matchers-families-
+# kinds4.yaml) on a job of one node. In act mode the controller records the drain as a
+# recommendation and leaves the node in service; the node's own kernel then reporting a Xid 79
+# drains it. https://github.com/apptainer/singularity/issues/4783 (the loader's line)
+RECOMMEND_ONLY_JOB = """#!/bin/bash
+echo "SLURM_JOB_ID=$SLURM_JOB_ID SLURM_RESTART_COUNT=${SLURM_RESTART_COUNT:-0}"
+sleep 2
+echo './test/slc7_amd64_gcc820/test_detid: error while loading shared libraries: libcuda.so.1: cannot open shared object file: No such file or directory'
+exit 127
+"""
+
+
+def test_job_text_that_may_only_recommend_leaves_the_node_until_its_kernel_speaks(h):
+    h.start_agents()
+    h.start_controller()
+    job = h.submit(RECOMMEND_ONLY_JOB, "-N", "1")
+    node = wait_for("the job placed", lambda: (j := h.slurm.job(job)) and j.nodes and j.nodes[0], 30)
+    first = wait_for(
+        "the job's incident handled",
+        lambda: next((i for i in h.incidents() if i[1] == job and i[3] == "closed"), None) if h.all_handled() else None,
+        60,
+    )
+    assert (first[4], first[5], json.loads(first[6])) == ("gpu_unavailable", "isolate_and_restart", [node]), first
+    acts = [a for a in h.actions() if a[0] == first[0]]
+    assert ("drain", node, "recommend", "recommended") in {(a[1], a[2], a[3], a[4]) for a in acts}, acts
+    assert all(a[3] == "recommend" for a in acts), acts
+    assert not h.node(node).drained, h.actions()
+    h.inject_xid(node)  # the node's own kernel, through its agent
+    wait_for(f"{node} drained by its own Xid", lambda: h.node(node).drained, 40)
+    xid = [i for i in h.incidents() if i[0] != first[0]]
+    assert [i[4] for i in xid] == ["gpu_fell_off_bus"], h.incidents()
+    assert ("drain", node, "act") in {(a[1], a[2], a[3]) for a in h.actions() if a[0] == xid[0][0]}, h.actions()
