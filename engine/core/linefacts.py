@@ -15,6 +15,7 @@ from engine.core.context import ClusterContext, FileContext, expand_hostlist, jo
 from engine.core.converter import HitConverter
 from engine.core.floods import FLOOD_WINDOW, Collapser, Flood, shape_key
 from engine.core.linetime import parse_line_time
+from engine.core.logend import ending_tables, read_endings
 from engine.core.groups import group_type, number
 from engine.core.sampler import (
     BLOCK_MIN,
@@ -87,9 +88,11 @@ class StreamFacts:
         self._looked = scanner.position[0]  # stream offset up to which earlier bytes were looked at
         self._data, self._base = b"", 0
         # progress matchers (scanner numbering), those whose lines name a checkpoint, weak matchers,
-        # progress matchers whose lines may only touch the tracker, and the matchers that are no
-        # boundary of progress: see _tables (the same for every stream of a rulebook and source)
-        self._all_progress, checkpoints, self._weak, touchable, self._quiet = _tables(scanner, converter, index_map)
+        # progress matchers whose lines may only touch the tracker, the matchers that are no
+        # boundary of progress, and the ending tables: see _tables (the same for every stream of
+        # a rulebook and source)
+        tables = _tables(scanner, converter, index_map)
+        self._all_progress, checkpoints, self._weak, touchable, self._quiet, self._ends = tables
         self._progress = self._all_progress if sample else frozenset()
         self._checkpoints = checkpoints if sample else frozenset()
         self._sampler: dict[int, ProgressSampler] = {}
@@ -120,6 +123,8 @@ class StreamFacts:
     def _last_hits(self, hits: list[Any]) -> list[Any]:
         if self._weak:
             hits = self._weak_hits(hits)
+        if self._ends is not None:  # an ending on a line a specific matcher read names it (logend)
+            hits = read_endings(hits, *self._ends)
         if self._progress:
             progress = self._progress
             self._last_of = {h.matcher: h.offset for h in hits if h.matcher in progress}
@@ -346,8 +351,8 @@ _TABLES: "weakref.WeakKeyDictionary[HitConverter, dict[tuple, tuple]]" = weakref
 def _tables(scanner: Any, converter: HitConverter, index_map: Sequence[int]) -> tuple:
     """(progress matchers but tables of peers, those with a checkpoint group, weak matchers with
     their quiet strings, touchable progress matchers -> _touch_spec, matchers that are no boundary
-    of progress), in scanner numbering. The parts of a table of peers (``attrs: {table: ...}``)
-    are no heartbeat: never sampled, and no sign the job went on after an error line
+    of progress, the ending tables: engine.core.logend.ending_tables), in scanner numbering.
+    The parts of a table of peers (``attrs: {table: ...}``) are no heartbeat: never sampled, and no sign the job went on after an error line
     (engine.core.peer_table). A weak matcher's quiet strings are bytes: a line holding one is no
     error line (_weak_hits). The boundary is the scanner's (engine.core.scanner.matcher_specs):
     not progress, and no rank-to-host line."""
@@ -372,6 +377,6 @@ def _tables(scanner: Any, converter: HitConverter, index_map: Sequence[int]) -> 
         for i, j in enumerate(index_map)
         if ms[j].emit == "progress" or ms[j].attrs.get("rank_evidence") in ("comm", "addr")
     )
-    tables = (progress, checkpoints, weak, touchable, quiet)
+    tables = (progress, checkpoints, weak, touchable, quiet, ending_tables(ms, index_map))
     per[key] = (shared, tables)
     return tables

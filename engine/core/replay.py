@@ -28,7 +28,7 @@ from engine.core.converter import HitConverter
 from engine.core.floods import Flood
 from engine.core.linefacts import StreamFacts
 from engine.core.linetime import LineClock, log_zone
-from engine.core.logend import log_end, takes_ending
+from engine.core.logend import TailState, log_end, takes_ending
 from engine.core.scanner import Scanner, scanner_for
 from engine.rulebook.compile import CompiledRulebook
 
@@ -291,17 +291,13 @@ class LogTail:
     (HandledFailure) and the stalls its source reported over (RecoveredStall)."""
 
     def __init__(self) -> None:
-        self.last: Fact | None = None
-        self.weak: Fact | None = None
-        self.ending: Fact | None = None  # the program's ending after the last progress (logend.py)
-        self.cleanup = False
-        self.progress = False
+        self.state = TailState()  # how the log stands: last fact, progress, weak, ending, cleanup
         self.ignored = IgnoredBlock()
         self.handled = HandledFailure()
         self.stalls = RecoveredStall()
         self.stalls_over: set[int] = set()  # positions of stall lines' facts a recovery ended
         # the traceback header counted last, and how the log stood before it (a side frame undoes it)
-        self.opened: tuple[Fact, tuple[Fact | None, bool, Fact | None, bool]] | None = None
+        self.opened: tuple[Fact, TailState] | None = None
         self.header: Fact | None = None  # the last traceback header fact (its floods repeat it)
         self.side_frames: set[str] = set()  # ids of side frame facts (their floods repeat them)
         self.own_exit = OwnExit()
@@ -312,6 +308,7 @@ class LogTail:
         # a part of a table of peers (engine.core.peer_table) is output, not training progress
         trained = isinstance(item, Fact) and item.kind == "progress" and item.get("table") is None
         out: list[int] = []
+        st = self.state
         if isinstance(item, Flood):
             self.stalls_over.difference_update(self.stalls.repeated(item.fact_id))
         if isinstance(item, Flood) and item.fact_id in self.side_frames and self._side_opened():
@@ -320,8 +317,8 @@ class LogTail:
             # a traceback header again, identical (a flood), after a side block: the main
             # program's own traceback starts, and the log may end in it (unless a side frame
             # follows: another side thread's traceback, such as a second queue feeder's)
-            self.opened = (self.header, (self.last, self.progress, self.weak, self.cleanup))
-            self.ignored.state, self.last, self.progress = "", self.header, False
+            self.opened = (self.header, st.copy())
+            self.ignored.state, st.last, st.progress = "", self.header, False
             return out
         if isinstance(item, Fact):
             if trained:
@@ -342,30 +339,30 @@ class LogTail:
                 if self.ignored.holds(item):
                     return out  # a block the program reported as ignored is not how the log ends
                 if block == "traceback":
-                    self.opened = (item, (self.last, self.progress, self.weak, self.cleanup))
-            self.last = item
+                    self.opened = (item, st.copy())
+            st.last = item
             if trained:
-                self.weak, self.cleanup, self.ending = None, False, None
+                st.weak, st.cleanup, st.ending = None, False, None
             elif item.kind == "log" and item.get("weak"):
-                self.weak = item
+                st.weak = item
             elif item.kind == "log" and item.get("cleanup"):
-                self.cleanup = True
-            if not trained and takes_ending(item, self.ending):
-                self.ending = item
-        self.progress = trained
+                st.cleanup = True
+            if not trained and takes_ending(item, st.ending):
+                st.ending = item
+        st.progress = trained
         return out
 
     def _side_opened(self) -> bool:
         """After a side thread's entry frame: whether the traceback header just counted opened it,
         then taken back out of how the log ends (the log does not end on a side block)."""
-        if self.opened is None or self.last is not self.opened[0]:
+        if self.opened is None or self.state.last is not self.opened[0]:
             return False
-        self.last, self.progress, self.weak, self.cleanup = self.opened[1]
+        self.state = self.opened[1]
         self.opened, self.ignored.state = None, "traceback"
         return True
 
     def end(self, inp: "Input") -> Fact | None:
-        return log_end(inp, self.last, self.progress, self.weak, self.cleanup, self.ending)
+        return log_end(inp, self.state)
 
 
 @dataclass(frozen=True)
