@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from engine.core.matching import Hit
 from engine.facts import Fact
+from engine.rulebook.spec import READ_BY
 
 if TYPE_CHECKING:
     from engine.core.replay import Input
@@ -34,9 +35,8 @@ if TYPE_CHECKING:
 
 #: the ending classes a matcher's ``ending`` attr may name; any other value is no ending
 ENDINGS = ("app_error", "unknown")
-#: the attribute (a synthetic group of the ending's hit) naming the specific matchers that read
-#: the same line, comma-separated; on the log_end fact, ``ending_read_by``
-READ_BY = "read_by"
+# READ_BY: the attribute (a synthetic group of the ending's hit) naming the specific matchers that
+# read the same line, comma-separated; on the log_end fact, ``ending_read_by``
 
 
 @dataclass

@@ -25,6 +25,7 @@ from engine.rulebook.model import (
     kind_of,
 )
 from engine.rulebook.patterns import check_pattern
+from engine.rulebook.spec import READ_BY
 from engine.rulebook.templating import jinja_env, render_simple, simple_parts
 from engine.rulebook.weak import QUIET_LIST
 from engine.rulebook.yamlmarks import Mark
@@ -251,6 +252,9 @@ def compile_rulebook(
             )
         if m.emit == "xid" and "(?P<code>" not in m.pattern:
             diags.append(Diagnostic(m.mark, "E-REGEX", f"matcher {m.id}: emit xid needs a (?P<code>...) group"))
+        if f"(?P<{READ_BY}>" in m.pattern or f"(?<{READ_BY}>" in m.pattern:
+            # the scan sets it on an ending line a specific matcher read; text must never set it
+            diags.append(Diagnostic(m.mark, "E-REGEX", f"matcher {m.id}: group name {READ_BY!r} is reserved"))
         for group in m.types:
             if f"(?P<{group}>" not in m.pattern:
                 diags.append(

@@ -65,6 +65,9 @@ __all__ = [
 #: what a rule condition may name: what sources produce, and what rules derive before decisions
 FACT_KINDS_FOR_RULES = (*SOURCE_KIND_ORDER, "symptom", "fault")
 RESERVED_ATTRS = ("kind", "at", "id", "origin")
+#: the group the scan sets on an ending line that a specific matcher also read
+#: (engine.core.logend); a pattern may not name a group so, or log text could set it
+READ_BY = "read_by"
 ATTR_TYPES = ("int", "float", "str")
 AUTONOMY = ("observe", "recommend", "act")
 _ORDERED_OPS = ("gt", "ge", "lt", "le")

@@ -12,6 +12,8 @@ CASES = [
     ("matchers:\n  - id: a\n    pattern: 'foo(?=bar)'\n", "E-REGEX", 2, 5),
     ("matchers:\n  - id: a\n    pattern: '(a+)+$'\n    emit: bogus\n", "E-VALUE", 4, 11),
     ("matchers:\n  - id: a\n    pattern: 'x*'\n", "E-REGEX", 2, 5),
+    # read_by is set by the scan on an ending line a specific matcher read: log text may not set it
+    ("matchers:\n  - id: a\n    pattern: 'FATAL (?P<read_by>\\w+)'\n", "E-REGEX", 2, 5),
     (
         "rules:\n  - id: r\n    description: d\n    when: [{kind: log}]\n    then: {fault: {fault_class: gpu_on_fire}}\n",
         "E-VALUE",
