@@ -154,9 +154,10 @@ def _template_check(source: str) -> tuple[frozenset[str], str | None]:
     import jinja2
     from jinja2 import meta
 
-    env = jinja_env()
+    # (a tree of its own, not ``templating.parsed``'s: Jinja's code generator folds constants
+    # in the tree it walks)
     try:
-        return frozenset(meta.find_undeclared_variables(env.parse(source))), None
+        return frozenset(meta.find_undeclared_variables(jinja_env().parse(source))), None
     except jinja2.TemplateSyntaxError as exc:  # (and TemplateAssertionError, one of them)
         return frozenset(), exc.message or str(exc)
 
@@ -212,7 +213,6 @@ def compile_rulebook(
     --no-defaults as the policy's defaults (see ``engine.rulebook.policy_files``); a plan left as
     shipped may name an action such a rulebook does not define (the planner then says so for that
     incident), every other plan must name defined actions."""
-    from jinja2 import meta
 
     diags: list[Diagnostic] = []
     used_lists: set[str] = set()
@@ -333,8 +333,7 @@ def compile_rulebook(
             ok = ok and t is not None
             argv.append(t)
         if action.per == "job" and any(
-            t is not None and t.is_template and "node" in meta.find_undeclared_variables(jinja_env().parse(t.source))
-            for t in argv
+            t is not None and t.is_template and "node" in _template_check(t.source)[0] for t in argv
         ):
             diags.append(
                 Diagnostic(

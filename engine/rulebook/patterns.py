@@ -27,8 +27,9 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Any, NamedTuple
+from typing import AbstractSet, Any, NamedTuple
 
 import re2
 
@@ -213,7 +214,7 @@ def _hyperscan_source(pattern: str) -> bytes:
     return _walk(pattern, buffer=True, hyperscan=True)[0].encode("utf-8")
 
 
-def _is_utf8(feats: set[str]) -> bool:
+def _is_utf8(feats: AbstractSet[str]) -> bool:
     return bool(feats & {_NONASCII, _UNICODE})
 
 
@@ -377,13 +378,21 @@ def check_pattern(pattern: str) -> str | None:
     return _check(pattern)[0]
 
 
-def _check(pattern: str) -> tuple[str | None, Any, bytes, set[str]]:
+def _check(pattern: str) -> tuple[str | None, Any, bytes, frozenset[str]]:
     """(why ``pattern`` is refused or None, its RE2 as written, that source, its features)."""
     if not isinstance(pattern, str):
-        return f"pattern must be a string, not {type(pattern).__name__}", None, b"", set()
+        return f"pattern must be a string, not {type(pattern).__name__}", None, b"", frozenset()
+    return _check_text(pattern)
+
+
+@functools.lru_cache(maxsize=4096)
+def _check_text(pattern: str) -> tuple[str | None, Any, bytes, frozenset[str]]:
+    """``_check`` of a string, kept: the compiler checks each pattern and the scanner analyses
+    it again in the same process (a compiled RE2 is immutable and may be shared)."""
     if not pattern:
-        return "empty pattern: it would match every line", None, b"", set()
-    src, feats = as_written(pattern)
+        return "empty pattern: it would match every line", None, b"", frozenset()
+    src, written = as_written(pattern)
+    feats = frozenset(written)
     try:
         rx = re2.compile(src, re2_options(_is_utf8(feats)))
     except re2.error as e:
@@ -411,6 +420,13 @@ def analyse(pattern: str, ignore_case: bool = False) -> Analysis:
     """The analysis of a usable pattern; ValueError (``check_pattern``'s message) for another.
     The pattern is walked twice (as written, for hyperscan); the buffer form is rendered only
     where the RE2 backend needs it (``buffer_source``)."""
+    if not isinstance(pattern, str):
+        raise ValueError(_check(pattern)[0])
+    return _analyse_text(pattern, bool(ignore_case))
+
+
+@functools.lru_cache(maxsize=4096)
+def _analyse_text(pattern: str, ignore_case: bool) -> Analysis:
     msg, rx, truth, feats = _check(pattern)
     if msg is not None:
         raise ValueError(msg)
