@@ -24,7 +24,7 @@ from engine.rulebook.model import (
     frozen,
     kind_of,
 )
-from engine.rulebook.patterns import check_pattern
+from engine.rulebook.patterns import Analysis, check_pattern, portable
 from engine.rulebook.templating import jinja_env, render_simple, simple_parts
 from engine.rulebook.weak import QUIET_LIST
 from engine.rulebook.yamlmarks import Mark
@@ -128,6 +128,10 @@ class CompiledRulebook:
     actions: Mapping[str, CompiledAction]
     #: typed and frozen; it also reads as the layered policy document (``policy["plans"]``)
     policy: Policy
+    #: (pattern, ignore_case, analysis) of each usable matcher, without compiled RE2s: kept with
+    #: the rulebook on disk, so that a rulebook read back builds its scanners without analysing
+    #: its patterns again (``patterns.remember``)
+    analyses: tuple[tuple[str, bool, Analysis], ...] = ()
 
     @property
     def fault_classes(self) -> Mapping[str, FaultClass]:
@@ -434,7 +438,12 @@ def compile_rulebook(
                 "restore it, or set the key in your rulebook",
             )
         )
-    return CompiledRulebook(book, tuple(compiled_rules), MappingProxyType(actions), typed), diags
+    analyses = tuple(
+        (m.pattern, bool(m.ignore_case), portable(m.pattern, bool(m.ignore_case)))
+        for m in book.matchers
+        if m.enabled and check_pattern(m.pattern) is None
+    )
+    return CompiledRulebook(book, tuple(compiled_rules), MappingProxyType(actions), typed, analyses), diags
 
 
 def _seconds(policy: dict[str, Any]) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import AbstractSet, Any, NamedTuple
+from typing import AbstractSet, Any, Iterable, NamedTuple
 
 import re2
 
@@ -422,7 +422,27 @@ def analyse(pattern: str, ignore_case: bool = False) -> Analysis:
     where the RE2 backend needs it (``buffer_source``)."""
     if not isinstance(pattern, str):
         raise ValueError(_check(pattern)[0])
-    return _analyse_text(pattern, bool(ignore_case))
+    kept = _KEPT.get((pattern, bool(ignore_case)))
+    return kept if kept is not None else _analyse_text(pattern, bool(ignore_case))
+
+
+#: analyses read back with a stored rulebook (``remember``), without their compiled RE2
+_KEPT: dict[tuple[str, bool], Analysis] = {}
+
+
+def portable(pattern: str, ignore_case: bool) -> Analysis:
+    """``analyse``'s answer without the compiled RE2 (``rx`` None: the scanner compiles
+    ``truth``), to be stored with a rulebook and handed back to ``remember``."""
+    return analyse(pattern, ignore_case)._replace(rx=None)
+
+
+def remember(analyses: Iterable[tuple[str, bool, Analysis]]) -> None:
+    """Take the analyses a stored rulebook was built with (``portable``'s, made by this same
+    code: the store's key covers it), so that its scanners walk and check no pattern again."""
+    if len(_KEPT) > 4096:  # (a process that reads many rulebooks: keep the newest)
+        _KEPT.clear()
+    for pattern, ignore_case, a in analyses:
+        _KEPT[(pattern, ignore_case)] = a
 
 
 @functools.lru_cache(maxsize=4096)

@@ -34,3 +34,21 @@ def test_kept_template_tree_is_not_the_checked_one() -> None:
     names, error = _template_check(source)
     assert error is None and names == {"l", "x"}
     assert repr(parsed(source)) == before == repr(jinja_env().parse(source))
+
+
+def test_stored_analyses_are_the_patterns_own() -> None:
+    """A rulebook read back from the store hands its scanners the analyses it was built with:
+    they are each pattern's analysis less its compiled RE2, and ``analyse`` answers with them."""
+    import pickle
+
+    from engine.rulebook import require_rulebook
+
+    book = require_rulebook()
+    kept = pickle.loads(pickle.dumps(book.analyses))
+    assert len(kept) == len(book.matchers)
+    for pattern, ignore_case, a in kept:
+        assert a.rx is None
+        assert a == patterns._analyse_text(pattern, ignore_case)._replace(rx=None)
+    patterns.remember(kept)
+    pattern, ignore_case, a = kept[0]
+    assert patterns.analyse(pattern, ignore_case) is patterns._KEPT[(pattern, ignore_case)]
