@@ -21,7 +21,8 @@ from typing import Any, Callable, Mapping
 from jinja2 import TemplateSyntaxError, nodes
 
 from engine.facts import NODE_RE, Fact
-from engine.rulebook.compile import CompiledRule, Template, jinja_env
+from engine.rulebook.compile import CompiledRule, Template
+from engine.rulebook.templating import parsed
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def template_reads(source: str) -> tuple[tuple[str, str], ...] | None:
     """The (alias, attribute) pairs a template's output depends on, or None when it may depend on
     anything else (a bare alias, a global, an impure filter, a name a dict has as a method)."""
     try:
-        ast = jinja_env().parse(source)
+        ast = parsed(source)
     except TemplateSyntaxError:  # the compiler parsed it already; an unparsable one is simply not memoised
         return None
     reads: set[tuple[str, str]] = set()

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from engine.rulebook import stored
+from engine.rulebook import patterns, stored
 from engine.rulebook.compile import CompiledRulebook, LoadResult
 from engine.rulebook.model import Diagnostic, FileModel
 from engine.rulebook.yamlmarks import Mark
@@ -101,6 +101,8 @@ def load_rulebook(
         k = stored.key([(name, text) for name, text, _ in read], overlays, defaults)
         hit = stored.get(k)
         if hit is not None:
+            if hit.compiled is not None:
+                patterns.remember(hit.compiled.analyses)
             return hit
     result = _build(read, [path in base for path in files], overlays, diags)
     if k is not None:

@@ -24,7 +24,7 @@ from engine.rulebook.model import (
     frozen,
     kind_of,
 )
-from engine.rulebook.patterns import check_pattern
+from engine.rulebook.patterns import Analysis, check_pattern, portable
 from engine.rulebook.spec import READ_BY
 from engine.rulebook.templating import jinja_env, render_simple, simple_parts
 from engine.rulebook.weak import QUIET_LIST
@@ -129,6 +129,10 @@ class CompiledRulebook:
     actions: Mapping[str, CompiledAction]
     #: typed and frozen; it also reads as the layered policy document (``policy["plans"]``)
     policy: Policy
+    #: (pattern, ignore_case, analysis) of each usable matcher, without compiled RE2s: kept with
+    #: the rulebook on disk, so that a rulebook read back builds its scanners without analysing
+    #: its patterns again (``patterns.remember``)
+    analyses: tuple[tuple[str, bool, Analysis], ...] = ()
 
     @property
     def fault_classes(self) -> Mapping[str, FaultClass]:
@@ -155,9 +159,10 @@ def _template_check(source: str) -> tuple[frozenset[str], str | None]:
     import jinja2
     from jinja2 import meta
 
-    env = jinja_env()
+    # (a tree of its own, not ``templating.parsed``'s: Jinja's code generator folds constants
+    # in the tree it walks)
     try:
-        return frozenset(meta.find_undeclared_variables(env.parse(source))), None
+        return frozenset(meta.find_undeclared_variables(jinja_env().parse(source))), None
     except jinja2.TemplateSyntaxError as exc:  # (and TemplateAssertionError, one of them)
         return frozenset(), exc.message or str(exc)
 
@@ -213,7 +218,6 @@ def compile_rulebook(
     --no-defaults as the policy's defaults (see ``engine.rulebook.policy_files``); a plan left as
     shipped may name an action such a rulebook does not define (the planner then says so for that
     incident), every other plan must name defined actions."""
-    from jinja2 import meta
 
     diags: list[Diagnostic] = []
     used_lists: set[str] = set()
@@ -337,8 +341,7 @@ def compile_rulebook(
             ok = ok and t is not None
             argv.append(t)
         if action.per == "job" and any(
-            t is not None and t.is_template and "node" in meta.find_undeclared_variables(jinja_env().parse(t.source))
-            for t in argv
+            t is not None and t.is_template and "node" in _template_check(t.source)[0] for t in argv
         ):
             diags.append(
                 Diagnostic(
@@ -439,7 +442,12 @@ def compile_rulebook(
                 "restore it, or set the key in your rulebook",
             )
         )
-    return CompiledRulebook(book, tuple(compiled_rules), MappingProxyType(actions), typed), diags
+    analyses = tuple(
+        (m.pattern, bool(m.ignore_case), portable(m.pattern, bool(m.ignore_case)))
+        for m in book.matchers
+        if m.enabled and check_pattern(m.pattern) is None
+    )
+    return CompiledRulebook(book, tuple(compiled_rules), MappingProxyType(actions), typed, analyses), diags
 
 
 def _seconds(policy: dict[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from jinja2 import nodes as jn
 
 from engine.rulebook.conditions import AllOf, AnyOf, Cmp, ListRef, MacroRef
 from engine.rulebook.model import BUILTIN_FAULT_CLASSES, VERIFY_KINDS, Diagnostic, Matcher, Rulebook, kind_of
-from engine.rulebook.templating import jinja_env
+from engine.rulebook.templating import parsed
 from engine.rulebook.yamlmarks import Mark
 from engine.rulebook.spec_types import parse_duration
 
@@ -287,7 +287,7 @@ class _Linter:
                 if not isinstance(src, str) or "{" not in src:
                     continue
                 try:
-                    ast = jinja_env().parse(src)
+                    ast = parsed(src)
                 except TemplateSyntaxError:  # reported by the compiler
                     continue
                 for alias, attr, guarded in _reads(ast):

@@ -27,8 +27,9 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Any, NamedTuple
+from typing import AbstractSet, Any, Iterable, NamedTuple
 
 import re2
 
@@ -213,7 +214,7 @@ def _hyperscan_source(pattern: str) -> bytes:
     return _walk(pattern, buffer=True, hyperscan=True)[0].encode("utf-8")
 
 
-def _is_utf8(feats: set[str]) -> bool:
+def _is_utf8(feats: AbstractSet[str]) -> bool:
     return bool(feats & {_NONASCII, _UNICODE})
 
 
@@ -377,13 +378,21 @@ def check_pattern(pattern: str) -> str | None:
     return _check(pattern)[0]
 
 
-def _check(pattern: str) -> tuple[str | None, Any, bytes, set[str]]:
+def _check(pattern: str) -> tuple[str | None, Any, bytes, frozenset[str]]:
     """(why ``pattern`` is refused or None, its RE2 as written, that source, its features)."""
     if not isinstance(pattern, str):
-        return f"pattern must be a string, not {type(pattern).__name__}", None, b"", set()
+        return f"pattern must be a string, not {type(pattern).__name__}", None, b"", frozenset()
+    return _check_text(pattern)
+
+
+@functools.lru_cache(maxsize=4096)
+def _check_text(pattern: str) -> tuple[str | None, Any, bytes, frozenset[str]]:
+    """``_check`` of a string, kept: the compiler checks each pattern and the scanner analyses
+    it again in the same process (a compiled RE2 is immutable and may be shared)."""
     if not pattern:
-        return "empty pattern: it would match every line", None, b"", set()
-    src, feats = as_written(pattern)
+        return "empty pattern: it would match every line", None, b"", frozenset()
+    src, written = as_written(pattern)
+    feats = frozenset(written)
     try:
         rx = re2.compile(src, re2_options(_is_utf8(feats)))
     except re2.error as e:
@@ -411,6 +420,33 @@ def analyse(pattern: str, ignore_case: bool = False) -> Analysis:
     """The analysis of a usable pattern; ValueError (``check_pattern``'s message) for another.
     The pattern is walked twice (as written, for hyperscan); the buffer form is rendered only
     where the RE2 backend needs it (``buffer_source``)."""
+    if not isinstance(pattern, str):
+        raise ValueError(_check(pattern)[0])
+    kept = _KEPT.get((pattern, bool(ignore_case)))
+    return kept if kept is not None else _analyse_text(pattern, bool(ignore_case))
+
+
+#: analyses read back with a stored rulebook (``remember``), without their compiled RE2
+_KEPT: dict[tuple[str, bool], Analysis] = {}
+
+
+def portable(pattern: str, ignore_case: bool) -> Analysis:
+    """``analyse``'s answer without the compiled RE2 (``rx`` None: the scanner compiles
+    ``truth``), to be stored with a rulebook and handed back to ``remember``."""
+    return analyse(pattern, ignore_case)._replace(rx=None)
+
+
+def remember(analyses: Iterable[tuple[str, bool, Analysis]]) -> None:
+    """Take the analyses a stored rulebook was built with (``portable``'s, made by this same
+    code: the store's key covers it), so that its scanners walk and check no pattern again."""
+    if len(_KEPT) > 4096:  # (a process that reads many rulebooks: keep the newest)
+        _KEPT.clear()
+    for pattern, ignore_case, a in analyses:
+        _KEPT[(pattern, ignore_case)] = a
+
+
+@functools.lru_cache(maxsize=4096)
+def _analyse_text(pattern: str, ignore_case: bool) -> Analysis:
     msg, rx, truth, feats = _check(pattern)
     if msg is not None:
         raise ValueError(msg)

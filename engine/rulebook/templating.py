@@ -6,13 +6,15 @@ templates it checks) share it without importing each other.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
+    from jinja2 import nodes
     from jinja2.sandbox import SandboxedEnvironment
 
-__all__ = ["jinja_env", "simple_parts", "render_simple"]
+__all__ = ["jinja_env", "parsed", "simple_parts", "render_simple"]
 
 #: ``{{ name }}`` (or ``{{name}}``): a variable printed as it is
 _SIMPLE_VAR = re.compile(r"\{\{ ?([A-Za-z_][A-Za-z0-9_]*) ?\}\}")
@@ -37,6 +39,15 @@ def jinja_env() -> SandboxedEnvironment:
 
         _ENV = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
     return _ENV
+
+
+@functools.lru_cache(maxsize=4096)
+def parsed(source: str) -> nodes.Template:
+    """``jinja_env().parse(source)``, kept per source: the linter and the deriver each walk a
+    template's tree, and a rulebook repeats its templates. Readers must not change the tree
+    (Jinja's code generator folds constants in place: the compiler's check parses its own).
+    A source that does not parse raises ``jinja2.TemplateSyntaxError`` each time."""
+    return jinja_env().parse(source)
 
 
 def simple_parts(source: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:

@@ -84,6 +84,11 @@ def _too_big(root: yaml.Node) -> yaml.Node | None:
     return None
 
 
+#: a scalar of this tag is its text as written (PyYAML's ``construct_yaml_str``), built without
+#: the constructor's bookkeeping: most of a rulebook's nodes are strings
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
 class _Builder:
     def __init__(self, path: str):
         self.path = path
@@ -92,59 +97,78 @@ class _Builder:
         self.problems: list[YamlProblem] = []
         self._scalar_loader = yaml.SafeLoader("")
 
+    def mark(self, node: yaml.Node) -> Mark:
+        m = node.start_mark
+        return Mark(self.path, m.line + 1, m.column + 1)
+
     def build(self, node: yaml.Node) -> Any:
+        """The value of ``node`` (None where a problem was found, recorded in ``problems``)."""
+        kind: str = node.id  # type: ignore[attr-defined]  # "scalar", "mapping" or "sequence": each class names itself
+        if kind == "scalar" and node.tag == _STR_TAG:
+            return node.value
+        return self._build(node, kind, self.mark(node))[0]
+
+    def _build(self, node: yaml.Node, kind: str, mark: Mark) -> tuple[Any, Mark]:
+        """(the value of ``node``, its mark): a container's mark is its value's ``.mark`` and the
+        mark its parent records for it, made once."""
         import yaml
 
-        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in _PLAIN_TAGS:
-            self.problems.append(
-                YamlProblem(_mark(node, self.path), "E-YAML", f"YAML tag {node.tag!r} is not allowed in a rulebook")
-            )
-            return None
-        if isinstance(node, yaml.MappingNode):
+        if kind != "scalar" and node.tag not in _PLAIN_TAGS:
+            self.problems.append(YamlProblem(mark, "E-YAML", f"YAML tag {node.tag!r} is not allowed in a rulebook"))
+            return None, mark
+        if kind == "mapping":
             out = MDict()
-            out.mark = _mark(node, self.path)
-            out.key_marks = {}
+            out.mark = mark
+            key_marks: dict[str, Mark] = {}
+            out.key_marks = key_marks
             for key_node, value_node in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
                     self.problems.append(
-                        YamlProblem(
-                            _mark(key_node, self.path), "E-YAML", "YAML merge keys (<<) are not supported; use macros"
-                        )
+                        YamlProblem(self.mark(key_node), "E-YAML", "YAML merge keys (<<) are not supported; use macros")
                     )
                     continue
                 key = self.build(key_node)
                 if not isinstance(key, (str, int, float, bool)) or key is None:
-                    self.problems.append(
-                        YamlProblem(_mark(key_node, self.path), "E-YAML", "mapping keys must be scalars")
-                    )
+                    self.problems.append(YamlProblem(self.mark(key_node), "E-YAML", "mapping keys must be scalars"))
                     continue
                 key = str(key) if not isinstance(key, str) else key
                 if key in out:
                     self.problems.append(
                         YamlProblem(
-                            _mark(key_node, self.path),
+                            self.mark(key_node),
                             "E-DUPKEY",
-                            f"duplicate key {key!r} (the first is at line {out.key_marks[key].line})",
+                            f"duplicate key {key!r} (the first is at line {key_marks[key].line})",
                         )
                     )
                     continue
-                out[key] = self.build(value_node)
-                out.key_marks[key] = _mark(value_node, self.path)
-            return out
-        if isinstance(node, yaml.SequenceNode):
+                value_kind = value_node.id
+                if value_kind == "scalar" and value_node.tag == _STR_TAG:
+                    out[key] = value_node.value
+                    key_marks[key] = self.mark(value_node)
+                else:
+                    out[key], key_marks[key] = self._build(value_node, value_kind, self.mark(value_node))
+            return out, mark
+        if kind == "sequence":
             out_l = MList()
-            out_l.mark = _mark(node, self.path)
-            out_l.item_marks = []
+            out_l.mark = mark
+            item_marks: list[Mark] = []
+            out_l.item_marks = item_marks
             for item in node.value:
-                out_l.append(self.build(item))
-                out_l.item_marks.append(_mark(item, self.path))
-            return out_l
-        # scalars: let PyYAML's safe constructor resolve types (int, float, bool, null, str)
+                item_kind = item.id
+                if item_kind == "scalar" and item.tag == _STR_TAG:
+                    out_l.append(item.value)
+                    item_marks.append(self.mark(item))
+                else:
+                    value, item_mark = self._build(item, item_kind, self.mark(item))
+                    out_l.append(value)
+                    item_marks.append(item_mark)
+            return out_l, mark
+        # other scalars: let PyYAML's safe constructor resolve types (int, float, bool, null, ...)
         try:
-            return self._scalar_loader.construct_object(node, deep=True)
+            return self._scalar_loader.construct_object(node, deep=True), mark
         except yaml.YAMLError as exc:
-            self.problems.append(YamlProblem(_mark(node, self.path), "E-YAML", str(exc).splitlines()[0]))
-            return None
+            self.problems.append(YamlProblem(mark, "E-YAML", str(exc).splitlines()[0]))
+            return None, mark
 
 
 def _compose(text: str) -> Any:
