@@ -33,8 +33,11 @@ CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 #: corpus is at 95.1 % (2181/2293), so the floor was issue 20's 95 % again. Round 4 (unseen20d
 #: frozen, a fourth independent set: unseen20e, 53 holdout-source cases, 37 right as found and
 #: after the round): 94.49 % (2265/2397; 95.05 % without that set): the floor follows what is
-#: measured on the whole corpus, and issue 20's 95 % is not reached on it
-FLOOR = 0.944
+#: measured on the whole corpus, and issue 20's 95 % is not reached on it. Round 5 (unseen20e
+#: frozen; two independent sets, unseen20f and unseen20g: 88 holdout-source cases, 85 right as
+#: found and after the round; 21 train cases and the train misses' families): 95.01 %
+#: (2381/2506), so the floor is issue 20's 95 % again, with less than one case to spare
+FLOOR = 0.95
 
 
 @pytest.fixture(scope="module")
