@@ -29,6 +29,7 @@ def test_dry_run_records_the_at_once_isolation_when_the_xid_arrives(live):
     assert [r[:4] for r in rows] == [("requeue", "501", "recommend", "recommended")]
     assert "act mode would run it now" in rows[0][4]
     assert rows[0][5] == "open"  # an hour of settle left: recorded at the Xid, not at the close
-    assert "recommended at once" in live.output()
+    # the line is logged after the row is committed: wait for it rather than read it at once
+    wait_for(lambda: "recommended at once" in live.output(), 10, what="the at-once line in the output")
     assert list(live.markers.iterdir()) == []  # dry-run: nothing ran
     assert live.alive()
