@@ -10,8 +10,10 @@ rulebook); a malformed line, an id the corpus already has, or a text the corpus 
 (compared with whitespace collapsed) is rejected and reported. Each accepted case is appended,
 line as given, to ``<corpus>/<incoming name>.jsonl`` when its source is on the train side, or to
 ``<corpus>/holdout/<incoming name>.jsonl`` when on the holdout side (the manifest's lists, then
-the hash rule of engine/ops/corpus_split.py for a source it does not name). The manifest is not
-touched: a case from a holdout source is "added after the freeze" until the next freeze.
+the hash rule of engine/ops/corpus_split.py for a source it does not name). A source the manifest
+did not name is then listed on the side it was placed on, so it stays there whatever becomes of the
+hash rule; the frozen cases are not touched: a case from a holdout source is "added after the
+freeze" until the next freeze.
 
 freeze: rewrite the manifest at the start of a round (sources keep their side, new ones take the
 hash rule, every holdout-side case is frozen as it is now) and move any case in a file of the
@@ -23,6 +25,7 @@ Exit status: 0 done, 1 some lines rejected (the rest merged) or the split is bro
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -100,6 +103,8 @@ def merge(incoming: list[str], corpus: str, dry_run: bool = False, out=sys.stdou
     texts = {_norm(c.text): c.id for c in existing}
     rejected = 0
     placed = {"train": 0, "holdout": 0}
+    named = manifest.holdout_sources | manifest.train_sources
+    listed: dict[str, set[str]] = {"train": set(), "holdout": set()}
     for path in incoming:
         cases, bad = load_cases([path], known_labels=labels)
         for p in bad:
@@ -119,16 +124,36 @@ def merge(incoming: list[str], corpus: str, dry_run: bool = False, out=sys.stdou
             texts[_norm(c.text)] = c.id
             holdout = manifest.side_of(c.repo) != TRAIN
             placed["holdout" if holdout else "train"] += 1
+            if c.repo not in named:
+                listed["holdout" if holdout else "train"].add(c.repo)
             writes.setdefault(target_file(corpus, path, holdout), []).append(_line_of(c.where))
         for target, lines in writes.items():
             print(f"{'would append' if dry_run else 'appended'} {len(lines)} case(s) to {target}", file=out)
             if not dry_run:
                 _append(target, lines)
+    if (listed["train"] or listed["holdout"]) and not dry_run:
+        pinned = dataclasses.replace(
+            manifest,
+            holdout_sources=manifest.holdout_sources | listed["holdout"],
+            train_sources=manifest.train_sources | listed["train"],
+        )
+        _write_manifest(corpus, pinned)
     print(
         f"merged: {placed['train']} train, {placed['holdout']} holdout (added after the freeze); rejected: {rejected}",
         file=out,
     )
+    if listed["train"] or listed["holdout"]:
+        print(
+            f"{'would list' if dry_run else 'listed'} new source(s) in {MANIFEST_NAME}: "
+            f"{len(listed['train'])} train, {len(listed['holdout'])} holdout",
+            file=out,
+        )
     return 1 if rejected else 0
+
+
+def _write_manifest(corpus: str, manifest: Manifest) -> None:
+    with open(os.path.join(corpus, MANIFEST_NAME), "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(manifest.to_json(), indent=1, ensure_ascii=False) + "\n")
 
 
 def do_freeze(corpus: str, date: str, out=sys.stdout) -> int:
@@ -160,8 +185,7 @@ def do_freeze(corpus: str, date: str, out=sys.stdout) -> int:
         else:
             os.remove(path)
         print(f"moved {len(moved)} case(s) out of {path}", file=out)
-    with open(os.path.join(corpus, MANIFEST_NAME), "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(new.to_json(), indent=1, ensure_ascii=False) + "\n")
+    _write_manifest(corpus, new)
     print(
         f"frozen {date}: {len(new.cases)} holdout case(s) from "
         f"{len({c.repo for c in cases if c.id in new.cases})} source(s); "

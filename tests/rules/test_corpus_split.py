@@ -432,7 +432,8 @@ def test_merge_puts_each_case_on_its_side_and_rejects_the_bad(tmp_path):
     before = (corpus / MANIFEST_NAME).read_text()
     dry = _run("merge", str(incoming), "--corpus", str(corpus), "--dry-run")
     assert dry.returncode == 1 and "would append" in dry.stdout
-    assert not (corpus / "gather.jsonl").exists()
+    assert "would list new source(s) in holdout.manifest.json: 1 train, 1 holdout" in dry.stdout
+    assert not (corpus / "gather.jsonl").exists() and (corpus / MANIFEST_NAME).read_text() == before
     res = _run("merge", str(incoming), "--corpus", str(corpus))
     assert res.returncode == 1, res.stderr
     assert "merged: 2 train, 2 holdout (added after the freeze); rejected: 5" in res.stdout
@@ -443,14 +444,21 @@ def test_merge_puts_each_case_on_its_side_and_rejects_the_bad(tmp_path):
     held = [json.loads(x)["id"] for x in (corpus / "holdout" / "gather.jsonl").read_text().splitlines()]
     assert train == ["t-20", "t-23"] and held == ["t-21", "t-22"]
     assert json.loads((corpus / "holdout" / "gather.jsonl").read_text().splitlines()[1])["repo"] == new_source[19:]
-    assert (corpus / MANIFEST_NAME).read_text() == before  # the freeze is not touched
+    # the two new sources are listed on the side they were placed on; what was frozen is not touched
+    assert "listed new source(s) in holdout.manifest.json: 1 train, 1 holdout" in res.stdout
+    pinned, why = load_manifest(str(corpus / MANIFEST_NAME))
+    assert pinned is not None and not why, why
+    assert pinned.cases == m.cases and pinned.frozen == m.frozen
+    assert pinned.holdout_sources == m.holdout_sources | {new_source[19:]}
+    assert pinned.train_sources == m.train_sources | {train_source[19:]}
     cases, problems = load_cases([str(corpus)])
-    assert not problems and check_split(cases, m) == []
+    assert not problems and check_split(cases, m) == [] and check_split(cases, pinned) == []
     side = split_cases(cases, m).side
     assert side["t-21"] == ADDED and side["t-22"] == ADDED and side["t-23"] == TRAIN
     # merging the same file again adds nothing
     again = _run("merge", str(incoming), "--corpus", str(corpus))
-    assert "merged: 0 train, 0 holdout" in again.stdout
+    assert "merged: 0 train, 0 holdout" in again.stdout and "listed" not in again.stdout
+    assert (corpus / MANIFEST_NAME).read_text() == json.dumps(pinned.to_json(), indent=1, ensure_ascii=False) + "\n"
     assert _run("check", "--corpus", str(corpus)).returncode == 0
 
 
