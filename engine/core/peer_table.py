@@ -29,13 +29,14 @@ table; this module puts them together, per log file, and judges them:
   ``min``, ``min_peer``, ``max``, ``max_peer``, ``unit``): the worst unit is slow when its cost is
   ``table_factor`` x the best one's (a time also ``MIN_EXCESS_S`` more). Only the costs the
   matcher names (a round trip, a throughput), never a data-loading time of milliseconds.
-- ``table: step`` — a figure printed at a step by units that do not say which they are (several
-  workers' "Epoch[0] Batch [100]  Speed: 1326.73 samples/sec" lines in one log; groups ``step_key``,
-  ``value``, ``unit``): the figures of one step are one measurement of the units. With at least
-  ``STEP_GROUPS`` steps of ``min_peers`` + 1 figures (policy.straggler.min_peers), the worst
-  figure of each step (their median over those steps) at ``table_factor`` x the median of the
-  other figures, and at every step at least halfway to that factor x its step's others, is a
-  straggler that cannot be named: a warm-up slow on every unit, or one slow step, is none. A single process never prints one step three times.
+- ``table: step`` — a figure printed at a step by units that do not say which they are
+  (several workers' "Epoch[0] Batch [100]  Speed: 1326.73 samples/sec" lines in one log; groups
+  ``step_key``, ``value``, ``unit``): the figures of one step are one measurement of the units.
+  With at least ``STEP_GROUPS`` steps of ``min_peers`` + 1 figures (policy.straggler.min_peers),
+  the worst figure of each step (their median over those steps) at ``table_factor`` x the median
+  of the other figures, and at every step at least halfway to that factor x its step's others,
+  is a straggler that cannot be named: a warm-up slow on every unit, or one slow step, is none. A
+  single process never prints one step three times.
 
 Rows belong to the table whose title or header came at most ``GAP`` lines before the first of
 them, and each next row to the line after the previous one; any other row is no table's.
@@ -367,6 +368,7 @@ def _where(origin: str) -> tuple[str, int]:
 
 
 def _figure(value: object) -> float | None:
+    """A group's figure as a float (None when absent or no number)."""
     try:
         return float(str(value)) if value is not None else None
     except ValueError:
@@ -374,6 +376,7 @@ def _figure(value: object) -> float | None:
 
 
 def _is_time_unit(unit: str) -> bool:
+    """Whether a printed unit is a time (``_UNITS``), not a rate."""
     return unit.strip().lower() in _UNITS
 
 
