@@ -37,6 +37,11 @@ table; this module puts them together, per log file, and judges them:
   of the other figures, and at every step at least halfway to that factor x its step's others,
   is a straggler that cannot be named: a warm-up slow on every unit, or one slow step, is none. A
   single process never prints one step three times.
+- ``table: line`` — one line that gives every unit's running figure in order (gpu-burn's
+  "proc'd: 636 (2085 Gflop/s) - 612 (2070 Gflop/s) - ..."; group ``figures``): unit k is the
+  k-th figure (``gpu0``, ``gpu1``...). After ``warmup`` lines, a unit whose figure is
+  ``table_factor`` x worse than the median of the others' on ``slow_points`` lines in a row
+  (with ``table_min_peers`` others) is slow; a figure of 0 (a unit not running) is no figure.
 
 Rows belong to the table whose title or header came at most ``GAP`` lines before the first of
 them, and each next row to the line after the previous one; any other row is no table's.
@@ -74,6 +79,7 @@ MAX_COLS = 64
 MIN_EXCESS_S = 0.05
 
 _CELL = re.compile(r"-?\d+(?:\.\d+)?|N/A")  # a figure, or no figure where one is expected (a diagonal)
+_LINE_FIGURE = re.compile(r"\((\d+(?:\.\d+)?)\s*([GT])flop/s\)", re.IGNORECASE)  # gpu-burn's per-GPU figures
 _DICT_ITEM = re.compile(r"""['"]?([\w.:-]{1,64})['"]?\s*:\s*(\d+(?:\.\d+)?)""")
 _TIME_COL = re.compile(r"(?:time|_s$|_sec$|_secs$|_ms$|_us$|latency|elapsed|duration|\(s\)|\(ms\)|\(us\)|\bsec\b)")
 _RATE_COL = re.compile(r"(?:throughput|speed|bandwidth|\bbw\b|_bw$|flops|/s\b|per_s|per_sec|samples|tokens)")
@@ -151,10 +157,14 @@ class _Table:
 class PeerTables:
     """The open table of each file (job, attempt, path), and the verdict on it."""
 
-    def __init__(self, factor: float, min_peers: int, min_steps_peers: int = 2):
+    def __init__(self, factor: float, min_peers: int, min_steps_peers: int = 2, warmup: int = 3, slow_points: int = 3):
         self.factor = factor
         self.min_peers = min_peers
         self.min_steps_peers = min_steps_peers  # others at one step (policy.straggler.min_peers)
+        self.warmup = warmup  # lines of a `line` table never judged (policy.straggler.warmup)
+        self.slow_points = slow_points  # its slow lines in a row (policy.straggler.slow_points)
+        #: (job, attempt, path, matcher) -> [lines seen, {unit: slow lines in a row}, reported]
+        self._lines: dict[tuple[str, int, str, str], list[Any]] = {}
         self._open: dict[tuple[str, int, str], _Table] = {}
         #: (job, attempt, path, matcher) -> step -> the costs printed at it (anonymous units)
         self._steps: dict[tuple[str, int, str, str], dict[str, list[float]]] = {}
@@ -168,6 +178,8 @@ class PeerTables:
             return self._dict(job, attempt, fact)
         if kind == "minmax":
             return self._minmax(job, attempt, fact)
+        if kind == "line":
+            return self._line(job, attempt, (job, attempt, path, str(fact.get("matcher") or "-")), fact)
         if kind == "step":
             return self._step(job, attempt, (job, attempt, path, str(fact.get("matcher") or "-")), fact)
         if kind == "dicttitle":
@@ -354,7 +366,38 @@ class PeerTables:
         what = f"the worst of each of {len(full)} steps printed by units that do not name themselves"
         return [_slow(job, attempt, fact, "unnamed", worst / typical, typical, len(full[-1]), what)]
 
+    def _line(self, job: str, attempt: int, key: tuple[str, int, str, str], fact: Fact) -> list[Fact]:
+        """Every unit's running figure on one line, in order: a unit slow against the others on
+        ``slow_points`` lines in a row, after ``warmup`` lines."""
+        state = self._lines.setdefault(key, [0, {}, False])
+        if state[2]:
+            return []
+        state[0] += 1
+        costs: dict[str, float] = {}
+        for i, (value, scale) in enumerate(_LINE_FIGURE.findall(str(fact.get("figures") or ""))[:MAX_COLS]):
+            v = float(value) * (1000.0 if scale.upper() == "T" else 1.0)
+            if v > 0:
+                costs[f"gpu{i}"] = 1.0 / v
+        if state[0] <= self.warmup or len(costs) < self.min_peers + 1:
+            return []
+        runs: dict[str, int] = state[1]
+        worst: tuple[str, float, float] | None = None
+        for who, c in costs.items():
+            typical = statistics.median([v for k, v in costs.items() if k != who])
+            slow = typical > 0 and c >= self.factor * typical
+            runs[who] = runs.get(who, 0) + 1 if slow else 0
+            if slow and runs[who] >= max(1, self.slow_points) and (worst is None or c / typical > worst[1]):
+                worst = (who, c / typical, typical)
+        if worst is None:
+            return []
+        state[2] = True
+        who, ratio, typical = worst
+        what = f"one line of every unit's figure, slow on {runs[who]} lines in a row"
+        return [_slow(job, attempt, fact, who, ratio, typical, len(costs), what)]
+
     def forget(self, job: str, attempt: int) -> None:
+        for lkey in [k for k in self._lines if k[0] == job and k[1] == attempt]:
+            del self._lines[lkey]
         for key in [k for k in self._open if k[0] == job and k[1] == attempt]:
             del self._open[key]
         for skey in [k for k in self._steps if k[0] == job and k[1] == attempt]:

@@ -115,3 +115,31 @@ def test_score_rows_close_together_or_without_a_title_say_nothing():
     assert read(score_rows(rows)) == []
     slow = [("76", 0.41), ("13", 0.94), ("45", 0.94), ("432", 0.99), ("376", 0.98)]
     assert read(score_rows(slow)[1:]) == []
+
+
+def burn(lines: list[list[float]]) -> list[Fact]:
+    return [
+        part(i + 1, table="line", figures=" - ".join(f"{100 * (i + 1)} ({v:.0f} Gflop/s)" for v in row))
+        for i, row in enumerate(lines)
+    ]
+
+
+def test_a_gpu_burn_gpu_slow_line_after_line_is_named_by_its_position():
+    rows = [[6400.0, 6450.0, 3100.0, 6420.0, 6390.0]] * 6
+    (slow,) = read(burn(rows))
+    assert slow.get("peer") == "gpu2" and slow.get("node") is None
+
+
+def test_gpu_burn_warmup_one_slow_line_zeros_and_few_gpus_say_nothing():
+    warm = [[6400.0, 6450.0, 1000.0, 6420.0]] * 3 + [[6400.0, 6450.0, 6300.0, 6420.0]] * 5
+    assert read(burn(warm)) == []
+    once = (
+        [[6400.0, 6450.0, 6300.0, 6420.0]] * 4
+        + [[6400.0, 6450.0, 2000.0, 6420.0]]
+        + [[6400.0, 6450.0, 6300.0, 6420.0]] * 3
+    )
+    assert read(burn(once)) == []
+    zeros = [[0.0, 1038.0, 0.0, 0.0, 0.0]] * 8  # GPUs not running: no figure
+    assert read(burn(zeros)) == []
+    two = [[7100.0, 2500.0]] * 8
+    assert read(burn(two)) == []
