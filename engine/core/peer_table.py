@@ -18,6 +18,30 @@ table; this module puts them together, per log file, and judges them:
   size column that grows by design says nothing. Its rows follow as ``table: row`` hits.
 - ``table: dict`` — a whole ``{unit: figure, ...}`` on one line after a word that says what the
   figures are (``elapsed time``, ``throughput``).
+- ``table: dicttitle`` — a title that says what the dicts below it hold (NVRx's "Relative
+  section performance scores:"), group ``metric``; its ``table: dictrow`` hits (group ``peers``,
+  ``0: 0.961, 1: 0.919, ...`` with or without a section's name and braces) follow as rows do,
+  and each row is judged as a dict of that metric. A score (1.0 the best) is a rate. Its
+  ``table: scorerow`` hits (groups ``peer``, ``score``: one unit a line, NeMo's "Rank=76
+  Node=... Score=0.94") are gathered into one dict of the title, judged as it grows.
+- ``table: minmax`` — one line that names the fastest and the slowest unit of one measurement
+  (Megatron's StragglerDetector, ``MnRtt/Rnk: 3453.08ms/8 | MxRtt/Rnk: 3468.20ms/0``: groups
+  ``min``, ``min_peer``, ``max``, ``max_peer``, ``unit``): the worst unit is slow when its cost is
+  ``table_factor`` x the best one's (a time also ``MIN_EXCESS_S`` more). Only the costs the
+  matcher names (a round trip, a throughput), never a data-loading time of milliseconds.
+- ``table: step`` — a figure printed at a step by units that do not say which they are
+  (several workers' "Epoch[0] Batch [100]  Speed: 1326.73 samples/sec" lines in one log; groups
+  ``step_key``, ``value``, ``unit``): the figures of one step are one measurement of the units.
+  With at least ``STEP_GROUPS`` steps of ``min_peers`` + 1 figures (policy.straggler.min_peers),
+  the worst figure of each step (their median over those steps) at ``table_factor`` x the median
+  of the other figures, and at every step at least halfway to that factor x its step's others,
+  is a straggler that cannot be named: a warm-up slow on every unit, or one slow step, is none. A
+  single process never prints one step three times.
+- ``table: line`` — one line that gives every unit's running figure in order (gpu-burn's
+  "proc'd: 636 (2085 Gflop/s) - 612 (2070 Gflop/s) - ..."; group ``figures``): unit k is the
+  k-th figure (``gpu0``, ``gpu1``...). After ``warmup`` lines, a unit whose figure is
+  ``table_factor`` x worse than the median of the others' on ``slow_points`` lines in a row
+  (with ``table_min_peers`` others) is slow; a figure of 0 (a unit not running) is no figure.
 
 Rows belong to the table whose title or header came at most ``GAP`` lines before the first of
 them, and each next row to the line after the previous one; any other row is no table's.
@@ -47,16 +71,19 @@ from engine.facts import Fact
 
 __all__ = ["PeerTables", "outlier", "unit_cost"]
 
+STEP_GROUPS = 2  # steps whose worst figure must be far from the others' (anonymous units)
+MAX_STEPS = 8  # steps of one way of printing kept per file
 GAP = 3  # lines between a table's title or header and its first row (a column header, a rule)
 MAX_ROWS = 256
 MAX_COLS = 64
 MIN_EXCESS_S = 0.05
 
 _CELL = re.compile(r"-?\d+(?:\.\d+)?|N/A")  # a figure, or no figure where one is expected (a diagonal)
+_LINE_FIGURE = re.compile(r"\((\d+(?:\.\d+)?)\s*([GT])flop/s\)", re.IGNORECASE)  # gpu-burn's per-GPU figures
 _DICT_ITEM = re.compile(r"""['"]?([\w.:-]{1,64})['"]?\s*:\s*(\d+(?:\.\d+)?)""")
 _TIME_COL = re.compile(r"(?:time|_s$|_sec$|_secs$|_ms$|_us$|latency|elapsed|duration|\(s\)|\(ms\)|\(us\)|\bsec\b)")
 _RATE_COL = re.compile(r"(?:throughput|speed|bandwidth|\bbw\b|_bw$|flops|/s\b|per_s|per_sec|samples|tokens)")
-_RATE_WORD = re.compile(r"(?:throughput|speed|bandwidth|flops|/s\b|per sec|per_s)", re.IGNORECASE)
+_RATE_WORD = re.compile(r"(?:throughput|speed|bandwidth|flops|/s\b|per sec|per_s|score)", re.IGNORECASE)
 
 #: a unit as printed -> (scale to seconds, or -1 for a rate turned into 1 / rate)
 _UNITS = {
@@ -116,23 +143,32 @@ def outlier(
 
 @dataclass
 class _Table:
-    kind: str  # matrix | header
+    kind: str  # matrix | header | dict
     path: str
     line: int  # the line of the title/header, then of the last row
     rate: bool = False  # matrix: its figures are rates
     cols: list[tuple[int, bool, float]] = field(default_factory=list)  # header: (cell index, rate, scale)
     ncols: int = 0  # header: the figures a row has
     rows: dict[str, list[float | None]] = field(default_factory=dict)  # None: a cell printed N/A
+    metric: str = ""  # dict: what its rows' figures are (the title)
     reported: bool = False
 
 
 class PeerTables:
     """The open table of each file (job, attempt, path), and the verdict on it."""
 
-    def __init__(self, factor: float, min_peers: int):
+    def __init__(self, factor: float, min_peers: int, min_steps_peers: int = 2, warmup: int = 3, slow_points: int = 3):
         self.factor = factor
         self.min_peers = min_peers
+        self.min_steps_peers = min_steps_peers  # others at one step (policy.straggler.min_peers)
+        self.warmup = warmup  # lines of a `line` table never judged (policy.straggler.warmup)
+        self.slow_points = slow_points  # its slow lines in a row (policy.straggler.slow_points)
+        #: (job, attempt, path, matcher) -> [lines seen, {unit: slow lines in a row}, reported]
+        self._lines: dict[tuple[str, int, str, str], list[Any]] = {}
         self._open: dict[tuple[str, int, str], _Table] = {}
+        #: (job, attempt, path, matcher) -> step -> the costs printed at it (anonymous units)
+        self._steps: dict[tuple[str, int, str, str], dict[str, list[float]]] = {}
+        self._steps_reported: set[tuple[str, int, str, str]] = set()
 
     def observe(self, job: str, attempt: int, fact: Fact) -> list[Fact]:
         kind = fact.get("table")
@@ -140,6 +176,32 @@ class PeerTables:
         key = (job, attempt, path)
         if kind == "dict":
             return self._dict(job, attempt, fact)
+        if kind == "minmax":
+            return self._minmax(job, attempt, fact)
+        if kind == "line":
+            return self._line(job, attempt, (job, attempt, path, str(fact.get("matcher") or "-")), fact)
+        if kind == "step":
+            return self._step(job, attempt, (job, attempt, path, str(fact.get("matcher") or "-")), fact)
+        if kind == "dicttitle":
+            self._open[key] = _Table("dict", path, line, metric=str(fact.get("metric") or ""))
+            return []
+        if kind == "scorerow":
+            return self._score_row(job, attempt, key, line, fact)
+        if kind == "dictrow":
+            t = self._open.get(key)
+            if t is None or t.kind != "dict":
+                return []
+            gap = line - t.line
+            if gap <= 0 or gap > (GAP if not t.rows else 1) or len(t.rows) >= MAX_ROWS:
+                self._open.pop(key, None)
+                return []
+            t.line = line
+            t.rows[str(len(t.rows))] = []
+            if t.reported:
+                return []
+            out = self._dict(job, attempt, fact, t.metric)
+            t.reported = bool(out)
+            return out
         if kind == "matrix":
             unit = str(fact.get("unit") or "")
             self._open[key] = _Table("matrix", path, line, rate="/" in unit)
@@ -214,8 +276,8 @@ class PeerTables:
                 return (*found, f"per-unit table, column {index + 1}")
         return None
 
-    def _dict(self, job: str, attempt: int, fact: Fact) -> list[Fact]:
-        metric = str(fact.get("metric") or "")
+    def _dict(self, job: str, attempt: int, fact: Fact, metric: str | None = None) -> list[Fact]:
+        metric = str(fact.get("metric") or "") if metric is None else metric
         rate = bool(_RATE_WORD.search(metric))
         costs: dict[str, float] = {}
         for who, v in _DICT_ITEM.findall(str(fact.get("peers") or ""))[:MAX_ROWS]:
@@ -228,14 +290,137 @@ class PeerTables:
         who, ratio, typical = found
         return [_slow(job, attempt, fact, who, ratio, typical, len(costs), f"one line of {metric.strip()} per unit")]
 
+    def _score_row(self, job: str, attempt: int, key: tuple[str, int, str], line: int, fact: Fact) -> list[Fact]:
+        """One unit's score on a line of its own under a title (``Rank=76 Node=... Score=0.94``,
+        NVRx's worst and best ranks as NeMo prints them): the rows so far are one dict of rates.
+        A row may be up to ``GAP`` lines after the previous one (the "Best performing" line)."""
+        t = self._open.get(key)
+        if t is None or t.kind != "dict":
+            return []
+        if line - t.line <= 0 or line - t.line > GAP or len(t.rows) >= MAX_ROWS:
+            self._open.pop(key, None)
+            return []
+        t.line = line
+        score = _figure(fact.get("score"))
+        if score is None or score <= 0:
+            return []
+        t.rows[str(fact.get("peer") or len(t.rows))[:64]] = [score]
+        if t.reported:
+            return []
+        costs = {who: 1.0 / float(cells[0] or 1.0) for who, cells in t.rows.items()}
+        found = outlier(costs, self.factor, self.min_peers, None)
+        if found is None:
+            return []
+        t.reported = True
+        who, ratio, typical = found
+        return [_slow(job, attempt, fact, who, ratio, typical, len(costs), f"{t.metric.strip()}: one score per unit")]
+
+    def _minmax(self, job: str, attempt: int, fact: Fact) -> list[Fact]:
+        """The best and the worst unit of one measurement on one line: the worst is slow at
+        ``factor`` x the best's cost."""
+        unit = str(fact.get("unit") or "")
+        best, worst = _figure(fact.get("min")), _figure(fact.get("max"))
+        if best is None or worst is None:
+            return []
+        slow_peer = str(fact.get("max_peer") or "")
+        if not _is_time_unit(unit):
+            # a rate: the lowest figure is the slowest unit
+            best, worst, slow_peer = worst, best, str(fact.get("min_peer") or "")
+        c_best, c_worst = unit_cost(best, unit), unit_cost(worst, unit)
+        if c_best is None or c_worst is None or not slow_peer or c_worst < self.factor * c_best:
+            return []
+        if _is_time_unit(unit) and (c_worst - c_best) < MIN_EXCESS_S:
+            return []
+        what = f"the slowest of all units against the fastest ({unit})"
+        return [_slow(job, attempt, fact, slow_peer, c_worst / c_best, c_best, 2, what)]
+
+    def _step(self, job: str, attempt: int, key: tuple[str, int, str, str], fact: Fact) -> list[Fact]:
+        """Figures of units that do not name themselves, grouped by the step they were printed at."""
+        unit = str(fact.get("unit") or "")
+        value = _figure(fact.get("value"))
+        cost = unit_cost(value, unit) if value is not None else None
+        step = str(fact.get("step_key") or "")
+        if cost is None or not step or key in self._steps_reported:
+            return []
+        steps = self._steps.setdefault(key, {})
+        if step not in steps and len(steps) >= MAX_STEPS:
+            del steps[next(iter(steps))]  # the oldest step
+        figures = steps.setdefault(step, [])
+        if len(figures) >= MAX_ROWS:
+            return []
+        figures.append(cost)
+        full = [sorted(f) for f in steps.values() if len(f) >= self.min_steps_peers + 1]
+        if len(full) < STEP_GROUPS:
+            return []
+        worst = statistics.median([f[-1] for f in full])
+        typical = statistics.median([c for f in full for c in f[:-1]])
+        if typical <= 0 or worst < self.factor * typical:
+            return []
+        # slow at every step, not one step's hiccup averaged in: each step's worst at least
+        # halfway to factor x that step's others
+        if any(f[-1] < (1 + (self.factor - 1) / 2) * statistics.median(f[:-1]) for f in full):
+            return []
+        if _is_time_unit(unit) and (worst - typical) < MIN_EXCESS_S:
+            return []
+        self._steps_reported.add(key)
+        what = f"the worst of each of {len(full)} steps printed by units that do not name themselves"
+        return [_slow(job, attempt, fact, "unnamed", worst / typical, typical, len(full[-1]), what)]
+
+    def _line(self, job: str, attempt: int, key: tuple[str, int, str, str], fact: Fact) -> list[Fact]:
+        """Every unit's running figure on one line, in order: a unit slow against the others on
+        ``slow_points`` lines in a row, after ``warmup`` lines."""
+        state = self._lines.setdefault(key, [0, {}, False])
+        if state[2]:
+            return []
+        state[0] += 1
+        costs: dict[str, float] = {}
+        for i, (value, scale) in enumerate(_LINE_FIGURE.findall(str(fact.get("figures") or ""))[:MAX_COLS]):
+            v = float(value) * (1000.0 if scale.upper() == "T" else 1.0)
+            if v > 0:
+                costs[f"gpu{i}"] = 1.0 / v
+        if state[0] <= self.warmup or len(costs) < self.min_peers + 1:
+            return []
+        runs: dict[str, int] = state[1]
+        worst: tuple[str, float, float] | None = None
+        for who, c in costs.items():
+            typical = statistics.median([v for k, v in costs.items() if k != who])
+            slow = typical > 0 and c >= self.factor * typical
+            runs[who] = runs.get(who, 0) + 1 if slow else 0
+            if slow and runs[who] >= max(1, self.slow_points) and (worst is None or c / typical > worst[1]):
+                worst = (who, c / typical, typical)
+        if worst is None:
+            return []
+        state[2] = True
+        who, ratio, typical = worst
+        what = f"one line of every unit's figure, slow on {runs[who]} lines in a row"
+        return [_slow(job, attempt, fact, who, ratio, typical, len(costs), what)]
+
     def forget(self, job: str, attempt: int) -> None:
+        for lkey in [k for k in self._lines if k[0] == job and k[1] == attempt]:
+            del self._lines[lkey]
         for key in [k for k in self._open if k[0] == job and k[1] == attempt]:
             del self._open[key]
+        for skey in [k for k in self._steps if k[0] == job and k[1] == attempt]:
+            del self._steps[skey]
+        self._steps_reported = {k for k in self._steps_reported if not (k[0] == job and k[1] == attempt)}
 
 
 def _where(origin: str) -> tuple[str, int]:
     path, _, line = str(origin).rpartition(":")
     return (path, int(line)) if line.isdigit() else (str(origin), 0)
+
+
+def _figure(value: object) -> float | None:
+    """A group's figure as a float (None when absent or no number)."""
+    try:
+        return float(str(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _is_time_unit(unit: str) -> bool:
+    """Whether a printed unit is a time (``_UNITS``), not a rate."""
+    return unit.strip().lower() in _UNITS
 
 
 def _cells(text: str) -> list[float | None]:

@@ -82,7 +82,13 @@ class ProgressTracker:
         self.straggler: Straggler = policy.straggler
         self.attempts: dict[tuple[str, int], _Attempt] = {}
         self.running: dict[str, tuple[int, bool]] = {}  # job -> (attempt, running)
-        self.tables = PeerTables(self.straggler.table_factor, self.straggler.table_min_peers)
+        self.tables = PeerTables(
+            self.straggler.table_factor,
+            self.straggler.table_min_peers,
+            self.straggler.min_peers,
+            self.straggler.warmup,
+            self.straggler.slow_points,
+        )
         self._out: list[Fact] = []
         #: (deadline, seq, key, attempt): at most one entry per attempt, its deadline never later
         #: than the attempt's true one (progress and a learned bound only push it later), so
