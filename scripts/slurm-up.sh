@@ -260,9 +260,10 @@ SlurmUser=slurm
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-# cred_expire is also how long a requeued job waits before it may start again (default 120 s).
+# cred_expire is also how long a requeued job waits before it may start again (default 120 s;
+# 5 is the least Slurm takes: a requeue waits ~6 s, a credential still lives 5 s from its launch).
 # Only a slurmctld restart applies it; scontrol reconfigure does not.
-AuthInfo=cred_expire=10
+AuthInfo=cred_expire=5
 SlurmctldPort=6817
 StateSaveLocation=$CTLD_STATE
 SlurmdSpoolDir=$SPOOL_DIR/%n
