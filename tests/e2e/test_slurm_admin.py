@@ -273,7 +273,20 @@ def test_two_jobs_on_one_node_with_the_faulty_gpu_unknown_none_is_requeued_blind
     )[0]
     why = next(g["why"] for g in guards(h, inc) if g["guard"] == "shared_node")
     assert all(j in why for j in jobs), why
-    told = h.query("SELECT target FROM actions WHERE action = 'notify' AND idem_key LIKE '%notify-shared%'")
+    # the guard is noted before the pages are journaled: the pages are waited for, not read at once
+    told = wait_for(
+        "a page to each job",
+        lambda: (
+            len(
+                rows := h.query(
+                    "SELECT target FROM actions WHERE action = 'notify' AND idem_key LIKE '%notify-shared%'"
+                )
+            )
+            >= len(jobs)
+            and rows
+        ),
+        20,
+    )
     assert {t[0] for t in told} == set(jobs)
     time.sleep(4)
     for job in jobs:  # both keep running; the drain lets them finish
