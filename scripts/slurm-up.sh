@@ -260,9 +260,10 @@ SlurmUser=slurm
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-# cred_expire is also how long a requeued job waits before it may start again (default 120 s).
+# cred_expire is also how long a requeued job waits before it may start again (default 120 s;
+# 5 is the least Slurm takes: a requeue waits ~6 s, a credential still lives 5 s from its launch).
 # Only a slurmctld restart applies it; scontrol reconfigure does not.
-AuthInfo=cred_expire=10
+AuthInfo=cred_expire=5
 SlurmctldPort=6817
 StateSaveLocation=$CTLD_STATE
 SlurmdSpoolDir=$SPOOL_DIR/%n
@@ -347,9 +348,11 @@ if [ "$changed" = 1 ]; then
 fi
 
 fresh=0
+wiped=0
 if ! alive "$ctld_pidfile" slurmctld; then
   fresh=1
   if [ "$CLEAN" = 1 ]; then
+    wiped=1
     # slurmd left from an earlier controller would keep using the spool we wipe
     RECOVER_KEEP_MUNGE=1 RECOVER_KEEP_ACCOUNTING=1 "$HERE/slurm-down.sh" >/dev/null
     rm -rf "${CTLD_STATE:?}"/* "${SPOOL_DIR:?}"/* "${LOG_DIR:?}"/*
@@ -373,13 +376,15 @@ for ((i = 1; i <= NODES; i++)); do
 done
 
 # ---------------------------------------------------------------------------------------------
-# 5. Wait for the nodes. After a fresh start every node must be idle; on a cluster that was
-#    already up, jobs and drains are others' business: every node must answer (no "*").
+# 5. Wait for the nodes. After a start on wiped state every node must be idle; on a cluster that
+#    was already up, or a controller restarted on its saved state (SLURM_CLEAN=0: its jobs and
+#    drains survive, as after a failover), jobs and drains are others' business: every node must
+#    answer (no "*"). (Waiting for idle there waited SLURM_WAIT for nodes that stay busy.)
 unready() {
-  sinfo -N -h -o '%N %T' 2>/dev/null | awk -v fresh="$fresh" '
+  sinfo -N -h -o '%N %T' 2>/dev/null | awk -v wiped="$wiped" '
     { n++ }
-    fresh == 1 && $2 != "idle" { print $1 "=" $2; next }
-    fresh != 1 && ($2 ~ /[*~#!%$@^-]$/ || $2 ~ /^(unknown|inval|future|fail)/) { print $1 "=" $2 }
+    wiped == 1 && $2 != "idle" { print $1 "=" $2; next }
+    wiped != 1 && ($2 ~ /[*~#!%$@^-]$/ || $2 ~ /^(unknown|inval|future|fail)/) { print $1 "=" $2 }
     END { if (n == 0) print "no-answer-from-sinfo" }'
 }
 deadline=$((SECONDS + WAIT_S))

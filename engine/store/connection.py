@@ -20,7 +20,7 @@ from urllib.parse import quote
 from engine.clock import SYSTEM, Clock
 from engine.errors import Fenced, StoreError
 from engine.store.dialect import DB_ERRORS, PgDb, dialect_for, display_name, is_postgres
-from engine.store.schema import FENCED_MESSAGE, migrate
+from engine.store.schema import FENCED_MESSAGE, migrate, migrate_new_memory
 
 __all__ = ["Connection", "Rows", "store_error"]
 
@@ -98,7 +98,10 @@ class Connection:
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=NORMAL")
                 self.db.execute("PRAGMA foreign_keys=ON")
-            if not readonly:
+            if not readonly and target == ":memory:":
+                # new and empty: a copy of one migrated once in this process (the same schema)
+                self.fresh = migrate_new_memory(self.db) is None
+            elif not readonly:
                 # a database that did not exist before (or was never used) knows nothing of the past
                 self.fresh = migrate(self.db, self.dialect) is None
             else:

@@ -273,7 +273,20 @@ def test_two_jobs_on_one_node_with_the_faulty_gpu_unknown_none_is_requeued_blind
     )[0]
     why = next(g["why"] for g in guards(h, inc) if g["guard"] == "shared_node")
     assert all(j in why for j in jobs), why
-    told = h.query("SELECT target FROM actions WHERE action = 'notify' AND idem_key LIKE '%notify-shared%'")
+    # the guard is noted before the pages are journaled: the pages are waited for, not read at once
+    told = wait_for(
+        "a page to each job",
+        lambda: (
+            len(
+                rows := h.query(
+                    "SELECT target FROM actions WHERE action = 'notify' AND idem_key LIKE '%notify-shared%'"
+                )
+            )
+            >= len(jobs)
+            and rows
+        ),
+        20,
+    )
     assert {t[0] for t in told} == set(jobs)
     time.sleep(4)
     for job in jobs:  # both keep running; the drain lets them finish
@@ -356,13 +369,15 @@ def test_a_drain_during_a_90_s_slurmctld_outage_holds_once_slurmctld_is_back(h):
         drain = h.query("SELECT status FROM actions WHERE incident = ? AND action = 'drain'", inc)
         assert drain and drain[0][0] not in ("escalated", "verified"), drain  # still trying, not given up
     finally:
-        # back with its saved state (SLURM_CLEAN=0: the jobs survive, as after a real failover)
-        subprocess.run(
+        # back with its saved state (SLURM_CLEAN=0: the jobs survive, as after a real failover);
+        # slurm-up returns once every node answers (its jobs and the drain kept), not all idle
+        back = subprocess.run(
             ["bash", str(REPO / "scripts" / "slurm-up.sh")],
             capture_output=True,
             timeout=120,
             env=dict(os.environ, SLURM_CLEAN="0"),
         )
+    assert back.returncode == 0, back.stderr.decode(errors="replace")[-2000:]
     wait_for(
         f"{bad} drained once slurmctld is back",
         lambda: (n := h.node(bad)).drained and f"incident {inc}" in n.reason,

@@ -1,7 +1,7 @@
 """SlurmAdapter against the real cluster of scripts/slurm-up.sh (Slurm 22.05, 4 nodes).
 
 Each test cancels its jobs and puts its nodes back in service. Node death takes ~20 s and
-a requeue waits ~11 s (cred_expire=10), so there is one test of each.
+a requeue waits ~6 s (cred_expire=5), so there is one test of each.
 """
 
 from __future__ import annotations

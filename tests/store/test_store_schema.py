@@ -188,6 +188,42 @@ def test_a_new_database_is_at_the_last_version_and_fresh(tmp_path):
     assert not Store(tmp_path / "new.db").fresh
 
 
+def test_a_new_in_memory_store_is_a_copy_of_the_migrated_schema_and_its_own(tmp_path, monkeypatch):
+    """An in-memory store is a copy of one migrated once per process (schema.migrate_new_memory):
+    the same tables, indexes, triggers and version as a file migrated step by step, fresh, and
+    sharing no row with the store before it."""
+
+    def schema(store):
+        return store.db.execute(
+            "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name"
+        ).fetchall()
+
+    on_disk = Store(tmp_path / "new.db")
+    first = Store(":memory:")
+    assert first.fresh and first.meta("schema") == str(SCHEMA_VERSION)
+    assert [tuple(r) for r in schema(first)] == [tuple(r) for r in schema(on_disk)]
+    first.set_meta("seen", "1")
+    first.db.execute("INSERT INTO meta(key, value) VALUES ('extra', 'x')")
+    second = Store(":memory:")
+    assert second.meta("seen") is None and second.meta("extra") is None and second.fresh
+    assert second.db.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    for store in (on_disk, first, second):
+        store.close()
+    # a replaced list of migrations (a test's) is what the next in-memory store gets
+    import engine.store.schema as schema_module
+
+    def boom(db, dialect):
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(schema_module, "MIGRATIONS", ((1, (boom,)),))
+    with pytest.raises(StoreError, match="disk I/O error"):
+        Store(":memory:")
+    monkeypatch.undo()
+    again = Store(":memory:")
+    assert again.meta("schema") == str(SCHEMA_VERSION)
+    again.close()
+
+
 def test_the_versions_are_in_order_without_gaps():
     assert [v for v, _ in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
 
