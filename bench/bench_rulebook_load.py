@@ -1,6 +1,7 @@
-"""Rulebook load + scanner from a cold cache and with the cache off (bench_flood's LOAD), this
-checkout alternately with other checkouts, each in fresh processes; prints the median and least
-wall and CPU (user + system of the child) per checkout. Issue 20 holds the load within 10 % of a
+"""Rulebook load + scanner from a cold cache, with the cache off and from a warm cache
+(bench_flood's LOAD), this checkout alternately with other checkouts, each in fresh processes;
+prints the median and least wall and CPU (user + system of the child) per checkout. ``warm``: a
+first process fills the cache (not counted), a second one loads from it. Issue 20 holds the load within 10 % of a
 reference commit: give its checkout (a `git worktree add --detach DIR COMMIT`) with --other.
 
     python bench/bench_rulebook_load.py --other /path/to/ref-checkout[=/path/to/python] [--rounds 5]
@@ -31,8 +32,10 @@ def one(checkout: str, python: str, kind: str) -> tuple[float, float]:
     """(wall seconds the load printed, CPU seconds of the child) of one fresh process."""
     tmp = tempfile.mkdtemp(prefix="recover-load-")
     try:
-        cache = os.path.join(tmp, "cache") if kind == "cold" else "off"
+        cache = os.path.join(tmp, "cache") if kind in ("cold", "warm") else "off"
         env = dict(os.environ, RECOVER_CACHE_DIR=cache)
+        if kind == "warm":
+            subprocess.run([python, "-c", LOAD], cwd=checkout, env=env, capture_output=True, check=True)
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         out = subprocess.run([python, "-c", LOAD], cwd=checkout, env=env, capture_output=True, text=True, check=True)
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -53,7 +56,7 @@ def main() -> None:
     got: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for _ in range(args.rounds):
         for name, path, py in sides:
-            for kind in ("cold", "off"):
+            for kind in ("cold", "off", "warm"):
                 got.setdefault((name, kind), []).append(one(path, py, kind))
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{'checkout':16}{'cache':7}{'wall median':>13}{'wall least':>12}{'CPU median':>12}{'CPU least':>11}")

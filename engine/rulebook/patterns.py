@@ -87,12 +87,17 @@ def _class_end(p: str, i: int) -> int:
     return min(j + 1, n)
 
 
+# (hyperscan's copy is line-bound: it never holds a newline outside a negated class, for a line
+# never has one; a class or \s that matched it let a copy match across lines, and made the
+# compiler's graphs of a gap such as \s{2,}[^\n]{0,200}?\s the larger)
 _HS_CLASS_ESCAPES = {
-    "s": "\\t\\n\\f\\r\\x20",  # RE2's \s has no \v; hyperscan's has
+    "s": "\\t\\f\\r\\x20",  # RE2's \s has no \v; hyperscan's has
     "S": "\\x00-\\x08\\x0b\\x0e-\\x1f\\x21-\\xff",
     "v": "\\x0b",  # RE2: vertical tab; PCRE: any vertical space
 }
-_HS_ESCAPES = {"s": "[\\t\\n\\f\\r ]", "S": "[^\\t\\n\\f\\r ]", "v": "\\x0b"}
+#: in a negated class \s keeps the newline out, as everywhere
+_HS_NEGATED_ESCAPES = {**_HS_CLASS_ESCAPES, "s": "\\t\\n\\f\\r\\x20"}
+_HS_ESCAPES = {"s": "[\\t\\f\\r ]", "S": "[^\\t\\n\\f\\r ]", "v": "\\x0b"}
 
 # Features the walk collects; they decide the encoding and which engine may take a pattern.
 _NONASCII = "nonascii"  # a non-ASCII character: the pattern is UTF-8
@@ -152,9 +157,10 @@ def _walk(p: str, *, buffer: bool, hyperscan: bool) -> tuple[str, set[str]]:
             if hyperscan:
                 parts = []
                 k = 0
+                esc = _HS_NEGATED_ESCAPES if body.startswith("[^") else _HS_CLASS_ESCAPES
                 while k < len(body):
                     if body[k] == "\\" and k + 1 < len(body):
-                        parts.append(_HS_CLASS_ESCAPES.get(body[k + 1], body[k : k + 2]))
+                        parts.append(esc.get(body[k + 1], body[k : k + 2]))
                         k += 2
                     else:
                         parts.append(body[k])

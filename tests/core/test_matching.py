@@ -393,6 +393,8 @@ ORACLE_POOL = [
     # wide bounds: unbounded in hyperscan's main database (matching._relaxed), RE2 keeps them
     MatcherSpec("wide", r"NCCL[^\n]{0,16}timeout"),
     MatcherSpec("widelazy", r"(?:er){1,20}?ror [a-z ]{16,17}$"),
+    # alternatives: one hyperscan expression each (matching._split); a \s gap stays in its line
+    MatcherSpec("gapalt", r"Pull(?::|\s{2,}[^\n]{0,20}?\s)[Pp]ull|Start\s+x|[^\s]Z\s"),
 ]
 # RE2 spellings Python's re lacks: only compared between the two backends
 EXTRA_POOL = [
@@ -681,3 +683,32 @@ def test_relaxed_copy_reports_more_and_re2_decides():
     sc._hs_main.scan(far, match_event_handler=lambda *a: reported.append(a[2]), scratch=sc._hs_scratch)
     assert reported, "the relaxed copy should report the far line"
     assert [h.line for h in sc.feed(far + near)] == [near.rstrip(b"\n")]
+
+
+@pytest.mark.parametrize(
+    "src,parts",
+    [
+        (rb"a|b(c|d)", [rb"a", rb"b(c|d)"]),
+        (rb"(?m)a|b", [rb"(?m)a", rb"(?m)b"]),  # leading flags lead each part
+        (rb"abc", [rb"abc"]),
+        (rb"[|]x|\|y|\Qa|b\E|z", [rb"[|]x", rb"\|y", rb"\Qa|b\E", rb"z"]),
+        (rb"a(?i)b|c", [rb"a(?i)b|c"]),  # the flag would reach into c: left whole
+        (rb"(?i)a|(?m)b", [rb"(?i)a|(?m)b"]),
+    ],
+)
+def test_split_alternatives(src, parts):
+    from engine.core.matching import _split
+
+    assert _split(src) == parts
+
+
+@pytest.mark.skipif(not hyperscan_available(), reason="hyperscan is not built for this platform")
+def test_hyperscan_copy_is_line_bound():
+    r"""\s in hyperscan's copy holds no newline: a gap no longer matches across lines (a line
+    never has one, so the lines that match are the same), and a line is reported once although
+    two of its spec's alternatives match it."""
+    sc = Scanner([MatcherSpec("ws", r"a\s+b|b\s*c")], backend="hyperscan")
+    reported = []
+    sc._hs_main.scan(b"xa\nb\n", match_event_handler=lambda *a: reported.append(a[2]), scratch=sc._hs_scratch)
+    assert reported == []
+    assert [h.line for h in sc.feed(b"a\nb\na bc\n")] == [b"a bc"]
