@@ -188,14 +188,9 @@ class PeerTables:
         if kind == "scorerow":
             return self._score_row(job, attempt, key, line, fact)
         if kind == "dictrow":
-            t = self._open.get(key)
-            if t is None or t.kind != "dict":
+            t = self._dict_row(key, line, 1)  # one dict a line, with no line between them
+            if t is None:
                 return []
-            gap = line - t.line
-            if gap <= 0 or gap > (GAP if not t.rows else 1) or len(t.rows) >= MAX_ROWS:
-                self._open.pop(key, None)
-                return []
-            t.line = line
             t.rows[str(len(t.rows))] = []
             if t.reported:
                 return []
@@ -290,17 +285,28 @@ class PeerTables:
         who, ratio, typical = found
         return [_slow(job, attempt, fact, who, ratio, typical, len(costs), f"one line of {metric.strip()} per unit")]
 
+    def _dict_row(self, key: tuple[str, int, str], line: int, row_gap: int) -> _Table | None:
+        """The open dict table a row at ``line`` belongs to (its first row at most ``GAP`` lines
+        after the title, each later one at most ``row_gap`` after the row before; under
+        ``MAX_ROWS`` rows), moved on to that line; None, and a table too far or too long closed,
+        when there is none. Shared by the ``dictrow`` and ``scorerow`` kinds."""
+        t = self._open.get(key)
+        if t is None or t.kind != "dict":
+            return None
+        gap = line - t.line
+        if gap <= 0 or gap > (row_gap if t.rows else GAP) or len(t.rows) >= MAX_ROWS:
+            self._open.pop(key, None)
+            return None
+        t.line = line
+        return t
+
     def _score_row(self, job: str, attempt: int, key: tuple[str, int, str], line: int, fact: Fact) -> list[Fact]:
         """One unit's score on a line of its own under a title (``Rank=76 Node=... Score=0.94``,
         NVRx's worst and best ranks as NeMo prints them): the rows so far are one dict of rates.
         A row may be up to ``GAP`` lines after the previous one (the "Best performing" line)."""
-        t = self._open.get(key)
-        if t is None or t.kind != "dict":
+        t = self._dict_row(key, line, GAP)
+        if t is None:
             return []
-        if line - t.line <= 0 or line - t.line > GAP or len(t.rows) >= MAX_ROWS:
-            self._open.pop(key, None)
-            return []
-        t.line = line
         score = _figure(fact.get("score"))
         if score is None or score <= 0:
             return []
