@@ -135,13 +135,17 @@ class StreamFacts:
         that a specific matcher also hit is dropped (the line is explained), so is one on a quiet
         line (an INFO line), and of each class only the first hit since the last progress line is
         kept (what a keyword may decide is how the job ended; a flood of one error line gives one).
-        Hits come in line order, so the lines a specific matcher hit are known per batch."""
+        An ending matcher (logend: a program's last word, read whatever it says) explains nothing:
+        the keyword on its line names the class that the generic ending does not ("Error: ENOSPC:
+        no space left on device" is storage's keyword, below every specific cause and above the
+        ending). Hits come in line order, so the lines a specific matcher hit are known per batch."""
         weak = self._weak
         if not any(h.matcher in weak for h in hits):
             if self._weak_said and any(h.matcher in self._all_progress for h in hits):
                 self._weak_said.clear()
             return hits
-        explained = {h.offset for h in hits if h.matcher not in weak}
+        endings = self._ends[0] if self._ends is not None else frozenset()
+        explained = {h.offset for h in hits if h.matcher not in weak and h.matcher not in endings}
         said, progress = self._weak_said, self._all_progress
         out = []
         for h in hits:

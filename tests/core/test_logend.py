@@ -1,7 +1,8 @@
 """How a log ends (engine/core/logend.py): an ending line that a specific matcher read as well
 carries that matcher's id (``read_by``) from the scan on, so the generic "the program died of its
-own error" rules give way to it in replay and live alike; and LogTail's state is one object, so
-undoing a side thread's block restores every field of it.
+own error" rules give way to it in replay and live alike; an ending explains nothing to the weak
+layer (a class's keyword on the program's last word still names the class); and LogTail's state
+is one object, so undoing a side thread's block restores every field of it.
 
 The lines marked "constructed" are made for the mechanism; the others are verbatim excerpts
 (sources beside them)."""
@@ -141,6 +142,20 @@ def test_a_read_line_after_an_unread_error_is_still_the_last_word(compiled):
     (end,) = [f for f in facts if f.kind == "log_end"]
     assert end.get("ending_read_by") == "k6_shm_removed_under_job"
     assert classes == ["unknown"] and "fault.le_log_ends_on_program_error" not in fired
+
+
+# https://github.com/itchio/itch/issues/1120: Node's ENOSPC, the program's last word (an ending of
+# rules/38-log-end-r7ends.yaml) that holds storage's keyword
+ENOSPC = "Error: ENOSPC: no space left on device, write\n"
+
+
+def test_an_ending_on_a_line_leaves_its_keyword_to_the_weak_layer(compiled):
+    facts, classes, fired = _replay(compiled, ENOSPC)
+    assert any(f.get("matcher") == "r7_le_runtime_report" for f in facts)
+    assert any(f.get("weak_class") == "storage_io_error" for f in facts)
+    (end,) = [f for f in facts if f.kind == "log_end"]
+    assert end.get("ending") == "app_error" and end.get("weak_class") == "storage_io_error"
+    assert classes == ["storage_io_error"] and "weak.storage_io_error_log_ends" in fired
 
 
 # -- LogTail's state: one object, restored whole ------------------------------------------------
