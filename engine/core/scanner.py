@@ -49,7 +49,8 @@ import re2
 
 from engine.core.blockscan import block_records, blocks
 from engine.core.heads import head_records, long_lines
-from engine.core.matching import CompiledSpec, Hit, MatcherSpec, Re2Group, hs, hyperscan_databases
+from engine.core.hsdb import hyperscan_databases, log_fallback, sampled_database
+from engine.core.matching import CompiledSpec, Hit, MatcherSpec, Re2Group, hs
 from engine.rulebook.patterns import DIGITS_TO_ZERO, re2_options
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ class Scanner:
         "_digit_insensitive",
         "_hs_main",
         "_hs_sampled",
+        "_hs_lazy",
         "_hs_block",
         "_block",
         "_block_set",
@@ -110,12 +112,15 @@ class Scanner:
         self._digit_insensitive = [c.digit_insensitive for c in self._c]
 
         self._hs_main: Any = None  # one database: every non-sampled pattern hyperscan takes
-        self._hs_sampled: dict[int, Any] = {}  # sampled or block spec -> its own database
+        #: sampled or block spec -> its own database, made on its first search (``_sampled_db``)
+        self._hs_sampled: dict[int, Any] = {}
+        self._hs_lazy: dict[int, int] = {}  # sampled or block spec -> the flags of its own database
         self._hs_block: Any = None  # single-match: the block specs and whether a sampled spec occurs
         on_hs: set[int] = set()
         in_main: set[int] = set()
+        blocked: set[int] = set()
         if backend in ("auto", "hyperscan") and hs is not None:
-            self._hs_main, self._hs_sampled, on_hs, self._hs_block, in_main = hyperscan_databases(
+            self._hs_main, self._hs_lazy, on_hs, self._hs_block, in_main, blocked = hyperscan_databases(
                 self._c, strict=backend == "hyperscan"
             )
             # a block spec is sampled only in the main database; else it is matched as any other
@@ -133,7 +138,7 @@ class Scanner:
             c.buf_rx = re2.compile(c.buffer_source(), re2_options(c.utf8))
         self._sampled = [c.idx for c in self._c if c.spec.sample]
         # progress specs sampled per block (engine.core.blockscan); on the RE2 path every line
-        self._block = [c.idx for c in self._c if c.spec.block and c.idx in in_main and c.idx in self._hs_sampled]
+        self._block = [c.idx for c in self._c if c.spec.block and c.idx in in_main and c.idx in blocked]
         if self._hs_block is None:
             self._block = []
         self._block_set = frozenset(self._block)
@@ -432,10 +437,12 @@ class Scanner:
             pos = le + 1
 
     def _candidates(self, idx: int, buf: bytes, lo: int, hi: int) -> list[int]:
-        """Line starts in buf[lo:hi] where the buffer search proposes sampled spec ``idx``."""
+        """Line starts in buf[lo:hi] where the buffer search proposes sampled or block spec ``idx``."""
         rfind = buf.rfind
         starts: list[int] = []
         db = self._hs_sampled.get(idx)
+        if db is None and idx in self._hs_lazy:
+            db = self._sampled_db(idx)
         if db is not None:
             ends: list[int] = []
 
@@ -464,6 +471,23 @@ class Scanner:
             if pos == 0:
                 break
         return starts
+
+    def _sampled_db(self, idx: int) -> Any:
+        """Sampled or block spec ``idx``'s own database, made now (shared with the clones); None
+        when hyperscan refuses it: its candidates are then searched with RE2 from now on."""
+        c = self._c[idx]
+        try:
+            db = sampled_database(c, self._hs_lazy[idx])
+        except KeyError:  # another thread found it refused meanwhile
+            return self._hs_sampled.get(idx)
+        except Exception as e:  # hyperscan refuses some RE2 syntax, e.g. (?U)
+            log_fallback(c, e)
+            c.buf_rx = re2.compile(c.buffer_source(), re2_options(c.utf8))
+            self._re2_sampled[idx] = c
+            self._hs_lazy.pop(idx, None)
+            return None
+        self._hs_sampled[idx] = db
+        return db
 
     def _last_sampled(self, buf: bytes, lo: int, hi: int, floors: dict, line_at, out: dict) -> None:
         """Last line at or above ``floors[spec]`` that each sampled spec really matches.

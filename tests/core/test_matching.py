@@ -390,10 +390,10 @@ ORACLE_POOL = [
     # no literal to key on: hyperscan's copy keeps the line anchor (matching._line_anchored)
     MatcherSpec("tbl", r"^[ \t]*[a-z]{1,3}\s?[0-9]+[ \t]*$"),
     MatcherSpec("altanchor", r"xid [0-9]|^(?:[A-Z][a-z]|\[x\])+\s", sample=True),
-    # wide bounds: unbounded in hyperscan's main database (matching._relaxed), RE2 keeps them
+    # wide bounds: unbounded in hyperscan's main database (hsdb._relaxed), RE2 keeps them
     MatcherSpec("wide", r"NCCL[^\n]{0,16}timeout"),
     MatcherSpec("widelazy", r"(?:er){1,20}?ror [a-z ]{16,17}$"),
-    # alternatives: one hyperscan expression each (matching._split); a \s gap stays in its line
+    # alternatives: one hyperscan expression each (hsdb._split); a \s gap stays in its line
     MatcherSpec("gapalt", r"Pull(?::|\s{2,}[^\n]{0,20}?\s)[Pp]ull|Start\s+x|[^\s]Z\s"),
 ]
 # RE2 spellings Python's re lacks: only compared between the two backends
@@ -666,7 +666,7 @@ def test_sigkill_text_in_byte_mode_matches_what_its_utf8_spelling_did():
     ],
 )
 def test_relaxed_bounds(src, relaxed):
-    from engine.core.matching import _relaxed
+    from engine.core.hsdb import _relaxed
 
     assert _relaxed(src) == relaxed
 
@@ -694,10 +694,18 @@ def test_relaxed_copy_reports_more_and_re2_decides():
         (rb"[|]x|\|y|\Qa|b\E|z", [rb"[|]x", rb"\|y", rb"\Qa|b\E", rb"z"]),
         (rb"a(?i)b|c", [rb"a(?i)b|c"]),  # the flag would reach into c: left whole
         (rb"(?i)a|(?m)b", [rb"(?i)a|(?m)b"]),
+        # one group around the whole copy (the weak layer's keyword group) is split inside
+        (rb"(?:\bab\b|c[|]d|(?:e|f))", [rb"\bab\b", rb"c[|]d", rb"(?:e|f)"]),
+        (rb"(?m)(?:a|b)", [rb"(?m)a", rb"(?m)b"]),
+        (rb"(?:a|b)c", [rb"(?:a|b)c"]),  # the group is not the whole copy
+        (rb"(?:a|b)(?:c|d)", [rb"(?:a|b)(?:c|d)"]),
+        (rb"(?:a|b)+", [rb"(?:a|b)+"]),
+        (rb"(?:a|b\)", [rb"(?:a|b\)"]),  # (an escaped parenthesis closes nothing)
+        (rb"(?:a(?i)b|c)", [rb"(?:a(?i)b|c)"]),
     ],
 )
 def test_split_alternatives(src, parts):
-    from engine.core.matching import _split
+    from engine.core.hsdb import _split
 
     assert _split(src) == parts
 

@@ -61,13 +61,14 @@ def test_a_clone_has_its_own_scratch_and_stream_state(backend):
     a, b = tmpl.clone(), tmpl.clone()
     assert a._c is tmpl._c and a._memo is tmpl._memo  # the compiled patterns are shared
     if backend == "hyperscan":
-        assert tmpl._hs_main is not None and tmpl._hs_sampled
+        assert tmpl._hs_main is not None and tmpl._hs_lazy and not tmpl._hs_sampled  # made on first use
         scratches = [s._hs_scratch for s in (tmpl, a, b)]
         assert len({id(s) for s in scratches}) == 3 and None not in scratches
-        for idx in tmpl._hs_sampled:  # a sampled spec's own scratch is made on its first search
+        for idx in tmpl._hs_lazy:  # a sampled spec's own database and scratch are made on its first search
             for s in (tmpl, a, b):
                 s._candidates(idx, b"x\n", 0, 2)
             assert len({id(s._hs_sampled_scratch[idx]) for s in (tmpl, a, b)}) == 3
+            assert a._hs_sampled[idx] is tmpl._hs_sampled[idx]  # the database is shared
     # every attribute a clone has that it does not share is its own object (never the template's
     # list or dict), and a clone has every attribute the template has
     assert set(vars(a)) == set(vars(tmpl))
@@ -145,3 +146,20 @@ def test_without_re2_private_internals_the_public_search_gives_the_same_hits(bac
     real = re2.compile
     monkeypatch.setattr(re2, "compile", lambda *a, **k: _PublicOnly(real(*a, **k)))
     assert _scan(Scanner(SPECS, backend=backend, max_line=128), data, 8192) == expected
+
+
+@pytest.mark.skipif(not hyperscan_available(), reason="hyperscan not installed")
+def test_a_sampled_spec_whose_own_database_is_refused_is_searched_with_re2(monkeypatch):
+    """A sampled spec's own database is made on its first search; where hyperscan refuses it
+    then, the spec is searched with RE2 from there on, with the answers of the RE2 backend."""
+    from engine.core import scanner as scanner_module
+
+    def refuse(c, flags):
+        raise RuntimeError("refused")
+
+    data = _log(5, 3000)
+    expected = _scan(Scanner(SPECS, backend="re2", max_line=128), data, 997)
+    monkeypatch.setattr(scanner_module, "sampled_database", refuse)
+    sc = Scanner(SPECS, backend="hyperscan", max_line=128)
+    assert _scan(sc, data, 997) == expected
+    assert 2 in sc._re2_sampled and 2 not in sc._hs_lazy and not sc._hs_sampled
