@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
-from typing import Any, Callable
+from typing import Any
 
 from engine import cache
 from engine.core.matching import _FLAG_GROUPS, CompiledSpec, _alternatives, hs
@@ -17,7 +16,7 @@ from engine.rulebook import patterns
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["hyperscan_databases", "sampled_database", "log_fallback"]
+__all__ = ["hyperscan_databases", "sampled_database", "block_database", "log_fallback"]
 
 
 def log_fallback(c: CompiledSpec, err: Exception) -> None:
@@ -35,8 +34,10 @@ def _relaxed(hs_src: bytes) -> bytes:
     plain spec is checked with RE2 (and a line the truth matches is still reported at its end,
     the substring that matches there matching the relaxed copy too). Building the bounds cost
     hyperscan's compiler ~16 % of the main database (30 patterns of 190), scanning no less
-    (measured on the bench's training log). Escapes and classes are stepped over: ``\\{1,20}``
-    is a literal."""
+    (measured on the bench's training log). A word boundary (``\\b``, ``\\B``) is dropped too
+    (a superset again; ~5 % of compiling the main database, 790 of them in 875 expressions),
+    but where a repeat follows it. Escapes and classes are stepped over: ``\\{1,20}`` is a
+    literal."""
     p = hs_src.decode("latin-1")
     out, i, n, start = [], 0, len(p), 0
     while i < n:
@@ -44,6 +45,9 @@ def _relaxed(hs_src: bytes) -> bytes:
         if c == "\\":
             if p.startswith("x{", i + 1):
                 i = p.find("}", i) + 1 or n
+            elif i + 1 < n and p[i + 1] in "bB" and (i + 2 == n or p[i + 2] not in "?*+{"):
+                out.append(p[start:i])  # a word boundary: dropped
+                start = i = i + 2
             else:
                 i += 2
         elif c == "[":
@@ -170,6 +174,13 @@ def _hs_compile(pairs: list, relax: bool):
     return db
 
 
+def block_database(pairs: list) -> Any:
+    """The block specs' single-match database (``(spec, flags)`` pairs, their exact copies):
+    per scan call, the first line each block spec proposes (``blockscan._firsts``). Raises what
+    hyperscan's compiler raises."""
+    return _hs_compile([(c, f | hs.HS_FLAG_SINGLEMATCH) for c, f in pairs], False)
+
+
 def sampled_database(c: CompiledSpec, flags: int) -> Any:
     """A sampled or block spec's own database (its exact copy, every line it proposes), made on
     the first search that needs it (``Scanner._candidates``): most runs never search most of
@@ -177,44 +188,20 @@ def sampled_database(c: CompiledSpec, flags: int) -> Any:
     return _hs_compile([(c, flags)], False)
 
 
-class _Ahead:
-    """``fn(*args)`` run in a thread of its own; ``result()`` waits for it and returns or raises
-    what it did."""
-
-    def __init__(self, fn: Callable[..., Any], *args: Any):
-        self._out: tuple[bool, Any] = (False, None)
-
-        def run() -> None:
-            try:
-                self._out = (True, fn(*args))
-            except BaseException as exc:  # handed to whoever asks for the result, raised there
-                logger.debug("hyperscan compile in its own thread failed: %s", exc)
-                self._out = (False, exc)
-
-        self._thread = threading.Thread(target=run, name="hyperscan-compile", daemon=True)
-        self._thread.start()
-
-    def result(self) -> Any:
-        self._thread.join()
-        ok, value = self._out
-        if not ok:
-            raise value
-        return value
-
-
 def hyperscan_databases(
     specs: list[CompiledSpec], strict: bool
-) -> tuple[Any, dict[int, int], set[int], Any, set[int], set[int]]:
+) -> tuple[Any, dict[int, int], set[int], set[int], set[int]]:
     """(one main database of the specs hyperscan takes or None, {sampled or block spec: the flags
     of its own database, made on first use by ``sampled_database``}, the indexes of the specs
-    hyperscan takes, one single-match database of the block specs or None, the indexes in the
-    main database, the block specs in that single-match database). A spec hyperscan cannot take
-    is left out (logged); ``strict``: a main database that fails as a whole raises instead of
-    leaving every spec to RE2. Block and sampled specs are in the main database in single-match
-    mode (the first line per scan call: whether they occur, and a block's first progress line);
-    a block spec is sampled only when the single-match database takes it, else it is a plain
-    spec. (A sampled or block spec whose own database hyperscan then refuses is searched with
-    RE2 where the main database says it occurs: ``Scanner._candidates``.)"""
+    hyperscan takes, the indexes in the main database, the block specs). A spec hyperscan
+    cannot take is left out (logged); ``strict``: a main database that fails as a whole raises
+    instead of leaving every spec to RE2. Block and sampled specs are in the main database in
+    single-match mode (the first line per scan call: whether they occur, and a block's first
+    progress line); the block specs' single-match database is made on the first block scan
+    (``block_database``). Where hyperscan then refuses a database made on first use, its
+    specs' lines are proposed by their RE2 instead (``Scanner._candidates``,
+    ``blockscan._firsts``): it takes each pattern in the main database, so this has not been
+    seen."""
     todo: list[tuple[CompiledSpec, int]] = []
     for c in specs:
         if not c.hs_ok:
@@ -231,31 +218,17 @@ def hyperscan_databases(
     def database(pairs: list) -> Any:
         return _hs_compile(pairs, True)
 
-    # the main database as it will be when the block specs' single-match database compiles (it
-    # always has): built in another thread meanwhile (hyperscan lets go of the GIL while it
-    # compiles), used when the guess held, else built again below
-    guess = [(c, f | single if c.spec.block or c.spec.sample else f) for c, f in todo]
-    ahead = _Ahead(database, guess) if guess else None
-    # block specs: each reports its first line per scan call (hyperscan's single-match mode)
-    block = [(c, f) for c, f in todo if c.spec.block]
-    block_db = None
-    if block:
-        try:
-            block_db = _hs_compile([(c, f | single) for c, f in block], False)
-        except Exception as e:  # every block spec is then matched in full with the others
-            logger.info("hyperscan single-match database failed (%s); progress lines are not sampled", e)
-            block = []
-    blocked = {c.idx for c, _ in block}
+    # block specs: each reports its first line per scan call (hyperscan's single-match mode), in
+    # a database of their own made on the first block scan (``block_database``)
+    blocked = {c.idx for c, _ in todo if c.spec.block}
     # a sampled or block spec's own database (every line it proposes) is made on its first search
     lazy = {c.idx: f for c, f in todo if c.spec.sample or c.idx in blocked}
     main = [(c, f | single if c.idx in blocked or c.spec.sample else f) for c, f in todo]
 
     db = None
-    same = False
     if main:
         try:
-            same = ahead is not None and [(c.idx, f) for c, f in main] == [(c.idx, f) for c, f in guess]
-            db = ahead.result() if same else database(main)  # type: ignore[union-attr]
+            db = database(main)
         except Exception:  # find the patterns it refuses, keep the rest
             keep = []
             for c, f in main:
@@ -274,10 +247,5 @@ def hyperscan_databases(
                         raise
                     logger.warning("hyperscan database failed (%s); those matchers use RE2", e)
                     main = []
-    if ahead is not None and not (main and same):  # (its guess did not hold: rare) let it finish
-        try:
-            ahead.result()
-        except Exception as exc:  # what it raised was found again above
-            logger.debug("hyperscan: the guessed main database failed too: %s", exc)
     in_main = {c.idx for c, _ in main}
-    return (db if main else None), lazy, in_main | set(lazy), block_db, in_main, blocked
+    return (db if main else None), lazy, in_main | set(lazy), in_main, blocked

@@ -163,3 +163,32 @@ def test_a_sampled_spec_whose_own_database_is_refused_is_searched_with_re2(monke
     sc = Scanner(SPECS, backend="hyperscan", max_line=128)
     assert _scan(sc, data, 997) == expected
     assert 2 in sc._re2_sampled and 2 not in sc._hs_lazy and not sc._hs_sampled
+
+
+@pytest.mark.skipif(not hyperscan_available(), reason="hyperscan not installed")
+def test_the_block_database_is_made_on_the_first_block_scan_and_a_refusal_keeps_the_answers(monkeypatch):
+    """The block specs' single-match database is made on the first block scan, shared with the
+    clones; where hyperscan refuses it then, each block spec's first lines are proposed one
+    spec at a time, with the same lines reported."""
+    from engine.core import scanner as scanner_module
+
+    specs = [MatcherSpec("it", r"iteration (?P<it>[0-9]+) loss", block=True), MatcherSpec("err", r"error")]
+    data = b"".join(b"iteration %d loss 1.5\n" % i + (b"an error here\n" if i % 37 == 0 else b"") for i in range(3000))
+
+    def run():
+        sc = Scanner(specs, backend="hyperscan")
+        assert sc._block == [0] and "block" not in sc._hs_made
+        twin = sc.clone()
+        twin.block = 4096
+        return sc, _scan(twin, data, 8191)
+
+    sc, expected = run()
+    assert sc._hs_made["block"]  # made by the clone, kept by the template
+    assert 0 < sum(1 for h in expected if h[0] == 0) < 3000  # (progress lines were left out)
+
+    def refuse(pairs):
+        raise RuntimeError("refused")
+
+    monkeypatch.setattr(scanner_module, "block_database", refuse)
+    sc, got = run()
+    assert sc._hs_made["block"] is False and got == expected
