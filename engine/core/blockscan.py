@@ -166,9 +166,12 @@ def _firsts(sc: Scanner, buf: bytes, a: int, e: int) -> dict[int, int]:
         if ident not in ends:
             ends[ident] = to
 
+    db = sc._block_db()
+    if db is None:  # (hyperscan refused it) each spec's first candidate line
+        return {idx: starts[0] for idx in sc._block if (starts := sc._candidates(idx, buf, a, e))}
     scratch = sc._hs_block_scratch
     if scratch is None:
-        scratch = sc._hs_block_scratch = hs.Scratch(sc._hs_block)
-    sc._hs_block.scan(memoryview(buf)[a:e], match_event_handler=on_match, scratch=scratch)
+        scratch = sc._hs_block_scratch = hs.Scratch(db)
+    db.scan(memoryview(buf)[a:e], match_event_handler=on_match, scratch=scratch)
     rfind = buf.rfind
     return {idx: rfind(b"\n", 0, a + to - 1) + 1 for idx, to in ends.items()}

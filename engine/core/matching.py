@@ -2,7 +2,7 @@
 
 A :class:`MatcherSpec` is one regex to look for; a :class:`CompiledSpec` holds it compiled for
 the line (RE2, the truth) and renders it for the buffer-wide searches; :class:`Re2Group` is the
-RE2 backend's alternation over several specs; ``hyperscan_databases`` builds the hyperscan
+RE2 backend's alternation over several specs; ``engine.core.hsdb`` builds the hyperscan
 backend's databases (from the on-disk cache when it can). A :class:`Hit` is one line one
 matcher hit. What a pattern means and how it is rendered for each engine is
 ``engine.rulebook.patterns``'s.
@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import re2
 
-from engine import cache
 from engine.rulebook import patterns
 
 logger = logging.getLogger(__name__)
@@ -29,7 +27,7 @@ try:  # hyperscan is only built for x86-64
 except (ImportError, OSError):  # pragma: no cover - depends on the platform
     hs = None
 
-__all__ = ["MatcherSpec", "Hit", "CompiledSpec", "Re2Group", "hyperscan_available", "hyperscan_databases"]
+__all__ = ["MatcherSpec", "Hit", "CompiledSpec", "Re2Group", "hyperscan_available"]
 
 _COMBINED_MAX_MEM = 64 << 20  # RE2 memory budget of the combined alternation (mostly DFA cache)
 
@@ -219,24 +217,32 @@ def _line_anchored(pattern: str, hs_src: bytes) -> bytes | None:
 
 class CompiledSpec:
     """One spec, compiled for the line (truth) and rendered for the buffer-wide search.
-    ``search(line)``: see ``_searcher``."""
+    ``search(line)``: see ``_searcher``.
+
+    What only some runs need is made on first use: the RE2 (``rx``, ``search`` and the group
+    names; a scan asks for it only for a candidate line of this spec, and a warm start read most
+    specs' analyses from the store without one) and hyperscan's copy with its line anchors
+    (``hs_src``, ``hs_multiline``: only a database built anew reads it). Two threads that make
+    the same one at once make equal ones; either is kept."""
 
     __slots__ = (
         "idx",
         "spec",
         "utf8",
         "truth",
-        "rx",
-        "has_groups",
+        "_rx",
+        "_has_groups",
         "buf_src",
         "buf_rx",
-        "hs_src",
+        "_hs",
+        "_hs_src",
+        "_hs_multiline",
+        "hs_ok",
         "cut_sensitive",
-        "named",
+        "_named",
+        "_index",
         "search",
         "digit_insensitive",
-        "index",
-        "hs_multiline",
     )
 
     def __init__(self, idx: int, spec: MatcherSpec):
@@ -247,22 +253,78 @@ class CompiledSpec:
         except ValueError as e:
             raise ValueError(f"matcher {spec.id!r}: {e}") from None
         self.truth, self.utf8, self.cut_sensitive = a.truth, a.utf8, a.cut_sensitive
-        self.digit_insensitive, self.hs_src = a.digit_insensitive, a.hyperscan
-        #: hyperscan's copy has its line anchors back (compiled with HS_FLAG_MULTILINE): see _line_anchored
-        self.hs_multiline = False
-        if self.hs_src is not None:
-            anchored = _line_anchored(spec.pattern, self.hs_src)
-            if anchored is not None:
-                self.hs_src, self.hs_multiline = anchored, True
-        self.rx = a.rx if a.rx is not None else re2.compile(self.truth, patterns.re2_options(self.utf8))
-        self.has_groups = bool(self.rx.groupindex)
-        self.named = tuple(
-            (k.decode("utf-8", "replace") if isinstance(k, bytes) else k, i) for k, i in self.rx.groupindex.items()
-        )
-        self.index = dict(self.named)
-        self.search = _searcher(self.rx)
+        self.digit_insensitive, self._hs = a.digit_insensitive, a.hyperscan
+        #: whether hyperscan may take the spec (its copy: ``hs_src``)
+        self.hs_ok = a.hyperscan is not None
+        self._hs_src: bytes | None = None
+        self._hs_multiline = False
+        self._rx: Any = None  # the truth's RE2: the checker's when it is the truth, else made on first use
+        self._has_groups = False
+        self._named: tuple[tuple[str, int], ...] = ()
+        self._index: dict[str, int] = {}
+        self.search: Callable[[bytes], Any] = self._first_search if a.rx is None else self._ready(a.rx)
         self.buf_src: bytes | None = None  # rendered on demand (specs on the RE2 path), see buffer_source
         self.buf_rx: Any = None  # compiled on demand (sampled specs on the RE2 path)
+
+    def _ready(self, rx: Any) -> Callable[[bytes], Any]:
+        """Take ``rx`` as the spec's RE2: its group names and searcher; returns the searcher."""
+        named = tuple(
+            (k.decode("utf-8", "replace") if isinstance(k, bytes) else k, i) for k, i in rx.groupindex.items()
+        )
+        self._named, self._index, self._has_groups = named, dict(named), bool(rx.groupindex)
+        self.search = search = _searcher(rx)
+        self._rx = rx  # (last: a thread that sees it sees the rest)
+        return search
+
+    def _compiled(self) -> Any:
+        rx = self._rx
+        if rx is None:
+            rx = re2.compile(self.truth, patterns.re2_options(self.utf8))
+            self._ready(rx)
+        return rx
+
+    def _first_search(self, text: bytes) -> Any:
+        self._compiled()
+        return self.search(text)
+
+    @property
+    def rx(self) -> Any:
+        """The spec's RE2 (the truth), compiled on first use."""
+        return self._compiled()
+
+    @property
+    def has_groups(self) -> bool:
+        self._compiled()
+        return self._has_groups
+
+    @property
+    def named(self) -> tuple[tuple[str, int], ...]:
+        self._compiled()
+        return self._named
+
+    @property
+    def index(self) -> dict[str, int]:
+        self._compiled()
+        return self._index
+
+    def _hyperscan_copy(self) -> None:
+        if self._hs is not None and self._hs_src is None:
+            anchored = _line_anchored(self.spec.pattern, self._hs)
+            #: hyperscan's copy has its line anchors back (compiled with HS_FLAG_MULTILINE): see _line_anchored
+            self._hs_multiline = anchored is not None
+            self._hs_src = anchored if anchored is not None else self._hs
+
+    @property
+    def hs_src(self) -> bytes | None:
+        """Hyperscan's copy of the pattern (None: hyperscan does not take it), made on first use."""
+        self._hyperscan_copy()
+        return self._hs_src
+
+    @property
+    def hs_multiline(self) -> bool:
+        """Whether ``hs_src`` has its line anchors back (compiled with HS_FLAG_MULTILINE)."""
+        self._hyperscan_copy()
+        return self._hs_multiline
 
     def buffer_source(self) -> bytes:
         """The pattern for a multi-line search over a whole buffer (the RE2 path)."""
@@ -304,231 +366,3 @@ class Re2Group:
         for c in members:
             self.set.Add(c.truth)
         self.set.Compile()
-
-
-# --------------------------------------------------------------------------------------------
-# hyperscan databases
-
-
-def _log_fallback(c: CompiledSpec, err: Exception) -> None:
-    logger.info("matcher %r: hyperscan cannot compile it (%s); matched with RE2", c.spec.id, err)
-
-
-#: a bounded repeat ``{m,n}`` with n at least this is ``{m,}`` in the main database's copy
-_RELAX_FROM = 16
-_BOUNDS = re.compile(r"\{(\d+),(\d+)\}")
-
-
-def _relaxed(hs_src: bytes) -> bytes:
-    """Hyperscan's copy with each wide bounded repeat made unbounded (``[^\\n]{0,200}`` ->
-    ``[^\\n]{0,}``): it matches a superset, and every line the main database reports for a
-    plain spec is checked with RE2 (and a line the truth matches is still reported at its end,
-    the substring that matches there matching the relaxed copy too). Building the bounds cost
-    hyperscan's compiler ~16 % of the main database (30 patterns of 190), scanning no less
-    (measured on the bench's training log). Escapes and classes are stepped over: ``\\{1,20}``
-    is a literal."""
-    p = hs_src.decode("latin-1")
-    out, i, n, start = [], 0, len(p), 0
-    while i < n:
-        c = p[i]
-        if c == "\\":
-            if p.startswith("x{", i + 1):
-                i = p.find("}", i) + 1 or n
-            else:
-                i += 2
-        elif c == "[":
-            i = patterns._class_end(p, i)
-        elif c == "{":
-            m = _BOUNDS.match(p, i)
-            # (a { with nothing before it to repeat is a literal: left alone, as is any doubt)
-            if m is not None and int(m.group(2)) >= _RELAX_FROM and i > 0 and p[i - 1] not in "(|^:":
-                out.append(p[start:i] + "{" + m.group(1) + ",}")
-                start = i = m.end()
-            else:
-                i += 1
-        else:
-            i += 1
-    if not out:
-        return hs_src
-    out.append(p[start:])
-    return "".join(out).encode("latin-1")
-
-
-def _stretch(hs_src: bytes) -> bytes:
-    """The pattern stretched over the newline that ends its line: one report per line."""
-    return b"(?:" + hs_src + b")[^\\n]*\\n"
-
-
-#: an inline flag group that sets flags for the rest of its group: ``(?i)``, ``(?-m)``
-_BARE_FLAGS = re.compile(r"\(\?[a-zA-Z-]+\)")
-
-
-def _split(hs_src: bytes) -> list[bytes]:
-    """Hyperscan's copy as its top-level alternatives, one expression each (compiled with the
-    spec's id and flags: they report as the whole did, a line at most once per spec after the
-    scanner's dedup, and single-match mode is per id). The compiler builds one graph per
-    expression, and an alternation of gaps such as ``a[^\\n]*b|c[^\\n]{0,}?d`` made one large
-    graph: cuda_no_gpu_available alone compiled in ~0.4 s, its 26 alternatives in ~0.04. Inline
-    flags that lead the first alternative lead each; an inline flag group anywhere else (it
-    would reach into the alternatives after it) leaves the copy whole."""
-    p = hs_src.decode("latin-1")
-    alts = _alternatives(p)
-    if len(alts) < 2:
-        return [hs_src]
-    lead = _FLAG_GROUPS.match(alts[0]).end()  # type: ignore[union-attr]
-    if any(_BARE_FLAGS.search(a, lead if k == 0 else 0) for k, a in enumerate(alts)):
-        return [hs_src]
-    head = alts[0][:lead]
-    return [alts[0].encode("latin-1")] + [(head + a).encode("latin-1") for a in alts[1:]]
-
-
-def _expressions(pairs: list, relax: Callable[[Any, int], bool]) -> tuple[list[bytes], list[int], list[int]]:
-    """(expressions, ids, flags) of ``(spec, flags)`` pairs, each spec's copy split (``_split``)
-    and stretched (``_stretch``); ``relax(spec, flags)``: whether its copy is ``_relaxed``."""
-    exprs: list[bytes] = []
-    ids: list[int] = []
-    flags: list[int] = []
-    for c, f in pairs:
-        src = c.hs_src or b""
-        for part in _split(_relaxed(src) if relax(c, f) else src):
-            exprs.append(_stretch(part))
-            ids.append(c.idx)
-            flags.append(f)
-    return exprs, ids, flags
-
-
-def _hs_compile(expressions: list[bytes], ids: list[int], flags: list[int]):
-    """A block-mode database, from the on-disk cache when it was built before from exactly these
-    patterns by these library versions (building takes ~1 s for a rulebook's patterns)."""
-    k = cache.key("hyperscan", expressions, ids, flags)
-    data = cache.get(k)
-    if data is not None:
-        try:
-            return hs.loadb(data, hs.HS_MODE_BLOCK)  # (comes without a scratch: each Scanner makes its own)
-        except Exception as exc:  # damaged or foreign: build it again
-            logger.debug("hyperscan cache entry %s unusable: %s", k, exc)
-    db = hs.Database(mode=hs.HS_MODE_BLOCK)
-    db.compile(expressions=expressions, ids=ids, elements=len(expressions), flags=flags)
-    try:
-        cache.put(k, bytes(hs.dumpb(db)))
-    except Exception as exc:  # pragma: no cover - serialisation is best effort
-        logger.debug("hyperscan database not cached: %s", exc)
-    return db
-
-
-def _exact(_c: Any, _f: int) -> bool:
-    """``_expressions``'s ``relax`` of a database whose copies stay exact."""
-    return False
-
-
-class _Ahead:
-    """``fn(*args)`` run in a thread of its own; ``result()`` waits for it and returns or raises
-    what it did."""
-
-    def __init__(self, fn: Callable[..., Any], *args: Any):
-        self._out: tuple[bool, Any] = (False, None)
-
-        def run() -> None:
-            try:
-                self._out = (True, fn(*args))
-            except BaseException as exc:  # handed to whoever asks for the result, raised there
-                logger.debug("hyperscan compile in its own thread failed: %s", exc)
-                self._out = (False, exc)
-
-        self._thread = threading.Thread(target=run, name="hyperscan-compile", daemon=True)
-        self._thread.start()
-
-    def result(self) -> Any:
-        self._thread.join()
-        ok, value = self._out
-        if not ok:
-            raise value
-        return value
-
-
-def hyperscan_databases(specs: list[CompiledSpec], strict: bool) -> tuple[Any, dict[int, Any], set[int], Any, set[int]]:
-    """(one main database of the specs hyperscan takes or None, {sampled or block spec: its own
-    database}, the indexes of the specs hyperscan takes, one single-match database of the block
-    specs or None, the indexes in the main database). A spec hyperscan cannot take is left out
-    (logged); ``strict``: a database that fails as a whole raises instead of leaving every spec
-    to RE2. Block and sampled specs are in the main database in single-match mode (the first
-    line per scan call: whether they occur, and a block's first progress line); a block spec is
-    sampled only when its own and the single-match database take it, else it is a plain spec."""
-    todo: list[tuple[CompiledSpec, int]] = []
-    for c in specs:
-        if c.hs_src is None:
-            # how a pattern is matched is no news to an operator (the daemons log INFO): -v shows it
-            logger.debug("matcher %r: matched with RE2 (pattern needs RE2 semantics)", c.spec.id)
-        else:
-            flags = hs.HS_FLAG_CASELESS if c.spec.ignore_case else 0
-            todo.append((c, flags | hs.HS_FLAG_MULTILINE if c.hs_multiline else flags))
-
-    # non-sampled: one database, each pattern stretched to the end of its line, so that a line is
-    # reported once per pattern (bare patterns report every end offset: a flood line cost ~90
-    # Python callbacks)
-    # (a plain spec's copy relaxed: see _relaxed; single-match reports are taken as they come)
-    def database(pairs: list) -> Any:
-        return _hs_compile(*_expressions(pairs, lambda _c, f: not f & hs.HS_FLAG_SINGLEMATCH))
-
-    # the main database as it will be when every sampled and block spec compiles alone (they
-    # always have): built in another thread meanwhile (hyperscan lets go of the GIL while it
-    # compiles), used when the guess held, else built again below
-    single = hs.HS_FLAG_SINGLEMATCH
-    guess = [(c, f | single if c.spec.block or c.spec.sample else f) for c, f in todo]
-    ahead = _Ahead(database, guess) if guess else None
-    sampled: dict[int, Any] = {}
-    for c, f in todo:
-        if not (c.spec.sample or c.spec.block):
-            continue
-        try:
-            sampled[c.idx] = _hs_compile(*_expressions([(c, f)], _exact))
-        except Exception as e:  # hyperscan refuses some RE2 syntax, e.g. (?U)
-            if c.spec.sample:
-                _log_fallback(c, e)
-    # block specs: each reports its first line per scan call (hyperscan's single-match mode)
-    block = [(c, f) for c, f in todo if c.spec.block and c.idx in sampled]
-    block_db = None
-    if block:
-        try:
-            block_db = _hs_compile(*_expressions([(c, f | hs.HS_FLAG_SINGLEMATCH) for c, f in block], _exact))
-        except Exception as e:  # every block spec is then matched in full with the others
-            logger.info("hyperscan single-match database failed (%s); progress lines are not sampled", e)
-            block = []
-    blocked = {c.idx for c, _ in block}
-    for c, _ in todo:
-        if c.spec.block and c.idx not in blocked:
-            sampled.pop(c.idx, None)
-    main = [(c, f | single if c.idx in blocked or c.spec.sample else f) for c, f in todo]
-    main = [(c, f) for c, f in main if not c.spec.sample or c.idx in sampled]
-
-    db = None
-    same = False
-    if main:
-        try:
-            same = ahead is not None and [(c.idx, f) for c, f in main] == [(c.idx, f) for c, f in guess]
-            db = ahead.result() if same else database(main)  # type: ignore[union-attr]
-        except Exception:  # find the patterns it refuses, keep the rest
-            keep = []
-            for c, f in main:
-                try:
-                    database([(c, f)])
-                    keep.append((c, f))
-                except Exception as e:
-                    if not c.spec.sample:  # (a sampled spec still has its own database)
-                        _log_fallback(c, e)
-            main = keep
-            if main:
-                try:
-                    db = database(main)
-                except Exception as e:
-                    if strict:
-                        raise
-                    logger.warning("hyperscan database failed (%s); those matchers use RE2", e)
-                    main = []
-    if ahead is not None and not (main and same):  # (its guess did not hold: rare) let it finish
-        try:
-            ahead.result()
-        except Exception as exc:  # what it raised was found again above
-            logger.debug("hyperscan: the guessed main database failed too: %s", exc)
-    in_main = {c.idx for c, _ in main}
-    return (db if main else None), sampled, in_main | set(sampled), block_db, in_main

@@ -40,6 +40,7 @@ patterns are compiled once per rulebook and source kind, and each stream gets a 
 
 from __future__ import annotations
 
+import logging
 import operator
 import threading
 import weakref
@@ -49,11 +50,14 @@ import re2
 
 from engine.core.blockscan import block_records, blocks
 from engine.core.heads import head_records, long_lines
-from engine.core.matching import CompiledSpec, Hit, MatcherSpec, Re2Group, hs, hyperscan_databases
+from engine.core.hsdb import block_database, hyperscan_databases, log_fallback, sampled_database
+from engine.core.matching import CompiledSpec, Hit, MatcherSpec, Re2Group, hs
 from engine.rulebook.patterns import DIGITS_TO_ZERO, re2_options
 
 if TYPE_CHECKING:
     from engine.rulebook.compile import CompiledRulebook
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["Scanner", "scanner_for", "matchers_for", "matcher_specs"]
 
@@ -79,7 +83,8 @@ class Scanner:
         "_digit_insensitive",
         "_hs_main",
         "_hs_sampled",
-        "_hs_block",
+        "_hs_lazy",
+        "_hs_made",
         "_block",
         "_block_set",
         "_single",
@@ -110,12 +115,17 @@ class Scanner:
         self._digit_insensitive = [c.digit_insensitive for c in self._c]
 
         self._hs_main: Any = None  # one database: every non-sampled pattern hyperscan takes
-        self._hs_sampled: dict[int, Any] = {}  # sampled or block spec -> its own database
-        self._hs_block: Any = None  # single-match: the block specs and whether a sampled spec occurs
+        #: sampled or block spec -> its own database, made on its first search (``_sampled_db``)
+        self._hs_sampled: dict[int, Any] = {}
+        self._hs_lazy: dict[int, int] = {}  # sampled or block spec -> the flags of its own database
+        #: "block": the block specs' single-match database, made on the first block scan
+        #: (``_block_db``; False: hyperscan refused it)
+        self._hs_made: dict[str, Any] = {}
         on_hs: set[int] = set()
         in_main: set[int] = set()
+        blocked: set[int] = set()
         if backend in ("auto", "hyperscan") and hs is not None:
-            self._hs_main, self._hs_sampled, on_hs, self._hs_block, in_main = hyperscan_databases(
+            self._hs_main, self._hs_lazy, on_hs, in_main, blocked = hyperscan_databases(
                 self._c, strict=backend == "hyperscan"
             )
             # a block spec is sampled only in the main database; else it is matched as any other
@@ -133,9 +143,7 @@ class Scanner:
             c.buf_rx = re2.compile(c.buffer_source(), re2_options(c.utf8))
         self._sampled = [c.idx for c in self._c if c.spec.sample]
         # progress specs sampled per block (engine.core.blockscan); on the RE2 path every line
-        self._block = [c.idx for c in self._c if c.spec.block and c.idx in in_main and c.idx in self._hs_sampled]
-        if self._hs_block is None:
-            self._block = []
+        self._block = [c.idx for c in self._c if c.spec.block and c.idx in in_main and c.idx in blocked]
         self._block_set = frozenset(self._block)
         # specs in the main database in single-match mode: sampled ones report whether they occur
         self._single = frozenset(self._block) | {i for i in in_main if self._c[i].spec.sample}
@@ -432,10 +440,12 @@ class Scanner:
             pos = le + 1
 
     def _candidates(self, idx: int, buf: bytes, lo: int, hi: int) -> list[int]:
-        """Line starts in buf[lo:hi] where the buffer search proposes sampled spec ``idx``."""
+        """Line starts in buf[lo:hi] where the buffer search proposes sampled or block spec ``idx``."""
         rfind = buf.rfind
         starts: list[int] = []
         db = self._hs_sampled.get(idx)
+        if db is None and idx in self._hs_lazy:
+            db = self._sampled_db(idx)
         if db is not None:
             ends: list[int] = []
 
@@ -464,6 +474,38 @@ class Scanner:
             if pos == 0:
                 break
         return starts
+
+    def _block_db(self) -> Any:
+        """The block specs' single-match database, made now if it is not yet (shared with the
+        clones); None when hyperscan refuses it: their first lines are then proposed one spec
+        at a time (``blockscan._firsts``)."""
+        db = self._hs_made.get("block")
+        if db is None:
+            try:
+                caseless = hs.HS_FLAG_CASELESS
+                db = block_database([(self._c[i], caseless if self._c[i].spec.ignore_case else 0) for i in self._block])
+            except Exception as e:
+                logger.info("hyperscan single-match database failed (%s); block specs are searched one at a time", e)
+                db = False
+            self._hs_made["block"] = db
+        return db or None
+
+    def _sampled_db(self, idx: int) -> Any:
+        """Sampled or block spec ``idx``'s own database, made now (shared with the clones); None
+        when hyperscan refuses it: its candidates are then searched with RE2 from now on."""
+        c = self._c[idx]
+        try:
+            db = sampled_database(c, self._hs_lazy[idx])
+        except KeyError:  # another thread found it refused meanwhile
+            return self._hs_sampled.get(idx)
+        except Exception as e:  # hyperscan refuses some RE2 syntax, e.g. (?U)
+            log_fallback(c, e)
+            c.buf_rx = re2.compile(c.buffer_source(), re2_options(c.utf8))
+            self._re2_sampled[idx] = c
+            self._hs_lazy.pop(idx, None)
+            return None
+        self._hs_sampled[idx] = db
+        return db
 
     def _last_sampled(self, buf: bytes, lo: int, hi: int, floors: dict, line_at, out: dict) -> None:
         """Last line at or above ``floors[spec]`` that each sampled spec really matches.

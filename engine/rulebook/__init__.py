@@ -72,13 +72,16 @@ def _expand(paths: Iterable[str | os.PathLike], diags: list[Diagnostic]) -> list
 
 
 _SHIPPED = Path(__file__).resolve().parent.parent.parent
+_SHIPPED_RULES = _SHIPPED / "rules"
 
 
 def _display(path: Path) -> str:
     """How a rulebook file is named in messages: shipped files as rules/NAME, others as given."""
+    if path.parent == _SHIPPED_RULES and not path.is_symlink():  # (default_rule_files' paths: no resolve)
+        return f"rules/{path.name}"
     try:
         resolved = path.resolve()
-        if resolved.parent == (_SHIPPED / "rules"):
+        if resolved.parent == _SHIPPED_RULES:
             return f"rules/{resolved.name}"
     except (ValueError, OSError):
         pass

@@ -11,6 +11,7 @@ crossed the bound, instead of being built.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -185,6 +186,13 @@ def _compose(text: str) -> Any:
     return yaml.compose(text, Loader=yaml.SafeLoader)
 
 
+#: where an anchor (``&name``) or an alias (``*name``) may stand: a node follows a line start, a
+#: space or a flow indicator, and a name follows the ``&`` or ``*``. Elsewhere ("AT&T", "a & b"
+#: in a quoted log line) it is text; one these find in a quoted string only costs the walk
+_ANCHOR = re.compile(r"(?:^|[\s\[\]{},:?-])&[^\s\[\]{},]", re.MULTILINE)
+_ALIAS = re.compile(r"(?:^|[\s\[\]{},:?-])\*[^\s\[\]{},]", re.MULTILINE)
+
+
 def load_marked(text: str, path: str) -> tuple[Any, list[YamlProblem]]:
     """Parse one YAML document. Returns (tree or None, problems)."""
     import yaml
@@ -204,10 +212,10 @@ def load_marked(text: str, path: str) -> tuple[Any, list[YamlProblem]]:
         return None, [YamlProblem(Mark(path, 1, 1), "E-YAML", f"invalid YAML: {exc}")]
     if node is None:
         return None, []
-    # without an anchor (``&``) there is no alias, and every node but an empty value takes at
-    # least one character of the text: a short text cannot expand to MAX_NODES (the walk below
-    # was a quarter of parsing the shipped rulebook)
-    big = _too_big(node) if "&" in text or 2 * len(text) + 1 > MAX_NODES else None
+    # without an anchor there is no alias, and every node but an empty value takes at least one
+    # character of the text: a short text cannot expand to MAX_NODES (the walk below was a
+    # quarter of parsing the shipped rulebook)
+    big = _too_big(node) if (_ALIAS.search(text) and _ANCHOR.search(text)) or 2 * len(text) + 1 > MAX_NODES else None
     if big is not None:
         return None, [
             YamlProblem(

@@ -57,6 +57,30 @@ def test_changed_library_version_is_never_served_the_old_database(cache_dir, mon
     assert _hits(s, b"alpha\n") == ["a"]
 
 
+def test_changed_recover_source_is_never_served_the_old_database(cache_dir, monkeypatch):
+    """The key names the specs, not the expressions: Recover's own source, which renders them,
+    is part of it."""
+    Scanner([MatcherSpec("a", r"alpha")], backend="hyperscan")
+    before = set(cache_dir.iterdir())
+    Scanner([MatcherSpec("a", r"alpha")], backend="hyperscan")
+    assert set(cache_dir.iterdir()) == before
+    monkeypatch.setattr(cache, "code_version", lambda: "edited")
+    Scanner([MatcherSpec("a", r"alpha")], backend="hyperscan")
+    assert len(set(cache_dir.iterdir()) - before) == 1
+
+
+def test_a_sampled_spec_has_its_own_database_on_first_search_only(cache_dir):
+    specs = [MatcherSpec("a", r"alpha \d+"), MatcherSpec("hb", r"beat (?P<n>\d+)", sample=True)]
+    s = Scanner(specs, backend="hyperscan")
+    assert 1 in s.hyperscan_specs and not s._hs_sampled
+    built = set(cache_dir.iterdir())
+    assert [(h.matcher, h.line) for h in s.feed(b"alpha 1\nbeat 1\nbeat 2\nnone\n")] == [
+        (0, b"alpha 1"),
+        (1, b"beat 2"),
+    ]
+    assert set(s._hs_sampled) == {1} and len(set(cache_dir.iterdir()) - built) == 1
+
+
 def test_damaged_entry_is_rebuilt(cache_dir):
     Scanner([MatcherSpec("a", r"alpha")], backend="hyperscan")
     (entry,) = cache_dir.iterdir()

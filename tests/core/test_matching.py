@@ -390,10 +390,10 @@ ORACLE_POOL = [
     # no literal to key on: hyperscan's copy keeps the line anchor (matching._line_anchored)
     MatcherSpec("tbl", r"^[ \t]*[a-z]{1,3}\s?[0-9]+[ \t]*$"),
     MatcherSpec("altanchor", r"xid [0-9]|^(?:[A-Z][a-z]|\[x\])+\s", sample=True),
-    # wide bounds: unbounded in hyperscan's main database (matching._relaxed), RE2 keeps them
+    # wide bounds: unbounded in hyperscan's main database (hsdb._relaxed), RE2 keeps them
     MatcherSpec("wide", r"NCCL[^\n]{0,16}timeout"),
     MatcherSpec("widelazy", r"(?:er){1,20}?ror [a-z ]{16,17}$"),
-    # alternatives: one hyperscan expression each (matching._split); a \s gap stays in its line
+    # alternatives: one hyperscan expression each (hsdb._split); a \s gap stays in its line
     MatcherSpec("gapalt", r"Pull(?::|\s{2,}[^\n]{0,20}?\s)[Pp]ull|Start\s+x|[^\s]Z\s"),
 ]
 # RE2 spellings Python's re lacks: only compared between the two backends
@@ -463,11 +463,37 @@ def logs(draw):
     return chunks, max_line
 
 
+def _python_spelling(p: str) -> str:
+    """RE2's spelling in Python's: \\z is \\Z, and RE2's \\s has no \\v (inside a class too:
+    ``[^\\s]`` is no space)."""
+    out, i, n, in_class = [], 0, len(p), False
+    while i < n:
+        c = p[i]
+        if c == "\\" and i + 1 < n:
+            e = p[i : i + 2]
+            out.append(
+                ("\\t\\n\\f\\r " if in_class else "[\\t\\n\\f\\r ]") if e == "\\s" else "\\Z" if e == "\\z" else e
+            )
+            i += 2
+            continue
+        if c == "[" and not in_class:
+            in_class = True
+            j = i + 1 + (p[i + 1 : i + 2] == "^")
+            j += p[j : j + 1] == "]"  # a leading ] is a literal
+            out.append(p[i:j])
+            i = j
+            continue
+        if c == "]" and in_class:
+            in_class = False
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 def oracle(specs, chunks, max_line):
     """Line by line with Python's re: which feed call completes a line decides sampling."""
     data = b"".join(chunks)
-    # RE2 spellings in Python: \z is \Z, and RE2's \s has no \v
-    py = [s.pattern.replace(r"\z", r"\Z").replace(r"\s", r"[\t\n\f\r ]") for s in specs]
+    py = [_python_spelling(s.pattern) for s in specs]
     regs = [re.compile(p.encode(), re.IGNORECASE if s.ignore_case else 0) for p, s in zip(py, specs)]
     ends, total = [], 0
     for c in chunks:
@@ -663,10 +689,14 @@ def test_sigkill_text_in_byte_mode_matches_what_its_utf8_spelling_did():
         (rb"\{1,20}x", rb"\{1,20}x"),  # an escaped brace is a literal
         (rb"[a{1,20}]", rb"[a{1,20}]"),  # inside a class
         (rb"(?:{1,20}|{0,99})", rb"(?:{1,20}|{0,99})"),  # nothing to repeat: a literal
+        # word boundaries dropped, but where a repeat follows (it would move to another atom)
+        (rb"\bstore\b[^\n]{0,40}\Bx", rb"store[^\n]{0,}x"),
+        (rb"(x)\b{2}|a\b?", rb"(x)\b{2}|a\b?"),
+        (rb"[\b]\\b", rb"[\b]\\b"),  # a class, an escaped backslash
     ],
 )
 def test_relaxed_bounds(src, relaxed):
-    from engine.core.matching import _relaxed
+    from engine.core.hsdb import _relaxed
 
     assert _relaxed(src) == relaxed
 
@@ -683,6 +713,12 @@ def test_relaxed_copy_reports_more_and_re2_decides():
     sc._hs_main.scan(far, match_event_handler=lambda *a: reported.append(a[2]), scratch=sc._hs_scratch)
     assert reported, "the relaxed copy should report the far line"
     assert [h.line for h in sc.feed(far + near)] == [near.rstrip(b"\n")]
+    # the copy has no word boundary: "restore" is reported, RE2 refuses it
+    sc = Scanner([MatcherSpec("word", r"\bstore failed\b")], backend="hyperscan")
+    reported.clear()
+    sc._hs_main.scan(b"restore failed\n", match_event_handler=lambda *a: reported.append(a[2]), scratch=sc._hs_scratch)
+    assert reported
+    assert [h.line for h in sc.feed(b"restore failed\nthe store failed.\n")] == [b"the store failed."]
 
 
 @pytest.mark.parametrize(
@@ -694,10 +730,18 @@ def test_relaxed_copy_reports_more_and_re2_decides():
         (rb"[|]x|\|y|\Qa|b\E|z", [rb"[|]x", rb"\|y", rb"\Qa|b\E", rb"z"]),
         (rb"a(?i)b|c", [rb"a(?i)b|c"]),  # the flag would reach into c: left whole
         (rb"(?i)a|(?m)b", [rb"(?i)a|(?m)b"]),
+        # one group around the whole copy (the weak layer's keyword group) is split inside
+        (rb"(?:\bab\b|c[|]d|(?:e|f))", [rb"\bab\b", rb"c[|]d", rb"(?:e|f)"]),
+        (rb"(?m)(?:a|b)", [rb"(?m)a", rb"(?m)b"]),
+        (rb"(?:a|b)c", [rb"(?:a|b)c"]),  # the group is not the whole copy
+        (rb"(?:a|b)(?:c|d)", [rb"(?:a|b)(?:c|d)"]),
+        (rb"(?:a|b)+", [rb"(?:a|b)+"]),
+        (rb"(?:a|b\)", [rb"(?:a|b\)"]),  # (an escaped parenthesis closes nothing)
+        (rb"(?:a(?i)b|c)", [rb"(?:a(?i)b|c)"]),
     ],
 )
 def test_split_alternatives(src, parts):
-    from engine.core.matching import _split
+    from engine.core.hsdb import _split
 
     assert _split(src) == parts
 

@@ -61,13 +61,14 @@ def test_a_clone_has_its_own_scratch_and_stream_state(backend):
     a, b = tmpl.clone(), tmpl.clone()
     assert a._c is tmpl._c and a._memo is tmpl._memo  # the compiled patterns are shared
     if backend == "hyperscan":
-        assert tmpl._hs_main is not None and tmpl._hs_sampled
+        assert tmpl._hs_main is not None and tmpl._hs_lazy and not tmpl._hs_sampled  # made on first use
         scratches = [s._hs_scratch for s in (tmpl, a, b)]
         assert len({id(s) for s in scratches}) == 3 and None not in scratches
-        for idx in tmpl._hs_sampled:  # a sampled spec's own scratch is made on its first search
+        for idx in tmpl._hs_lazy:  # a sampled spec's own database and scratch are made on its first search
             for s in (tmpl, a, b):
                 s._candidates(idx, b"x\n", 0, 2)
             assert len({id(s._hs_sampled_scratch[idx]) for s in (tmpl, a, b)}) == 3
+            assert a._hs_sampled[idx] is tmpl._hs_sampled[idx]  # the database is shared
     # every attribute a clone has that it does not share is its own object (never the template's
     # list or dict), and a clone has every attribute the template has
     assert set(vars(a)) == set(vars(tmpl))
@@ -145,3 +146,49 @@ def test_without_re2_private_internals_the_public_search_gives_the_same_hits(bac
     real = re2.compile
     monkeypatch.setattr(re2, "compile", lambda *a, **k: _PublicOnly(real(*a, **k)))
     assert _scan(Scanner(SPECS, backend=backend, max_line=128), data, 8192) == expected
+
+
+@pytest.mark.skipif(not hyperscan_available(), reason="hyperscan not installed")
+def test_a_sampled_spec_whose_own_database_is_refused_is_searched_with_re2(monkeypatch):
+    """A sampled spec's own database is made on its first search; where hyperscan refuses it
+    then, the spec is searched with RE2 from there on, with the answers of the RE2 backend."""
+    from engine.core import scanner as scanner_module
+
+    def refuse(c, flags):
+        raise RuntimeError("refused")
+
+    data = _log(5, 3000)
+    expected = _scan(Scanner(SPECS, backend="re2", max_line=128), data, 997)
+    monkeypatch.setattr(scanner_module, "sampled_database", refuse)
+    sc = Scanner(SPECS, backend="hyperscan", max_line=128)
+    assert _scan(sc, data, 997) == expected
+    assert 2 in sc._re2_sampled and 2 not in sc._hs_lazy and not sc._hs_sampled
+
+
+@pytest.mark.skipif(not hyperscan_available(), reason="hyperscan not installed")
+def test_the_block_database_is_made_on_the_first_block_scan_and_a_refusal_keeps_the_answers(monkeypatch):
+    """The block specs' single-match database is made on the first block scan, shared with the
+    clones; where hyperscan refuses it then, each block spec's first lines are proposed one
+    spec at a time, with the same lines reported."""
+    from engine.core import scanner as scanner_module
+
+    specs = [MatcherSpec("it", r"iteration (?P<it>[0-9]+) loss", block=True), MatcherSpec("err", r"error")]
+    data = b"".join(b"iteration %d loss 1.5\n" % i + (b"an error here\n" if i % 37 == 0 else b"") for i in range(3000))
+
+    def run():
+        sc = Scanner(specs, backend="hyperscan")
+        assert sc._block == [0] and "block" not in sc._hs_made
+        twin = sc.clone()
+        twin.block = 4096
+        return sc, _scan(twin, data, 8191)
+
+    sc, expected = run()
+    assert sc._hs_made["block"]  # made by the clone, kept by the template
+    assert 0 < sum(1 for h in expected if h[0] == 0) < 3000  # (progress lines were left out)
+
+    def refuse(pairs):
+        raise RuntimeError("refused")
+
+    monkeypatch.setattr(scanner_module, "block_database", refuse)
+    sc, got = run()
+    assert sc._hs_made["block"] is False and got == expected
