@@ -167,25 +167,31 @@ class HandledFailure:
     retry the log ends on, still ends on its failure; a launcher's task exit after the notice (a
     matcher with ``attrs: {task_exit: true}``: srun's "Exited with exit code", an MPI launcher's)
     says the handling did not keep the job alive; and a failure after which other ranks only
-    print progress, with no notice between, stands."""
+    print progress, with no notice between, stands. A notice whose ``attrs`` also say
+    ``own_line: true`` is a line that is both the failure and its handling ("CUDA out of memory,
+    retrying after freeing cache", TensorFlow's "failed call to cuInit" before it runs on the
+    CPU): progress after it leaves its own line's facts out too."""
 
     def __init__(self) -> None:
         self.pending: list[tuple[int, str]] = []  # (position in replay's collected list, origin)
         self.notices: set[str] = set()  # the origins (lines) of the notices among them
+        self.noticed = False  # a notice among them (its own line kept or not)
+        self.own_lines: set[str] = set()  # the origins of notices that cover their own line
 
     def seen(self, fact: Fact, pos: int) -> None:
         """A non-progress fact of this input at ``pos``."""
         self.pending.append((pos, fact.origin))
         if fact.get("handled"):
-            self.notices.add(fact.origin)
+            self.noticed = True
+            (self.own_lines if fact.get("own_line") else self.notices).add(fact.origin)
         elif fact.get("task_exit"):
-            self.notices = set()  # the launcher ended the tasks after the notice: not handled
+            self.notices, self.own_lines, self.noticed = set(), set(), False  # not handled
 
     def progress(self) -> list[int]:
         """The job trained: the positions of the facts a recovery notice covered (none without one)."""
-        notices = self.notices
-        handled = [pos for pos, origin in self.pending if origin not in notices] if notices else []
-        self.pending, self.notices = [], set()
+        kept = self.notices - self.own_lines  # a line that is failure and notice both is covered
+        handled = [pos for pos, origin in self.pending if origin not in kept] if self.noticed else []
+        self.pending, self.notices, self.own_lines, self.noticed = [], set(), set(), False
         return handled
 
 
