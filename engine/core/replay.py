@@ -167,25 +167,45 @@ class HandledFailure:
     retry the log ends on, still ends on its failure; a launcher's task exit after the notice (a
     matcher with ``attrs: {task_exit: true}``: srun's "Exited with exit code", an MPI launcher's)
     says the handling did not keep the job alive; and a failure after which other ranks only
-    print progress, with no notice between, stands."""
+    print progress, with no notice between, stands. A notice whose ``attrs`` also say
+    ``own_line: true`` is a line that is both the failure and its handling ("CUDA out of memory,
+    retrying after freeing cache", TensorFlow's "failed call to cuInit" before it runs on the
+    CPU): progress after it leaves its own line's facts out too. A line whose ``attrs`` say
+    ``listing: true`` is a row of a listing of jobs' states (sacct's "OUT_OF_ME+", "TIMEOUT"):
+    progress after it says the state was another job's, and only that line's facts are left out."""
 
     def __init__(self) -> None:
         self.pending: list[tuple[int, str]] = []  # (position in replay's collected list, origin)
         self.notices: set[str] = set()  # the origins (lines) of the notices among them
+        self.noticed = False  # a notice among them (its own line kept or not)
+        self.own_lines: set[str] = set()  # the origins of notices that cover their own line
+        self.listings: set[str] = set()  # the origins of rows of a listing of jobs' states
+        self.listing_ids: set[str] = set()  # the ids of listing facts (a flood repeats one per row)
 
     def seen(self, fact: Fact, pos: int) -> None:
         """A non-progress fact of this input at ``pos``."""
         self.pending.append((pos, fact.origin))
+        if fact.get("listing"):
+            self.listings.add(fact.origin)
+            self.listing_ids.add(fact.id)
         if fact.get("handled"):
-            self.notices.add(fact.origin)
+            self.noticed = True
+            (self.own_lines if fact.get("own_line") else self.notices).add(fact.origin)
         elif fact.get("task_exit"):
-            self.notices = set()  # the launcher ended the tasks after the notice: not handled
+            self.notices, self.own_lines, self.noticed = set(), set(), False  # not handled
+
+    def flood(self, flood: Flood) -> None:
+        """A repeat of a fact: a listing's next row is a row too."""
+        if flood.fact_id in self.listing_ids:
+            self.listings.add(flood.last_origin)
 
     def progress(self) -> list[int]:
         """The job trained: the positions of the facts a recovery notice covered (none without one)."""
-        notices = self.notices
-        handled = [pos for pos, origin in self.pending if origin not in notices] if notices else []
-        self.pending, self.notices = [], set()
+        kept = self.notices - self.own_lines  # a line that is failure and notice both is covered
+        rows = self.listings
+        handled = [pos for pos, o in self.pending if (o not in kept if self.noticed else o in rows)]
+        self.pending, self.notices, self.own_lines, self.listings = [], set(), set(), set()
+        self.noticed = False
         return handled
 
 
@@ -311,6 +331,7 @@ class LogTail:
         st = self.state
         if isinstance(item, Flood):
             self.stalls_over.difference_update(self.stalls.repeated(item.fact_id))
+            self.handled.flood(item)
         if isinstance(item, Flood) and item.fact_id in self.side_frames and self._side_opened():
             return out  # a side frame again (a flood): the header just repeated opened a side block
         if isinstance(item, Flood) and self.ignored.state and self.header and item.fact_id == self.header.id:

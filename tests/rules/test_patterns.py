@@ -47,7 +47,12 @@ def book():
             if m.get("override") is True and m["id"] in matchers:  # a later file changes fields, as layering does
                 m = {**matchers[m["id"]], **{k: v for k, v in m.items() if k != "override"}}
             matchers[m["id"]] = m
-        rules.extend(doc.get("rules") or [])
+        for r in doc.get("rules") or []:
+            at = next((i for i, o in enumerate(rules) if o.get("id") == r.get("id")), None)
+            if r.get("override") is True and at is not None:  # a later file changes fields, as layering does
+                rules[at] = {**rules[at], **{k: v for k, v in r.items() if k != "override"}}
+            else:
+                rules.append(r)
         tests.extend((name, t) for t in doc.get("tests") or [])
     return lists, matchers, rules, tests
 
@@ -854,13 +859,14 @@ def _tests_by(kind):
 
 def _holds_recovery_notice(inp) -> bool:
     """An input with a program's own recovery notice (a matcher with attrs handled: true) or a
-    command's notice that its exit is its own (own_exit: true, killall finding nothing): its
-    failure lines are handled by replay (engine/core/replay.py, HandledFailure, LogTail), not by
-    the lines."""
+    command's notice that its exit is its own (own_exit: true, killall finding nothing), or a row
+    of a listing of jobs' states (listing: true, sacct's): its failure lines are handled by replay
+    (engine/core/replay.py, HandledFailure, LogTail), not by the lines."""
     matchers = book()[1]
     source = inp.get("source", "any")
+    replayed = ("handled", "own_exit", "listing")
     return any(
-        ((matchers[mid].get("attrs") or {}).get("handled") or (matchers[mid].get("attrs") or {}).get("own_exit"))
+        any((matchers[mid].get("attrs") or {}).get(a) for a in replayed)
         for line in inp["lines"].splitlines()
         for mid in hits(line, source)
     )
