@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from engine import cache
-from engine.core.matching import _FLAG_GROUPS, CompiledSpec, _alternatives, hs
+from engine.core.matching import _FLAG_GROUPS, CompiledSpec, _alternatives, _grouping, hs
 from engine.rulebook import patterns
 
 logger = logging.getLogger(__name__)
@@ -82,23 +82,14 @@ def _whole_group(p: str) -> str | None:
     (the weak layer's copies: the keyword group around every token), else None."""
     if not p.startswith("(?:") or not p.endswith(")"):
         return None
-    depth, i, n = 0, 0, len(p)
-    while i < n:
-        c = p[i]
-        if c == "\\":
-            j = p.find("\\E", i + 2) if p.startswith("\\Q", i) else -2
-            i = i + 2 if j == -2 else n if j < 0 else j + 2
-            continue
-        if c == "[":
-            i = patterns._class_end(p, i)
-            continue
+    depth = 0
+    for i, c in _grouping(p):
         if c == "(":
             depth += 1
         elif c == ")":
             depth -= 1
             if depth == 0:
-                return p[3:-1] if i == n - 1 else None
-        i += 1
+                return p[3:-1] if i == len(p) - 1 else None
     return None
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import re2
 
@@ -133,11 +133,10 @@ def _searcher(rx: Any) -> Callable[[bytes], Any]:
     return search_public
 
 
-def _alternatives(p: str) -> list[str]:
-    """The top-level alternatives of a pattern (as written, or hyperscan's spelling of it)."""
-    out: list[str] = []
-    depth = start = i = 0
-    n = len(p)
+def _grouping(p: str) -> Iterator[tuple[int, str]]:
+    """The grouping characters of a pattern, outside escapes, ``\\Q...\\E`` and character
+    classes: (index, one of ``(``, ``)``, ``|``)."""
+    i, n = 0, len(p)
     while i < n:
         c = p[i]
         if c == "\\":
@@ -147,14 +146,23 @@ def _alternatives(p: str) -> list[str]:
         if c == "[":
             i = patterns._class_end(p, i)
             continue
+        if c in "()|":
+            yield i, c
+        i += 1
+
+
+def _alternatives(p: str) -> list[str]:
+    """The top-level alternatives of a pattern (as written, or hyperscan's spelling of it)."""
+    out: list[str] = []
+    depth = start = 0
+    for i, c in _grouping(p):
         if c == "(":
             depth += 1
         elif c == ")":
             depth -= 1
-        elif c == "|" and depth == 0:
+        elif depth == 0:
             out.append(p[start:i])
             start = i + 1
-        i += 1
     out.append(p[start:])
     return out
 
