@@ -47,16 +47,17 @@ def test_a_candidate_that_changes_one_decision_names_that_incident_and_its_cost(
     assert (row["job"], row["attempt"], row["changed"]) == ("4243", 0, ["decision"])
     assert row["old"][0]["decision"] == "stop" and row["new"][0]["decision"] == "restart"
     # by hand, from examples/slurm-4243.out: the replay has no scheduler history, so the attempt runs
-    # from its first progress (the "0/3000" bar, stamped with the line before it, 09:00:41.870) to
-    # its incident (the first evidence, the allocator warning at 09:05:30.446); no allocation is
-    # recorded: 1 node of 8 GPUs. A restart that fails the same way again costs that attempt again.
-    seconds = _t("2026-11-28 09:05:30.446") - _t("2026-11-28 09:00:41.870")  # 288.576 s
-    assert row["gpu_hours_saved"] == pytest.approx(-seconds * 8 / 3600, rel=0.01)  # -0.641
+    # from its first progress (NCCL's "... - Init COMPLETE", a progress point since round 7's
+    # benign7, unstamped and so stamped with the line before it, 09:00:09.002) to its incident (the
+    # first evidence, the allocator warning at 09:05:30.446); no allocation is recorded: 1 node of
+    # 8 GPUs. A restart that fails the same way again costs that attempt again.
+    seconds = _t("2026-11-28 09:05:30.446") - _t("2026-11-28 09:00:09.002")  # 321.444 s
+    assert row["gpu_hours_saved"] == pytest.approx(-seconds * 8 / 3600, rel=0.01)  # -0.714
     assert out["gpu_hours_saved"] == pytest.approx(row["gpu_hours_saved"])
     assert any("fail again the same way" in why for why in row["assumptions"])
     text = runner.invoke(app, ["goodput", "--db", db, "--what-if", "--rules", str(cand), "--gpus-per-node", "8"])
     assert "1 of 7 incident(s) would change" in text.stdout and "incident 6 (job 4243" in text.stdout
-    assert "-0.64 GPU-hours (a cost)" in text.stdout
+    assert "-0.71 GPU-hours (a cost)" in text.stdout
     # --job keeps one job's incidents: another job's changes nothing
     r = runner.invoke(app, ["goodput", "--db", db, "--what-if", "--rules", str(cand), "--job", "4242", "--json"])
     out = json.loads(r.stdout.strip().splitlines()[-1])
