@@ -177,7 +177,6 @@ class HandledFailure:
     def __init__(self) -> None:
         self.pending: list[tuple[int, str]] = []  # (position in replay's collected list, origin)
         self.notices: set[str] = set()  # the origins (lines) of the notices among them
-        self.noticed = False  # a notice among them (its own line kept or not)
         self.own_lines: set[str] = set()  # the origins of notices that cover their own line
         self.listings: set[str] = set()  # the origins of rows of a listing of jobs' states
         self.listing_ids: set[str] = set()  # the ids of listing facts (a flood repeats one per row)
@@ -189,10 +188,9 @@ class HandledFailure:
             self.listings.add(fact.origin)
             self.listing_ids.add(fact.id)
         if fact.get("handled"):
-            self.noticed = True
             (self.own_lines if fact.get("own_line") else self.notices).add(fact.origin)
         elif fact.get("task_exit"):
-            self.notices, self.own_lines, self.noticed = set(), set(), False  # not handled
+            self.notices, self.own_lines = set(), set()  # the launcher ended the tasks: not handled
 
     def flood(self, flood: Flood) -> None:
         """A repeat of a fact: a listing's next row is a row too."""
@@ -203,9 +201,9 @@ class HandledFailure:
         """The job trained: the positions of the facts a recovery notice covered (none without one)."""
         kept = self.notices - self.own_lines  # a line that is failure and notice both is covered
         rows = self.listings
-        handled = [pos for pos, o in self.pending if (o not in kept if self.noticed else o in rows)]
+        noticed = self.notices or self.own_lines  # a notice among them (its own line kept or not)
+        handled = [pos for pos, o in self.pending if (o not in kept if noticed else o in rows)]
         self.pending, self.notices, self.own_lines, self.listings = [], set(), set(), set()
-        self.noticed = False
         return handled
 
 
