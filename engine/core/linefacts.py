@@ -92,7 +92,7 @@ class StreamFacts:
         # boundary of progress, and the ending tables: see _tables (the same for every stream of
         # a rulebook and source)
         tables = _tables(scanner, converter, index_map)
-        self._all_progress, checkpoints, self._weak, touchable, self._quiet, self._ends = tables
+        self._all_progress, checkpoints, self._weak, touchable, self._quiet, self._ends, self._mute = tables
         self._progress = self._all_progress if sample else frozenset()
         self._checkpoints = checkpoints if sample else frozenset()
         self._sampler: dict[int, ProgressSampler] = {}
@@ -138,14 +138,19 @@ class StreamFacts:
         An ending matcher (logend: a program's last word, read whatever it says) explains nothing:
         the keyword on its line names the class that the generic ending does not ("Error: ENOSPC:
         no space left on device" is storage's keyword, below every specific cause and above the
-        ending). Hits come in line order, so the lines a specific matcher hit are known per batch."""
+        ending). Nor does a catch-all reader (``attrs: {explains: false}``: the last line of any
+        Python traceback, whatever its exception), whose own answer ranks below every keyword.
+        Hits come in line order, so the lines a specific matcher hit are known per batch."""
         weak = self._weak
         if not any(h.matcher in weak for h in hits):
             if self._weak_said and any(h.matcher in self._all_progress for h in hits):
                 self._weak_said.clear()
             return hits
         endings = self._ends[0] if self._ends is not None else frozenset()
-        explained = {h.offset for h in hits if h.matcher not in weak and h.matcher not in endings}
+        mute = self._mute
+        explained = {
+            h.offset for h in hits if h.matcher not in weak and h.matcher not in endings and h.matcher not in mute
+        }
         said, progress = self._weak_said, self._all_progress
         out = []
         for h in hits:
@@ -359,7 +364,8 @@ def _tables(scanner: Any, converter: HitConverter, index_map: Sequence[int]) -> 
     The parts of a table of peers (``attrs: {table: ...}``) are no heartbeat: never sampled, and no sign the job went on after an error line
     (engine.core.peer_table). A weak matcher's quiet strings are bytes: a line holding one is no
     error line (_weak_hits). The boundary is the scanner's (engine.core.scanner.matcher_specs):
-    not progress, and no rank-to-host line."""
+    not progress, and no rank-to-host line. Last, the catch-all readers (``attrs: {explains:
+    false}``), whose hit leaves a weak keyword on its line standing (_weak_hits)."""
     shared = getattr(scanner, "_c", None)
     key = (tuple(index_map), type(scanner))
     per = _TABLES.get(converter)
@@ -381,6 +387,7 @@ def _tables(scanner: Any, converter: HitConverter, index_map: Sequence[int]) -> 
         for i, j in enumerate(index_map)
         if ms[j].emit == "progress" or ms[j].attrs.get("rank_evidence") in ("comm", "addr")
     )
-    tables = (progress, checkpoints, weak, touchable, quiet, ending_tables(ms, index_map))
+    mute = frozenset(i for i, j in enumerate(index_map) if ms[j].attrs.get("explains") is False)
+    tables = (progress, checkpoints, weak, touchable, quiet, ending_tables(ms, index_map), mute)
     per[key] = (shared, tables)
     return tables
