@@ -58,6 +58,19 @@ def test_a_token_is_matched_whole_in_any_case_with_loose_spaces():
     assert not rx.search("axb")  # a dot in a token is a dot
 
 
+def test_two_tokens_of_one_keyword_must_share_a_line_in_order():
+    rx = re.compile(keyword_pattern(["NVLink ... fatal|inactive", "ECC ... uncorrectable error"]), re.I)
+    assert rx.search("NVLink: fatal error detected on link 14").group("keyword") == "NVLink: fatal"
+    assert rx.search("all NvLink links are inActive").group("keyword") == "NvLink links are inActive"
+    assert (
+        rx.search("GPU 3: ECC mode on, uncorrectable error seen").group("keyword") == "ECC mode on, uncorrectable error"
+    )
+    assert not rx.search("NVLink bandwidth 300 GB/s\nfatal: not a git repository")  # not across lines
+    assert not rx.search("fatal: NVLink")  # in order
+    assert not rx.search("NVLinks fatalistic")  # each token whole
+    assert not rx.search("NVLink" + "x" * 200 + " fatal")  # within a bounded stretch of the line
+
+
 def test_a_site_appends_a_keyword_to_a_shipped_class(tmp_path):
     site = tmp_path / "site.yaml"
     site.write_text(
