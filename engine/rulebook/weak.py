@@ -5,8 +5,8 @@ site appends its own with ``override: {keywords: append}``. After layering, the 
 class become the matcher ``weak.<class>``: any-case, whole words, whitespace between words
 matched loosely, emitting a ``log`` fact with ``weak: true``, ``weak_class`` and the ``keyword``
 that hit. A keyword may ask for two tokens on one line, in order: ``NVLink ... error|down`` is
-``NVLink`` and then, within the line, ``error`` or ``down`` (each part's alternatives split by
-``|``), so a class's noun and a failure word count together where neither does alone. Being an ordinary matcher, it rides the scanner's one multi-pattern scan per buffer
+``NVLink`` and then, within the line, ``error`` or ``down`` (a keyword's or a part's
+alternatives split by ``|``), so a class's noun and a failure word count together where neither does alone. Being an ordinary matcher, it rides the scanner's one multi-pattern scan per buffer
 like every other; the rules that read it (rules/25-weak-evidence.yaml) rank below every specific
 cause, and policy never lets such a fault act on a node-scoped class (engine/core/policy.py).
 """
@@ -30,7 +30,8 @@ def weak_matcher_id(fault_class: str) -> str:
 
 
 #: in a keyword, what separates two tokens that must both be on the line, in that order
-#: ("NVLink ... error|fatal|down": NVLink, then later on the same line one of the three)
+#: ("NVLink ... error|fatal|down": NVLink, then later on the same line one of the three); "|"
+#: separates alternatives, of a whole keyword or of one part
 WITHIN_LINE = " ... "
 #: at most this many characters between two tokens of one keyword (one line, never the next)
 GAP = 160
@@ -38,9 +39,9 @@ GAP = 160
 
 def _token(word: str) -> str:
     if WITHIN_LINE in word:
-        parts = [p.strip() for p in word.split(WITHIN_LINE)]
-        alts = ["(?:" + "|".join(_token(a.strip()) for a in p.split("|") if a.strip()) + ")" for p in parts]
-        return f"[^\\n]{{0,{GAP}}}?".join(alts)
+        return f"[^\\n]{{0,{GAP}}}?".join(_token(p.strip()) for p in word.split(WITHIN_LINE))
+    if "|" in word:
+        return "(?:" + "|".join(_token(a.strip()) for a in word.split("|") if a.strip()) + ")"
     body = r"\s+".join(_META.sub(r"\\\1", part) for part in word.split())
     # a boundary only where the token begins or ends with a word character ("ibv_" may be a prefix)
     head = r"\b" if re.match(r"\w", word) else ""

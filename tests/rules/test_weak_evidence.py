@@ -69,6 +69,9 @@ def test_two_tokens_of_one_keyword_must_share_a_line_in_order():
     assert not rx.search("fatal: NVLink")  # in order
     assert not rx.search("NVLinks fatalistic")  # each token whole
     assert not rx.search("NVLink" + "x" * 200 + " fatal")  # within a bounded stretch of the line
+    alt = re.compile(keyword_pattern(["NotReady|NodeLost"]), re.I)
+    assert alt.search("pod lost: NodeLost").group("keyword") == "NodeLost"
+    assert not alt.search("NodeLostAndFound")
 
 
 def test_a_site_appends_a_keyword_to_a_shipped_class(tmp_path):
