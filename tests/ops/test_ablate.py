@@ -42,15 +42,18 @@ def test_the_view_keeps_only_the_fallback_layers(shipped):
 
 
 def test_a_specific_wording_goes_dark_and_a_keyword_still_answers(shipped):
-    # constructed lines: a Xid that only the specific matchers read, and an unseen wording that
+    # constructed lines: a Xid whose words only the specific matchers read, and an unseen wording that
     # ends on a keyword
-    specific = _case("NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n", "gpu_fell_off_bus")
+    specific = _case(
+        "NVRM: Xid (PCI:0000:3b:00): 48, pid=1234, An uncorrectable double bit error (DBE) has been detected on GPU\n",
+        "gpu_memory_uncorrectable",
+    )
     keyword = _case("StoreClientError: fetching shard 3 failed: disk quota exceeded\n", "storage_io_error", "c2")
     assert [r.right for r in evaluate(shipped, [specific, keyword]).results] == [True, True]
     got = ablate_eval(shipped, [specific, keyword])
     assert [r.got for r in got.results] == ["healthy", "storage_io_error"]
     assert got.per_class() == {
-        "gpu_fell_off_bus": {"cases": 1, "right": 0, "other": 0, "nothing": 1},
+        "gpu_memory_uncorrectable": {"cases": 1, "right": 0, "other": 0, "nothing": 1},
         "storage_io_error": {"cases": 1, "right": 1, "other": 0, "nothing": 0},
     }
 
