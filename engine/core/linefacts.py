@@ -163,7 +163,7 @@ class StreamFacts:
                     continue
                 said.add(h.matcher)
             out.append(h)
-        return out
+        return _longest_keyword(out, weak)
 
     def _before(self, hit: Any) -> bytes | None:
         """The bytes since the last hit looked at, up to BEFORE_BYTES: where an untimestamped
@@ -350,6 +350,25 @@ def _touch_spec(scanner: Any, converter: HitConverter, index_map: Sequence[int],
     if any(k not in ("int", "float") for _, k in speed) or step not in (None, "int"):
         return None
     return (m.id, step, speed, "step_time" in groups)
+
+
+def _longest_keyword(hits: list[Any], weak: Any) -> list[Any]:
+    """Of several classes' keywords on one line, the longest keyword's hit is the line's (the
+    more specific words: "java.lang.OutOfMemoryError: Java heap space" is the JVM's heap, not
+    cuda_oom's "OutOfMemoryError"); the others are dropped. Of equal lengths the last hit stays,
+    as before (the last hit of a line is how a log ends on it, engine/core/logend.py)."""
+    lines: dict[int, list[Any]] = {}
+    for h in hits:
+        if h.matcher in weak:
+            lines.setdefault(h.offset, []).append(h)
+    if all(len(v) < 2 for v in lines.values()):
+        return hits
+    drop: set[int] = set()
+    for same in lines.values():
+        if len(same) > 1:
+            best = max(reversed(same), key=lambda h: len(str(h.groups.get("keyword") or "")))
+            drop.update(id(h) for h in same if h is not best)
+    return [h for h in hits if id(h) not in drop]
 
 
 #: per converter (a rulebook's), what ``StreamFacts`` derives from its matchers for one scanner

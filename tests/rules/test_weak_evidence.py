@@ -180,3 +180,20 @@ def test_a_keyword_on_a_line_a_specific_matcher_explains_is_no_fact():
     _, _, facts = _replay(compiled, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
     logs = [f for f in facts if f.kind == "log"]
     assert logs and not any(f.get("weak") for f in logs)
+
+
+def test_of_two_classes_keywords_on_one_line_the_longer_decides():
+    # constructed: one line holding cuda_oom's "OutOfMemoryError" and host_oom's longer
+    # "java.lang.OutOfMemoryError"; and nccl_timeout's "timeout expired" after storage's
+    # "Unable to mount volumes": the longer keyword is the line's, wherever it stands (with the
+    # specific matchers off, engine/ops/ablate.py: they read both lines in the whole rulebook)
+    from engine.ops.ablate import ablated
+
+    compiled = ablated(require_rulebook())
+    for text, want in (
+        ("java.lang.OutOfMemoryError: Java heap space\n", "host_oom"),
+        ("Unable to mount volumes for pod x: timeout expired waiting for volumes to attach\n", "storage_io_error"),
+    ):
+        _, _, facts = _replay(compiled, text)
+        weak = [f for f in facts if f.kind == "log" and f.get("weak")]
+        assert [f.get("weak_class") for f in weak] == [want]
