@@ -92,7 +92,7 @@ class StreamFacts:
         # boundary of progress, and the ending tables: see _tables (the same for every stream of
         # a rulebook and source)
         tables = _tables(scanner, converter, index_map)
-        self._all_progress, checkpoints, self._weak, touchable, self._quiet, self._ends = tables
+        self._all_progress, checkpoints, self._weak, touchable, self._quiet, self._ends, self._mute = tables
         self._progress = self._all_progress if sample else frozenset()
         self._checkpoints = checkpoints if sample else frozenset()
         self._sampler: dict[int, ProgressSampler] = {}
@@ -138,14 +138,19 @@ class StreamFacts:
         An ending matcher (logend: a program's last word, read whatever it says) explains nothing:
         the keyword on its line names the class that the generic ending does not ("Error: ENOSPC:
         no space left on device" is storage's keyword, below every specific cause and above the
-        ending). Hits come in line order, so the lines a specific matcher hit are known per batch."""
+        ending). Nor does a catch-all reader (``attrs: {explains: false}``: the last line of any
+        Python traceback, whatever its exception), whose own answer ranks below every keyword.
+        Hits come in line order, so the lines a specific matcher hit are known per batch."""
         weak = self._weak
         if not any(h.matcher in weak for h in hits):
             if self._weak_said and any(h.matcher in self._all_progress for h in hits):
                 self._weak_said.clear()
             return hits
         endings = self._ends[0] if self._ends is not None else frozenset()
-        explained = {h.offset for h in hits if h.matcher not in weak and h.matcher not in endings}
+        mute = self._mute
+        explained = {
+            h.offset for h in hits if h.matcher not in weak and h.matcher not in endings and h.matcher not in mute
+        }
         said, progress = self._weak_said, self._all_progress
         out = []
         for h in hits:
@@ -158,7 +163,7 @@ class StreamFacts:
                     continue
                 said.add(h.matcher)
             out.append(h)
-        return out
+        return _longest_keyword(out, weak)
 
     def _before(self, hit: Any) -> bytes | None:
         """The bytes since the last hit looked at, up to BEFORE_BYTES: where an untimestamped
@@ -347,6 +352,25 @@ def _touch_spec(scanner: Any, converter: HitConverter, index_map: Sequence[int],
     return (m.id, step, speed, "step_time" in groups)
 
 
+def _longest_keyword(hits: list[Any], weak: Any) -> list[Any]:
+    """Of several classes' keywords on one line, the longest keyword's hit is the line's (the
+    more specific words: "java.lang.OutOfMemoryError: Java heap space" is the JVM's heap, not
+    cuda_oom's "OutOfMemoryError"); the others are dropped. Of equal lengths the last hit stays,
+    as before (the last hit of a line is how a log ends on it, engine/core/logend.py)."""
+    lines: dict[int, list[Any]] = {}
+    for h in hits:
+        if h.matcher in weak:
+            lines.setdefault(h.offset, []).append(h)
+    if all(len(v) < 2 for v in lines.values()):
+        return hits
+    drop: set[int] = set()
+    for same in lines.values():
+        if len(same) > 1:
+            best = max(reversed(same), key=lambda h: len(str(h.groups.get("keyword") or "")))
+            drop.update(id(h) for h in same if h is not best)
+    return [h for h in hits if id(h) not in drop]
+
+
 #: per converter (a rulebook's), what ``StreamFacts`` derives from its matchers for one scanner
 #: template and index map: ~0.3 ms a stream, paid once (10,000 followed logs open 10,000 streams)
 _TABLES: "weakref.WeakKeyDictionary[HitConverter, dict[tuple, tuple]]" = weakref.WeakKeyDictionary()
@@ -359,7 +383,8 @@ def _tables(scanner: Any, converter: HitConverter, index_map: Sequence[int]) -> 
     The parts of a table of peers (``attrs: {table: ...}``) are no heartbeat: never sampled, and no sign the job went on after an error line
     (engine.core.peer_table). A weak matcher's quiet strings are bytes: a line holding one is no
     error line (_weak_hits). The boundary is the scanner's (engine.core.scanner.matcher_specs):
-    not progress, and no rank-to-host line."""
+    not progress, and no rank-to-host line. Last, the catch-all readers (``attrs: {explains:
+    false}``), whose hit leaves a weak keyword on its line standing (_weak_hits)."""
     shared = getattr(scanner, "_c", None)
     key = (tuple(index_map), type(scanner))
     per = _TABLES.get(converter)
@@ -381,6 +406,7 @@ def _tables(scanner: Any, converter: HitConverter, index_map: Sequence[int]) -> 
         for i, j in enumerate(index_map)
         if ms[j].emit == "progress" or ms[j].attrs.get("rank_evidence") in ("comm", "addr")
     )
-    tables = (progress, checkpoints, weak, touchable, quiet, ending_tables(ms, index_map))
+    mute = frozenset(i for i, j in enumerate(index_map) if ms[j].attrs.get("explains") is False)
+    tables = (progress, checkpoints, weak, touchable, quiet, ending_tables(ms, index_map), mute)
     per[key] = (shared, tables)
     return tables

@@ -4,7 +4,9 @@ A class may declare error tokens (``fault_classes: {cuda_oom: {keywords: [out of
 site appends its own with ``override: {keywords: append}``. After layering, the tokens of each
 class become the matcher ``weak.<class>``: any-case, whole words, whitespace between words
 matched loosely, emitting a ``log`` fact with ``weak: true``, ``weak_class`` and the ``keyword``
-that hit. Being an ordinary matcher, it rides the scanner's one multi-pattern scan per buffer
+that hit. A keyword may ask for two tokens on one line, in order: ``NVLink ... error|down`` is
+``NVLink`` and then, within the line, ``error`` or ``down`` (a keyword's or a part's
+alternatives split by ``|``), so a class's noun and a failure word count together where neither does alone. Being an ordinary matcher, it rides the scanner's one multi-pattern scan per buffer
 like every other; the rules that read it (rules/25-weak-evidence.yaml) rank below every specific
 cause, and policy never lets such a fault act on a node-scoped class (engine/core/policy.py).
 """
@@ -27,7 +29,19 @@ def weak_matcher_id(fault_class: str) -> str:
     return WEAK_PREFIX + fault_class
 
 
+#: in a keyword, what separates two tokens that must both be on the line, in that order
+#: ("NVLink ... error|fatal|down": NVLink, then later on the same line one of the three); "|"
+#: separates alternatives, of a whole keyword or of one part
+WITHIN_LINE = " ... "
+#: at most this many characters between two tokens of one keyword (one line, never the next)
+GAP = 160
+
+
 def _token(word: str) -> str:
+    if WITHIN_LINE in word:
+        return f"[^\\n]{{0,{GAP}}}?".join(_token(p.strip()) for p in word.split(WITHIN_LINE))
+    if "|" in word:
+        return "(?:" + "|".join(_token(a.strip()) for a in word.split("|") if a.strip()) + ")"
     body = r"\s+".join(_META.sub(r"\\\1", part) for part in word.split())
     # a boundary only where the token begins or ends with a word character ("ibv_" may be a prefix)
     head = r"\b" if re.match(r"\w", word) else ""

@@ -58,6 +58,22 @@ def test_a_token_is_matched_whole_in_any_case_with_loose_spaces():
     assert not rx.search("axb")  # a dot in a token is a dot
 
 
+def test_two_tokens_of_one_keyword_must_share_a_line_in_order():
+    rx = re.compile(keyword_pattern(["NVLink ... fatal|inactive", "ECC ... uncorrectable error"]), re.I)
+    assert rx.search("NVLink: fatal error detected on link 14").group("keyword") == "NVLink: fatal"
+    assert rx.search("all NvLink links are inActive").group("keyword") == "NvLink links are inActive"
+    assert (
+        rx.search("GPU 3: ECC mode on, uncorrectable error seen").group("keyword") == "ECC mode on, uncorrectable error"
+    )
+    assert not rx.search("NVLink bandwidth 300 GB/s\nfatal: not a git repository")  # not across lines
+    assert not rx.search("fatal: NVLink")  # in order
+    assert not rx.search("NVLinks fatalistic")  # each token whole
+    assert not rx.search("NVLink" + "x" * 200 + " fatal")  # within a bounded stretch of the line
+    alt = re.compile(keyword_pattern(["NotReady|NodeLost"]), re.I)
+    assert alt.search("pod lost: NodeLost").group("keyword") == "NodeLost"
+    assert not alt.search("NodeLostAndFound")
+
+
 def test_a_site_appends_a_keyword_to_a_shipped_class(tmp_path):
     site = tmp_path / "site.yaml"
     site.write_text(
@@ -164,3 +180,20 @@ def test_a_keyword_on_a_line_a_specific_matcher_explains_is_no_fact():
     _, _, facts = _replay(compiled, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
     logs = [f for f in facts if f.kind == "log"]
     assert logs and not any(f.get("weak") for f in logs)
+
+
+def test_of_two_classes_keywords_on_one_line_the_longer_decides():
+    # constructed: one line holding cuda_oom's "OutOfMemoryError" and host_oom's longer
+    # "java.lang.OutOfMemoryError"; and nccl_timeout's "timeout expired" after storage's
+    # "Unable to mount volumes": the longer keyword is the line's, wherever it stands (with the
+    # specific matchers off, engine/ops/ablate.py: they read both lines in the whole rulebook)
+    from engine.ops.ablate import ablated
+
+    compiled = ablated(require_rulebook())
+    for text, want in (
+        ("java.lang.OutOfMemoryError: Java heap space\n", "host_oom"),
+        ("Unable to mount volumes for pod x: timeout expired waiting for volumes to attach\n", "storage_io_error"),
+    ):
+        _, _, facts = _replay(compiled, text)
+        weak = [f for f in facts if f.kind == "log" and f.get("weak")]
+        assert [f.get("weak_class") for f in weak] == [want]

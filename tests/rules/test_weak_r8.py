@@ -1,0 +1,61 @@
+"""The round-8 weak vocabulary (rules/27-weak-r8.yaml) with the specific matchers switched off.
+
+The rule tests of rules/96-tests-families-r8weak.yaml run on the whole rulebook, where a specific
+matcher often answers first. Here the same inputs are replayed on the ablated view
+(engine/ops/ablate.py): each 'r8weak kw' input, a log ending on one quoted line, must be its
+class through a keyword alone, and no 'r8weak neg' input may open anything. Weak evidence never
+isolates a node.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from engine.ops.ablate import ablated
+from engine.ops.corpus_eval import HEALTHY, Case, evaluate
+from engine.rulebook import require_rulebook
+
+TESTS = Path(__file__).resolve().parents[2] / "rules" / "96-tests-families-r8weak.yaml"
+
+
+def _inputs(prefix: str) -> list[tuple[str, str, str]]:
+    """(test name, text, expected class) of every input of the tests whose name starts so."""
+    out = []
+    for test in yaml.safe_load(TESTS.read_text())["tests"]:
+        if not test["name"].startswith(prefix):
+            continue
+        want = {str(e["job"]): e["fault_class"] for e in test["expect"] or []}
+        for inp in test["input"]:
+            job = inp["file"].removeprefix("slurm-").removesuffix(".out")
+            out.append((test["name"], inp["lines"], want.get(job, HEALTHY)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def view():
+    return ablated(require_rulebook())
+
+
+def _replay(view, cases):
+    return evaluate(
+        view, [Case(f"r8-{i}", "https://example.org/r8", "app", t, want) for i, (_, t, want) in enumerate(cases)]
+    )
+
+
+def test_each_quoted_line_is_its_class_by_its_keyword_alone(view):
+    cases = _inputs("r8weak kw ")
+    assert len(cases) > 100
+    results = _replay(view, cases).results
+    wrong = [(c[1].strip()[:80], c[2], r.got) for c, r in zip(cases, results) if not (r.right and r.weak)]
+    assert wrong == []
+    assert all(r.isolated == () for r in results)  # a keyword names no node
+
+
+def test_the_benign_lines_open_nothing_with_the_fallback_alone(view):
+    cases = _inputs("r8weak neg ")
+    assert len(cases) >= 10 and all(want == HEALTHY for _, _, want in cases)
+    results = _replay(view, cases).results
+    assert [(c[1].strip()[:80], r.got) for c, r in zip(cases, results) if r.got != HEALTHY] == []
