@@ -100,8 +100,8 @@ def load_rulebook(
 
     ``tests``: load the rule tests too (``recover rules check``, ``rules test``, ``rules show``).
     Without them no test is checked or layered, so a broken test never stops a run: a file that
-    holds nothing but tests (``_tests_only``: the shipped 9x-tests files, ~40 % of the shipped
-    text) is read but not parsed, a ``tests`` section beside others is dropped once parsed, and
+    holds nothing but tests (``_tests_only``: the 68 shipped 9x-tests files, 1.18 of the 1.70 MB
+    shipped) is read but not parsed, a ``tests`` section beside others is dropped once parsed, and
     ``book.tests`` refuses to be read (``TestsNotLoaded``).
 
     A load of files and overlays that were all read cleanly is kept on disk (``stored``): the
