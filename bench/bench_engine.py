@@ -82,7 +82,7 @@ def engine_throughput(n: int, batch: int) -> tuple[float, ...]:
     from engine.rulebook import require_rulebook
     from engine.store import Store
 
-    compiled = require_rulebook()
+    compiled = require_rulebook(tests=True)
     net = ReteNetwork(compiled)
     facts, worst = engine_mixes(compiled, n)
     cascade = cascade_mix(compiled, n)
@@ -111,7 +111,7 @@ def main() -> None:
         from engine.rulebook import require_rulebook
         from engine.store import Store
 
-        compiled = require_rulebook()
+        compiled = require_rulebook(tests=True)
         realistic, worst = engine_mixes(compiled, args.facts)
         mix = {"realistic": realistic, "worst": worst}.get(args.profile) or cascade_mix(compiled, args.facts)
         eng = Engine(compiled, Store(":memory:"))

@@ -188,7 +188,7 @@ def engine_throughput(n: int = 20000) -> tuple[float, float, float]:
     from engine.rulebook import require_rulebook
     from engine.store import Store
 
-    compiled = require_rulebook()
+    compiled = require_rulebook(tests=True)  # (matcher_samples replays its tests)
     net = ReteNetwork(compiled)
     facts, worst = engine_mixes(compiled, n)
     rete = rete_alone(net, facts)

@@ -86,7 +86,7 @@ def mix(out_dir: str, attempts: int = 40, per_attempt: int = 50, seed: int = 7) 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from engine.rulebook import require_rulebook
 
-    compiled = require_rulebook()
+    compiled = require_rulebook(tests=True)
     lines: list[str] = []
     seen: set[str] = set()
     for test in compiled.book.tests:

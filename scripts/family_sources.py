@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-debt", nargs="?", const=DEBT, metavar="FILE", help=f"write the debt list (default {DEBT})")
     args = ap.parse_args(argv)
     try:
-        compiled = require_rulebook(args.paths)
+        compiled = require_rulebook(args.paths, tests=True)
     except RecoverError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

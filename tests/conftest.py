@@ -50,7 +50,8 @@ def _root_logging_restored():
 
 @pytest.fixture
 def write_rules(tmp_path: Path):
-    """Write YAML text (dedented) to files and load them without the shipped defaults."""
+    """Write YAML text (dedented) to files and load them without the shipped defaults, tests
+    included (as `recover rules check` and `rules test` do)."""
 
     def write(*texts: str, defaults: bool = False):
         paths = []
@@ -58,7 +59,7 @@ def write_rules(tmp_path: Path):
             p = tmp_path / f"{i:02d}-rules.yaml"
             p.write_text(textwrap.dedent(text))
             paths.append(p)
-        return load_rulebook(paths, defaults=defaults)
+        return load_rulebook(paths, defaults=defaults, tests=True)
 
     return write
 

@@ -100,9 +100,11 @@ def _rule_args(paths: Optional[List[str]], no_defaults: bool):
     return (list(paths) if paths else list(s.rules)), not (no_defaults or s.no_defaults), autonomy_overlay(s)
 
 
-def _load_or_exit(paths: Optional[List[str]], no_defaults: bool):
+def _load_or_exit(paths: Optional[List[str]], no_defaults: bool, tests: bool = False):
+    """The compiled rulebook, its diagnostics printed; exit 1 when it has errors. ``tests``: with
+    its rule tests (``load_rulebook``)."""
     paths, defaults, overlays = _rule_args(paths, no_defaults)
-    result = load_rulebook(paths, defaults=defaults, overlays=overlays)
+    result = load_rulebook(paths, defaults=defaults, overlays=overlays, tests=tests)
     for d in result.diagnostics:
         _err(str(d))
     if not result.ok:

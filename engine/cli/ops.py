@@ -280,7 +280,7 @@ def _register_rules(rules_app: typer.Typer) -> None:
         if bad:
             _err(f"unknown section(s) {', '.join(bad)}; one of: {', '.join(SECTIONS)}")
             raise typer.Exit(2)
-        compiled = _load_or_exit(rules or [], no_defaults)
+        compiled = _load_or_exit(rules or [], no_defaults, tests=True)
         doc = effective_rulebook(compiled)
         wanted = section or list(SECTIONS)
 

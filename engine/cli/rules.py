@@ -30,7 +30,7 @@ def rules_check(
 ) -> None:
     """Validate the layered rulebook; print every problem as file:line:col: CODE message."""
     paths, defaults, overlays = _rule_args(paths, no_defaults)
-    result = load_rulebook(paths, defaults=defaults, overlays=overlays)
+    result = load_rulebook(paths, defaults=defaults, overlays=overlays, tests=True)
     failed = not result.ok or (strict and len(result.diagnostics) > len(result.errors))
     if json_out:
         for d in result.diagnostics:
@@ -90,7 +90,7 @@ def rules_test(
     from engine.rulebook import _display as display_name
     from engine.ops.ruletest import junit_xml, outcome_json, run_tests, select_tests, unexercised_matchers
 
-    compiled = _load_or_exit(paths or [], no_defaults)
+    compiled = _load_or_exit(paths or [], no_defaults, tests=True)
     book = compiled.book
     only = None
     if site_only:

@@ -14,7 +14,7 @@ failure"); ``--group prefix`` (the id's first word) and ``--group file`` are the
 
 Usage::
 
-    report = measure(require_rulebook())
+    report = measure(require_rulebook(tests=True))
     report.rows["nccl_socket_failure"].sources    # {"pytorch/pytorch", "discuss.pytorch.org", ...}
     report.under(3)                               # ["cuda_oom_xla", ...]
 """

@@ -17,12 +17,14 @@ from __future__ import annotations
 from engine.errors import RulebookError
 
 import os
+import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from engine.rulebook import patterns, stored
 from engine.rulebook.compile import CompiledRulebook, LoadResult
-from engine.rulebook.model import Diagnostic, FileModel
+from engine.rulebook.model import Diagnostic, FileModel, TestsNotLoaded
 from engine.rulebook.yamlmarks import Mark
 
 __all__ = [
@@ -89,9 +91,18 @@ def _display(path: Path) -> str:
 
 
 def load_rulebook(
-    paths: Iterable[str | os.PathLike] = (), defaults: bool = True, overlays: Sequence[tuple[str, str]] = ()
+    paths: Iterable[str | os.PathLike] = (),
+    defaults: bool = True,
+    overlays: Sequence[tuple[str, str]] = (),
+    tests: bool = False,
 ) -> LoadResult:
     """``overlays``: (name, YAML text) layers after the files (e.g. autonomy from recover.toml).
+
+    ``tests``: load the rule tests too (``recover rules check``, ``rules test``, ``rules show``).
+    Without them no test is checked or layered, so a broken test never stops a run: a file that
+    holds nothing but tests (``_tests_only``: the 68 shipped 9x-tests files, 1.18 of the 1.70 MB
+    shipped) is read but not parsed, a ``tests`` section beside others is dropped once parsed, and
+    ``book.tests`` refuses to be read (``TestsNotLoaded``).
 
     A load of files and overlays that were all read cleanly is kept on disk (``stored``): the
     next load of the same bytes by the same code and libraries is read back instead of built."""
@@ -101,13 +112,13 @@ def load_rulebook(
     read = [_read(path, _display(path)) for path in files]
     k = None
     if not diags and all(problem is None for _, _, problem in read):
-        k = stored.key([(name, text) for name, text, _ in read], overlays, defaults)
+        k = stored.key([(name, text) for name, text, _ in read], overlays, defaults, tests)
         hit = stored.get(k)
         if hit is not None:
             if hit.compiled is not None:
                 patterns.remember(hit.compiled.analyses)
             return hit
-    result = _build(read, [path in base for path in files], overlays, diags)
+    result = _build(read, [path in base for path in files], overlays, diags, tests)
     if k is not None:
         stored.put(k, result)
     return result
@@ -125,14 +136,35 @@ def _read(path: Path, name: str) -> tuple[str, str, Diagnostic | None]:
         return name, "", Diagnostic(Mark(name, 0, 0), "E-IO", f"cannot read: {exc.strerror or exc}")
 
 
+#: a line that starts a top-level key (or anything else) of a block mapping at column 0
+_TOP = re.compile(r"^[^ \t\r\n#]", re.MULTILINE)
+_TESTS_KEY = re.compile(r"tests:(?:[ \t\r]|$)", re.MULTILINE)
+
+
+def _tests_only(text: str) -> bool:
+    """Whether a file's one document is a block mapping whose only key is ``tests``: its first
+    line that is not blank or a comment is ``tests:`` at column 0, so every key of its top-level
+    mapping stands at column 0, and every line that starts at column 0 is that key. Anything
+    else (a second section, a flow mapping, ``---``, a directive, a byte-order mark) is not, and
+    the file is parsed."""
+    seen = False
+    for m in _TOP.finditer(text):
+        if _TESTS_KEY.match(text, m.start()) is None:
+            return False
+        seen = True
+    return seen
+
+
 def _build(
     read: list[tuple[str, str, Diagnostic | None]],
     in_base: list[bool],
     overlays: Sequence[tuple[str, str]],
     diags: list[Diagnostic],
+    tests: bool = True,
 ) -> LoadResult:
     """``in_base``: per file, whether it is a shipped base file loaded under --no-defaults (its
-    plans are the policy's inherited defaults)."""
+    plans are the policy's inherited defaults). ``tests``: see ``load_rulebook``; without them a
+    tests-only file is layered as an empty one (it still names itself in ``book.files``)."""
     from engine.rulebook.compile import compile_rulebook
     from engine.rulebook.layer import layer
     from engine.rulebook.schema import check_file
@@ -144,8 +176,13 @@ def _build(
         if problem is not None:
             diags.append(problem)
             continue
+        if not tests and _tests_only(text):
+            models.append(check_file(None, name)[0])
+            continue
         tree, problems = load_marked(text, name)
         diags.extend(Diagnostic(p.mark, p.code, p.message) for p in problems)
+        if not tests and isinstance(tree, dict):
+            tree.pop("tests", None)  # (a section beside others: neither checked nor layered)
         model, file_diags = check_file(tree, name)
         diags.extend(file_diags)
         models.append(model)
@@ -161,6 +198,8 @@ def _build(
     diags.extend(layer_diags)
     compiled, compile_diags = compile_rulebook(book, inherited)
     diags.extend(compile_diags)
+    if not tests:
+        compiled = replace(compiled, book=replace(compiled.book, tests=TestsNotLoaded()))
     has_errors = any(d.severity == "error" for d in diags)
     return LoadResult(
         None if has_errors else compiled,
@@ -170,9 +209,12 @@ def _build(
 
 
 def require_rulebook(
-    paths: Iterable[str | os.PathLike] = (), defaults: bool = True, overlays: Sequence[tuple[str, str]] = ()
+    paths: Iterable[str | os.PathLike] = (),
+    defaults: bool = True,
+    overlays: Sequence[tuple[str, str]] = (),
+    tests: bool = False,
 ) -> CompiledRulebook:
-    result = load_rulebook(paths, defaults, overlays)
+    result = load_rulebook(paths, defaults, overlays, tests)
     if not result.ok:
         raise RulebookError(result.diagnostics)
     assert result.compiled is not None

@@ -31,6 +31,7 @@ __all__ = [
     "Action",
     "TestInput",
     "RuleTest",
+    "TestsNotLoaded",
     "FileModel",
     "Rulebook",
     "frozen",
@@ -189,6 +190,23 @@ class RuleTest:
     context: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     facts: tuple[Mapping[str, Any], ...] = ()
     enabled: bool = True
+
+
+class TestsNotLoaded(tuple):
+    """``Rulebook.tests`` of a rulebook loaded without its test documents (``load_rulebook``'s
+    default: running needs no test): reading it is a caller's mistake, so it raises instead of
+    reading as no test. Load with ``tests=True`` where the tests are wanted."""
+
+    def _refuse(self, *_: Any) -> Any:
+        raise RuntimeError("this rulebook was loaded without its tests: load it with tests=True")
+
+    __iter__ = __len__ = __getitem__ = __contains__ = __bool__ = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[type, tuple[()]]:  # (kept in the rulebook cache)
+        return (TestsNotLoaded, ())
+
+    def __repr__(self) -> str:
+        return "TestsNotLoaded()"
 
 
 @dataclass(frozen=True)

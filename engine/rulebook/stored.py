@@ -35,15 +35,24 @@ logger = logging.getLogger(__name__)
 __all__ = ["key", "get", "put"]
 
 
-def key(named_texts: Sequence[tuple[str, str]], overlays: Sequence[tuple[str, str]], defaults: bool) -> str:
-    """The cache key of loading these (shown name, text) files and overlays."""
+def key(
+    named_texts: Sequence[tuple[str, str]], overlays: Sequence[tuple[str, str]], defaults: bool, tests: bool = True
+) -> str:
+    """The cache key of loading these (shown name, text) files and overlays, with or without
+    their tests (``load_rulebook``'s ``tests``)."""
     digest = hashlib.sha256()
     for name, text in (*named_texts, ("--overlays--", ""), *overlays):
         data = text.encode("utf-8", "surrogateescape")
         digest.update(f"{name}\0{len(data)}\0".encode("utf-8", "surrogateescape"))
         digest.update(data)
     return cache.key(
-        "rulebook", digest.hexdigest(), len(named_texts), len(overlays), bool(defaults), cache.code_version()
+        "rulebook",
+        digest.hexdigest(),
+        len(named_texts),
+        len(overlays),
+        bool(defaults),
+        bool(tests),
+        cache.code_version(),
     )
 
 

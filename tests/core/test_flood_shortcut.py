@@ -23,7 +23,7 @@ from engine.rulebook import require_rulebook
 
 @pytest.fixture(scope="module")
 def compiled():
-    return require_rulebook()
+    return require_rulebook(tests=True)
 
 
 @pytest.mark.parametrize(

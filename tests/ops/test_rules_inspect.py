@@ -62,7 +62,7 @@ def site(tmp_path, tiny_rules):
 
 
 def test_effective_rulebook_says_where_each_item_came_from(site):
-    doc = effective_rulebook(require_rulebook(site, defaults=False))
+    doc = effective_rulebook(require_rulebook(site, defaults=False, tests=True))
     matchers = {m["id"]: m for m in doc["matchers"]}
     assert matchers["nccl_timeout"]["defined_at"].endswith("tiny.yaml:4:5")
     assert matchers["nccl_timeout"]["overridden_by"] == [f"{site[2]}:4:5"]

@@ -139,7 +139,7 @@ CASES = {
 def _load(tmp_path, text):
     path = tmp_path / "site.yaml"
     path.write_text(text)
-    return load_rulebook([path])
+    return load_rulebook([path], tests=True)  # (what `recover rules check` reads: tests included)
 
 
 @pytest.mark.parametrize("name", list(CASES))

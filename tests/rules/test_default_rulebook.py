@@ -13,7 +13,7 @@ from engine.ops.ruletest import run_tests, unexercised_matchers
 
 @pytest.fixture(scope="module")
 def compiled():
-    result = load_rulebook()
+    result = load_rulebook(tests=True)
     assert result.ok, "\n".join(str(d) for d in result.errors)
     assert not result.diagnostics, "\n".join(str(d) for d in result.diagnostics)  # no warnings either
     return result.compiled

@@ -16,7 +16,7 @@ FIX = "run scripts/family_sources.py --write-debt only if the change is meant"
 
 @pytest.fixture(scope="module")
 def shipped():
-    return measure(require_rulebook())
+    return measure(require_rulebook(tests=True))
 
 
 def ratchet(report, debt: set[str]) -> tuple[list[str], list[str]]:
@@ -70,7 +70,7 @@ def test_a_new_matcher_with_one_source_breaks_the_ratchet(tmp_path):
     site.write_text(SITE)
     # the site alone (the shipped fault classes and policy come with it): quick, and the shipped
     # matchers are not in it, so only the new one can be under 3
-    report = measure(require_rulebook([site], defaults=False), [site])
+    report = measure(require_rulebook([site], defaults=False, tests=True), [site])
     row = report.rows["site_new_wording"]
     assert row.sources == {"example-org/fabric-tool"}
     assert row.constructed == 1
@@ -83,6 +83,6 @@ def test_a_new_matcher_with_one_source_breaks_the_ratchet(tmp_path):
         "  # https://discuss.example.org/t/5 and https://github.com/third/repo/pull/9",
     )
     site.write_text(three)
-    report = measure(require_rulebook([site], defaults=False), [site])
+    report = measure(require_rulebook([site], defaults=False, tests=True), [site])
     assert report.rows["site_new_wording"].sources == {"example-org/fabric-tool", "discuss.example.org", "third/repo"}
     assert "site_new_wording" not in ratchet(report, read_debt(DEBT))[0]

@@ -83,7 +83,7 @@ def test_no_warning_when_every_matcher_is_hit(tmp_path):
 def test_unexercised_matchers_lists_in_rulebook_order_and_filters_by_file(tmp_path):
     site = tmp_path / "site.yaml"
     site.write_text(SITE)
-    compiled = require_rulebook([site])
+    compiled = require_rulebook([site], tests=True)
     seen: set[str] = set()
     # the site's two tests (a line, and a fact that names a matcher): the shipped tests' hits are
     # test_a_matcher_only_a_fact_names_is_reported_and_the_run_still_passes's (a whole run each)
