@@ -105,7 +105,7 @@ def mixes():
     rulebook test and corpus case to find each matcher's attributes (tens of seconds), and its
     streams are the same for the rulebook as compiled and as read back from the store (the same
     matchers), so each case below takes them from here instead of making them again."""
-    return engine_mixes(require_rulebook(), 900)
+    return engine_mixes(require_rulebook(tests=True), 900)
 
 
 @pytest.mark.parametrize("mix", ["realistic", "pathological"])
