@@ -45,14 +45,30 @@ POSITIVE = [
     # https://github.com/cBio/cbio-cluster/issues/251 (PBS Pro's mail)
     ("slurm", "job deleted\njob 3132467 exceeded MEM usage hard limit (2528 > 1126)\n", "host_oom"),
     # https://github.com/marbl/canu/issues/530 (Torque's kill, then its epilogue's summary)
-    ("mixed", "=>> PBS: job killed: mem 38427376kb exceeded limit 33554432kb\n\n-----\nPBS Job 2130285.pbs\nCPU time  : 00:16:12\n", "host_oom"),
+    (
+        "mixed",
+        "=>> PBS: job killed: mem 38427376kb exceeded limit 33554432kb\n\n-----\nPBS Job 2130285.pbs\nCPU time  : 00:16:12\n",
+        "host_oom",
+    ),
     # --- a userspace OOM killer acted (host_oom)
     # https://github.com/rfjakob/earlyoom/issues/261
-    ("mixed", "Oct 07 19:16:10 <hostname> earlyoom[26328]: low memory! at or below SIGTERM limits: mem  5.00%, swap 40.00%\n", "host_oom"),
+    (
+        "mixed",
+        "Oct 07 19:16:10 <hostname> earlyoom[26328]: low memory! at or below SIGTERM limits: mem  5.00%, swap 40.00%\n",
+        "host_oom",
+    ),
     # https://github.com/rfjakob/earlyoom/issues/354
-    ("mixed", "Nov 12 17:08:27 earlyoom[1295]: low memory! at or below SIGTERM limits: mem  1.66%, swap 10.00%\n", "host_oom"),
+    (
+        "mixed",
+        "Nov 12 17:08:27 earlyoom[1295]: low memory! at or below SIGTERM limits: mem  1.66%, swap 10.00%\n",
+        "host_oom",
+    ),
     # https://github.com/systemd/systemd/pull/42321
-    ("mixed", "[   77.752252] systemd[1]: systemd-journald.service: systemd-oomd killed 1 process(es) in this unit.\n", "host_oom"),
+    (
+        "mixed",
+        "[   77.752252] systemd[1]: systemd-journald.service: systemd-oomd killed 1 process(es) in this unit.\n",
+        "host_oom",
+    ),
     # --- the kernel's NFS client stalls and the log ends there (storage_io_error)
     # https://github.com/csabahenk/cirros/issues/9
     ("kernel", "[ 4182.497622] nfs: server 10.0.0.2 not responding, timed out\n", "storage_io_error"),
@@ -122,9 +138,15 @@ NEGATIVE = [
     # reason (https://github.com/SchedMD/slurm/blob/master/src/slurmd/slurmstepd/req.c), opens nothing
     ("slurm", "slurmstepd: error: *** JOB 4242 ON n1 CANCELLED AT 2024-01-01T10:00:00 ***\n"),
     # https://github.com/rfjakob/earlyoom/issues/269 (earlyoom starting: its thresholds, not an act)
-    ("mixed", "mars 27 18:46:05 user-G3-3779-pro earlyoom[1460]: sending SIGTERM when mem <=  4.00% and swap <= 10.00%,\nmars 27 18:46:05 user-G3-3779-pro earlyoom[1460]: mem avail: 15342 of 15881 MiB (96.61%), swap free: 4095 of 4095 MiB (100.00%)\n"),
+    (
+        "mixed",
+        "mars 27 18:46:05 user-G3-3779-pro earlyoom[1460]: sending SIGTERM when mem <=  4.00% and swap <= 10.00%,\nmars 27 18:46:05 user-G3-3779-pro earlyoom[1460]: mem avail: 15342 of 15881 MiB (96.61%), swap free: 4095 of 4095 MiB (100.00%)\n",
+    ),
     # https://github.com/linux-surface/linux-surface/issues/1494 (the stall and the server back, in a job's output)
-    ("app", "[32956.142249] nfs: server thinkcentre not responding, still trying\n[32958.266147] nfs: server thinkcentre OK\n"),
+    (
+        "app",
+        "[32956.142249] nfs: server thinkcentre not responding, still trying\n[32958.266147] nfs: server thinkcentre OK\n",
+    ),
     # https://cesga-docs.gitlab.io/ft3-user-guide/batch_jobs_states.html (a site's table of state names)
     ("slurm", "OOM OUT_OF_MEMORY: Job experienced out of memory error.\nState: COMPLETED (exit code 0)\n"),
     # https://github.com/leptonai/gpud/pull/1174: a Nonfatal NVLink5 Xid is a warning (the catalog's IGNORE)
