@@ -48,7 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", default=CORPUS)
     ap.add_argument("--rules", nargs="*", default=[], help="rulebook files after the shipped ones")
     ap.add_argument("--normal", action="store_true", help="also the ordinary eval of the train cases")
-    ap.add_argument("--list", metavar="CLASS", help="ids and ablated answers of CLASS's train cases")
+    ap.add_argument(
+        "--list",
+        metavar="CLASS",
+        help="ids and ablated answers of CLASS's train cases (or of a stream's: kernel, slurm, mixed, app)",
+    )
     ap.add_argument("--price", action="store_true", help="ids of train healthy cases the fallback opens")
     args = ap.parse_args(argv)
     logging.disable(logging.CRITICAL)  # the pipeline's own notices are not the figures
@@ -67,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"price: {r.case.id} -> {r.got}")
     if args.list:
         for r in report.results:
-            if r.case.label == args.list:
+            if r.case.label == args.list or r.case.stream == args.list:
                 print(f"{r.case.id}: {r.got} ({layer(r)})")
     if args.normal:
         normal = evaluate(compiled, cases)
@@ -79,6 +83,18 @@ def main(argv: list[str] | None = None) -> int:
             f"healthy open {healthy_open} of {healthy}, weak right {normal.weak_right}"
         )
         print("normal misses: " + ", ".join(f"{a}->{b} {n}" for (a, b), n in by.most_common()))
+        streams: dict[str, Counter[str]] = {}
+        for r in normal.results:
+            row = streams.setdefault(r.case.stream, Counter())
+            row["cases"] += 1
+            row["right"] += int(r.right)
+            row["healthy open"] += int(r.case.label == HEALTHY and not r.right)
+        print(
+            "normal per stream: "
+            + ", ".join(
+                f"{k} {v['right']}/{v['cases']} (healthy open {v['healthy open']})" for k, v in sorted(streams.items())
+            )
+        )
     return 0
 
 

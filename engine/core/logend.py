@@ -128,14 +128,20 @@ def log_end(inp: "Input", state: TailState) -> Fact | None:
     its line as ``ending_evidence``, the specific matchers that read that line as
     ``ending_read_by``."""
     last = state.last
-    if last is None or inp.source not in ("job", "any") or last.get("job") is None:
+    kernel = inp.source == "kernel"
+    if last is None or inp.source not in ("job", "any", "kernel") or (last.get("job") is None and not kernel):
         return None
     failure = not state.progress and not state.cleanup
-    attrs = {
-        "job": last.get("job"),
+    attrs: dict[str, Any] = {
         "attempt": int(last.get("attempt") or 0),
         "tail": "progress" if state.progress else "cleanup" if state.cleanup else "failure",
     }
+    if kernel:  # a node's kernel log: its lines name no job, its end is the node's (KERNEL_END)
+        attrs["stream"] = "kernel"
+        if last.get("node"):
+            attrs["node"] = last.get("node")
+    else:
+        attrs["job"] = last.get("job")
     weak, ending = state.weak, state.ending
     if weak is not None and failure:
         attrs["weak_class"] = weak.get("weak_class")

@@ -366,6 +366,8 @@ class LogTail:
                 st.weak = item
             elif item.kind == "log" and item.get("cleanup"):
                 st.cleanup = True
+            elif item.get("recovers") and st.weak is not None and st.weak.get("weak_class") == "storage_io_error":
+                st.weak = None  # the storage answers again ("nfs: server x OK"): its stall's keyword is over
             if not trained and takes_ending(item, st.ending):
                 st.ending = item
         st.progress = trained

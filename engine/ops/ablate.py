@@ -13,7 +13,9 @@ What stays switched on (``generic``): a matcher that carries no class of its own
   ``attrs.cleanup``): the two fallback layers themselves;
 - what a log's end is read with: progress and context lines, a traceback's header and frames and
   an ignored block (``attrs.log_block``), a recovery notice (``attrs.handled``), a launcher's task
-  exit (``attrs.task_exit``), an attempt's edge, a listing row, a peer table, a command's own exit;
+  exit (``attrs.task_exit``), an attempt's edge, a listing row, a peer table, a command's own exit,
+  a storage server's notice that it answers again (``attrs.recovers``: the stall's keyword a
+  kernel log showed before it no longer decides how that log ends);
 - the catch-all exception reader the log-end rules read (``python_exception_generic``, whose
   uncaught exception is app_error at priority 10, below every keyword).
 
@@ -38,7 +40,19 @@ __all__ = ["GENERIC_ATTRS", "GENERIC_IDS", "generic", "ablated", "layer", "Ablat
 
 #: a matcher with one of these attrs carries structure, not a class (see the module's docstring)
 GENERIC_ATTRS = frozenset(
-    {"weak", "ending", "cleanup", "log_block", "handled", "task_exit", "own_exit", "listing", "attempt_edge", "table"}
+    {
+        "weak",
+        "ending",
+        "cleanup",
+        "log_block",
+        "handled",
+        "task_exit",
+        "own_exit",
+        "listing",
+        "attempt_edge",
+        "table",
+        "recovers",
+    }
 )
 #: matchers the fallback layers read by id: the catch-all exception reader of rules/35-log-end.yaml
 GENERIC_IDS = frozenset({"python_exception_generic"})
@@ -121,6 +135,25 @@ class AblationReport:
         """Healthy cases the fallback layers alone open an incident for."""
         return [r for r in self.healthy if not r.right]
 
+    def per_stream(self) -> dict[str, dict[str, int]]:
+        """stream -> {cases, failures, right, other, nothing (of the failures), healthy, price}: the
+        fallback layers read a job log, a kernel log and a scheduler log differently (a kernel log
+        has no job, so no log end of a job), so each stream's figure is its own."""
+        out: dict[str, dict[str, int]] = {}
+        for r in self.results:
+            row = out.setdefault(
+                r.case.stream,
+                {"cases": 0, "failures": 0, "right": 0, "other": 0, "nothing": 0, "healthy": 0, "price": 0},
+            )
+            row["cases"] += 1
+            if r.case.label == HEALTHY:
+                row["healthy"] += 1
+                row["price"] += 0 if r.right else 1
+            else:
+                row["failures"] += 1
+                row["right" if r.right else "nothing" if r.got == HEALTHY else "other"] += 1
+        return dict(sorted(out.items()))
+
     def wrong_answers(self) -> Counter:
         """(label, answer) -> count, of the failing cases the fallback named as another class."""
         return Counter(
@@ -141,6 +174,14 @@ class AblationReport:
         lines.append(f"{'all failures':28} {tot['cases']:5} {tot['right']:5} {tot['other']:5} {tot['nothing']:7}")
         lines.append("right by layer: " + ", ".join(f"{k} {v}" for k, v in sorted(self.layers().items())))
         lines.append(f"healthy price: {len(self.price)} of {len(self.healthy)} healthy cases open an incident")
+        lines.append(
+            f"{'stream':8} {'failures':>8} {'right':>5} {'other':>5} {'nothing':>7} {'healthy':>7} {'price':>5}"
+        )
+        for stream, row in self.per_stream().items():
+            lines.append(
+                f"{stream:8} {row['failures']:8} {row['right']:5} {row['other']:5} {row['nothing']:7} "
+                f"{row['healthy']:7} {row['price']:5}"
+            )
         return lines
 
 

@@ -71,7 +71,7 @@ def weak_matchers(fault_classes: Mapping[str, FaultClass], quiet: Iterable[str] 
             Matcher(
                 id=weak_matcher_id(name),
                 pattern=keyword_pattern(fc.keywords),
-                sources=("job",),
+                sources=("job", "kernel"),
                 emit="log",
                 mark=fc.mark,
                 description=f"Weak evidence for {name}: its keywords ({len(fc.keywords)}), from fault_classes.",

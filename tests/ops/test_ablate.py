@@ -72,6 +72,10 @@ def test_the_report_counts_right_other_nothing_and_the_price():
     assert rep.wrong_answers() == {("cuda_oom", "app_error"): 1}
     text = "\n".join(rep.text())
     assert "healthy price: 1 of 2" in text and "all failures" in text and "right by layer: weak 1" in text
+    assert rep.per_stream() == {
+        "app": {"cases": 5, "failures": 3, "right": 1, "other": 1, "nothing": 1, "healthy": 2, "price": 1}
+    }
+    assert "stream   failures" in text
 
 
 def test_the_script_reads_the_train_side_only(tmp_path):
