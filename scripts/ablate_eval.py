@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--normal", action="store_true", help="also the ordinary eval of the train cases")
     ap.add_argument("--list", metavar="CLASS", help="ids and ablated answers of CLASS's train cases")
     ap.add_argument("--price", action="store_true", help="ids of train healthy cases the fallback opens")
-    ap.add_argument("--misses", metavar="CLASS", help="CLASS's train cases the fallback opens nothing for ('all': every class)")
+    ap.add_argument(
+        "--misses", metavar="CLASS", help="CLASS's train cases the fallback opens nothing for ('all': every class)"
+    )
     ap.add_argument("--stream", default="", help="with --misses: only cases of this stream (app, slurm, kernel, mixed)")
     ap.add_argument("--tail", type=int, default=3, help="with --misses: how many of the log's last lines to print")
     args = ap.parse_args(argv)
