@@ -5,6 +5,8 @@
     scripts/ablate_eval.py --normal            # and the ordinary eval of the same train cases
     scripts/ablate_eval.py --list CLASS        # the ids and answers of CLASS's train cases, ablated
     scripts/ablate_eval.py --price             # the ids of train healthy cases the fallback opens
+    scripts/ablate_eval.py --misses CLASS      # CLASS's train cases the fallback opens nothing for,
+                                               # each with its log's last lines (--stream, --tail)
 
 Every train case is replayed with the specific matchers switched off (engine/ops/ablate.py), so
 only the weak vocabulary and the log-ending reader can answer: how an unseen wording fares.
@@ -43,6 +45,12 @@ def train_cases(corpus: str = CORPUS) -> list[Case]:
     return [c for c in cases if manifest.side_of(c.repo) == TRAIN]
 
 
+def last_lines(text: str, n: int) -> list[str]:
+    """The last ``n`` non-blank lines of a case's text."""
+    lines = [x.rstrip() for x in text.splitlines() if x.strip()]
+    return lines[-n:] if n > 0 else []
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", default=CORPUS)
@@ -54,6 +62,11 @@ def main(argv: list[str] | None = None) -> int:
         help="ids and ablated answers of CLASS's train cases (or of a stream's: kernel, slurm, mixed, app)",
     )
     ap.add_argument("--price", action="store_true", help="ids of train healthy cases the fallback opens")
+    ap.add_argument(
+        "--misses", metavar="CLASS", help="CLASS's train cases the fallback opens nothing for ('all': every class)"
+    )
+    ap.add_argument("--stream", default="", help="with --misses: only cases of this stream (app, slurm, kernel, mixed)")
+    ap.add_argument("--tail", type=int, default=3, help="with --misses: how many of the log's last lines to print")
     args = ap.parse_args(argv)
     logging.disable(logging.CRITICAL)  # the pipeline's own notices are not the figures
 
@@ -73,6 +86,16 @@ def main(argv: list[str] | None = None) -> int:
         for r in report.results:
             if r.case.label == args.list or r.case.stream == args.list:
                 print(f"{r.case.id}: {r.got} ({layer(r)})")
+    if args.misses:
+        for r in report.results:
+            c = r.case
+            if c.label == HEALTHY or r.got != HEALTHY or args.misses not in ("all", c.label):
+                continue
+            if args.stream and c.stream != args.stream:
+                continue
+            print(f"--- {c.id} [{c.label}, {c.stream}]")
+            for line in last_lines(c.text, args.tail):
+                print(f"    {line[:220]}")
     if args.normal:
         normal = evaluate(compiled, cases)
         healthy_open = sum(1 for r in normal.results if r.case.label == HEALTHY and not r.right)
