@@ -137,7 +137,9 @@ def test_the_scanner_reports_a_line_per_block_and_after_each_boundary(compiled):
     block = 16 << 10
     full = _hits(compiled, text, 0, 1 << 20)
     sampled = _hits(compiled, text, block, 1 << 20)
-    assert len(full) == 4001
+    # 4001 lines: every progress line and the warning (which the NCCL matcher and a weak
+    # keyword, appfall8's "Call to ibv_... failed", both read: two hits on one line)
+    assert len({h[1] for h in full}) == 4001
     assert set(sampled) <= set(full)  # each reported hit is the full path's, groups and all
     blocks = len(text) // block + 1
     assert blocks <= len(sampled) <= 2 * blocks + 4
