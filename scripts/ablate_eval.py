@@ -26,23 +26,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from engine.ops.ablate import ablate_eval, layer
-from engine.ops.corpus_eval import HEALTHY, Case, evaluate, load_cases
-from engine.ops.corpus_split import HOLDOUT_DIR, MANIFEST_NAME, TRAIN, load_manifest
+from engine.ops.corpus_eval import HEALTHY, Case, evaluate
+from engine.ops.corpus_split import train_side_cases
 from engine.rulebook import require_rulebook
 
 CORPUS = os.path.join(ROOT, "tests", "corpus")
 
 
 def train_cases(corpus: str = CORPUS) -> list[Case]:
-    manifest, why = load_manifest(os.path.join(corpus, MANIFEST_NAME))
-    if manifest is None:
-        raise SystemExit(why)
-    files = []
-    for dirpath, dirnames, names in os.walk(corpus):
-        dirnames[:] = [d for d in dirnames if d != HOLDOUT_DIR]  # never open a holdout file
-        files += [os.path.join(dirpath, n) for n in sorted(names) if n.endswith(".jsonl")]
-    cases, _ = load_cases(sorted(files))
-    return [c for c in cases if manifest.side_of(c.repo) == TRAIN]
+    try:
+        return train_side_cases(corpus)
+    except ValueError as exc:  # no manifest, or one that cannot be read
+        raise SystemExit(str(exc)) from None
 
 
 def last_lines(text: str, n: int) -> list[str]:

@@ -40,8 +40,8 @@ sys.path.insert(0, ROOT)
 import yaml
 
 from engine.errors import RecoverError
-from engine.ops.corpus_eval import HEALTHY, Case, evaluate, load_cases
-from engine.ops.corpus_split import HOLDOUT_DIR, MANIFEST_NAME, TRAIN, load_manifest
+from engine.ops.corpus_eval import HEALTHY, Case, evaluate
+from engine.ops.corpus_split import train_side_cases
 from engine.rulebook import require_rulebook
 from engine.rulebook.weak import keyword_pattern
 
@@ -61,15 +61,10 @@ STOP = frozenset(
 
 
 def train_cases() -> list[Case]:
-    manifest, why = load_manifest(os.path.join(CORPUS, MANIFEST_NAME))
-    if manifest is None:
-        raise SystemExit(why)
-    files = []
-    for dirpath, dirnames, names in os.walk(CORPUS):
-        dirnames[:] = [d for d in dirnames if d != HOLDOUT_DIR]  # never open a holdout file
-        files += [os.path.join(dirpath, n) for n in sorted(names) if n.endswith(".jsonl")]
-    cases, _ = load_cases(sorted(files))
-    return [c for c in cases if manifest.side_of(c.repo) == TRAIN]
+    try:
+        return train_side_cases(CORPUS)
+    except ValueError as exc:  # no manifest, or one that cannot be read
+        raise SystemExit(str(exc)) from None
 
 
 def error_lines(text: str) -> list[str]:

@@ -142,3 +142,34 @@ def package_modules(root: Path, packages: tuple[str, ...] = PACKAGES) -> Iterato
             if is_pkg:
                 parts.pop()
             yield ".".join(parts), path, is_pkg
+
+
+def rule_test_cases(path: Path, prefix: str, alone: Any = None) -> list[tuple[str, str, str]]:
+    """(test name, text, expected class) of every input of a rule-test file's tests whose name
+    starts with ``prefix``: the class its test expects for the input's job, healthy when none.
+    ``alone``: a compiled pattern whose group 1, found in a test's name, overrides the class (a
+    test whose whole-rulebook answer is a specific matcher's names the fallback's answer so)."""
+    import yaml
+
+    from engine.ops.corpus_eval import HEALTHY
+
+    out = []
+    for test in yaml.safe_load(path.read_text())["tests"]:
+        if not test["name"].startswith(prefix):
+            continue
+        named = alone.search(test["name"]) if alone is not None else None
+        want = {str(e["job"]): named.group(1) if named else e["fault_class"] for e in test["expect"] or []}
+        for inp in test["input"]:
+            job = inp["file"].removeprefix("slurm-").removesuffix(".out")
+            out.append((test["name"], inp["lines"], want.get(job, HEALTHY)))
+    return out
+
+
+def replay_texts(view: Any, cases: list[tuple[str, str, str]], tag: str) -> Any:
+    """``rule_test_cases``' inputs replayed as job-log corpus cases on a compiled rulebook (or an
+    ablated view of one): the evaluation report."""
+    from engine.ops.corpus_eval import Case, evaluate
+
+    return evaluate(
+        view, [Case(f"{tag}-{i}", f"https://example.org/{tag}", "app", t, w) for i, (_, t, w) in enumerate(cases)]
+    )

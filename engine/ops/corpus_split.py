@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from engine.ops.corpus_eval import HEALTHY, Case, CaseResult, MANIFEST_SUFFIX
+from engine.ops.corpus_eval import HEALTHY, MANIFEST_SUFFIX, Case, CaseResult, load_cases
 
 __all__ = [
     "Manifest",
@@ -49,6 +49,7 @@ __all__ = [
     "check_split",
     "freeze",
     "in_holdout_folder",
+    "train_side_cases",
     "cost_errors",
     "side_report",
 ]
@@ -172,6 +173,20 @@ class Split:
     side: dict[str, str] = field(default_factory=dict)  # case id -> TRAIN | HOLDOUT | ADDED
     changed: list[str] = field(default_factory=list)  # frozen ids whose case is not what was frozen
     vanished: list[str] = field(default_factory=list)  # frozen ids no case has any more
+
+
+def train_side_cases(corpus: str) -> list[Case]:
+    """Every train-side case of a corpus folder, never opening a file of its holdout folder (the
+    tools that study cases: scripts/ablate_eval.py, scripts/weak_vocab.py)."""
+    manifest, why = load_manifest(os.path.join(corpus, MANIFEST_NAME))
+    if manifest is None:
+        raise ValueError(why)
+    files = []
+    for dirpath, dirnames, names in os.walk(corpus):
+        dirnames[:] = [d for d in dirnames if d != HOLDOUT_DIR]  # never open a holdout file
+        files += [os.path.join(dirpath, n) for n in sorted(names) if n.endswith(".jsonl")]
+    cases, _ = load_cases(sorted(files))
+    return [c for c in cases if manifest.side_of(c.repo) == TRAIN]
 
 
 def split_cases(cases: Sequence[Case], manifest: Manifest) -> Split:

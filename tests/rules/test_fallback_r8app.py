@@ -15,11 +15,11 @@ from pathlib import Path
 import re
 
 import pytest
-import yaml
 
 from engine.ops.ablate import ablated
-from engine.ops.corpus_eval import HEALTHY, Case, evaluate
+from engine.ops.corpus_eval import HEALTHY
 from engine.rulebook import require_rulebook
+from tests.helpers import replay_texts, rule_test_cases
 
 TESTS = Path(__file__).resolve().parents[2] / "rules" / "97-tests-r8app.yaml"
 
@@ -29,17 +29,7 @@ ALONE = re.compile(r"\bis (\w+) with the fallback alone\b")
 
 
 def _inputs(prefix: str) -> list[tuple[str, str, str]]:
-    """(test name, text, expected class) of every input of the tests whose name starts so."""
-    out = []
-    for test in yaml.safe_load(TESTS.read_text())["tests"]:
-        if not test["name"].startswith(prefix):
-            continue
-        alone = ALONE.search(test["name"])
-        want = {str(e["job"]): alone.group(1) if alone else e["fault_class"] for e in test["expect"] or []}
-        for inp in test["input"]:
-            job = inp["file"].removeprefix("slurm-").removesuffix(".out")
-            out.append((test["name"], inp["lines"], want.get(job, HEALTHY)))
-    return out
+    return rule_test_cases(TESTS, prefix, ALONE)
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +38,7 @@ def view():
 
 
 def _replay(view, cases):
-    return evaluate(
-        view, [Case(f"r8app-{i}", "https://example.org/r8app", "app", t, w) for i, (_, t, w) in enumerate(cases)]
-    )
+    return replay_texts(view, cases, "r8app")
 
 
 def test_each_family_names_its_class_with_the_fallback_alone(view):

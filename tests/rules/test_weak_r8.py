@@ -12,26 +12,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from engine.ops.ablate import ablated
-from engine.ops.corpus_eval import HEALTHY, Case, evaluate
+from engine.ops.corpus_eval import HEALTHY
 from engine.rulebook import require_rulebook
+from tests.helpers import replay_texts, rule_test_cases
 
 TESTS = Path(__file__).resolve().parents[2] / "rules" / "96-tests-families-r8weak.yaml"
 
 
 def _inputs(prefix: str) -> list[tuple[str, str, str]]:
-    """(test name, text, expected class) of every input of the tests whose name starts so."""
-    out = []
-    for test in yaml.safe_load(TESTS.read_text())["tests"]:
-        if not test["name"].startswith(prefix):
-            continue
-        want = {str(e["job"]): e["fault_class"] for e in test["expect"] or []}
-        for inp in test["input"]:
-            job = inp["file"].removeprefix("slurm-").removesuffix(".out")
-            out.append((test["name"], inp["lines"], want.get(job, HEALTHY)))
-    return out
+    return rule_test_cases(TESTS, prefix)
 
 
 @pytest.fixture(scope="module")
@@ -40,9 +31,7 @@ def view():
 
 
 def _replay(view, cases):
-    return evaluate(
-        view, [Case(f"r8-{i}", "https://example.org/r8", "app", t, want) for i, (_, t, want) in enumerate(cases)]
-    )
+    return replay_texts(view, cases, "r8")
 
 
 def test_each_quoted_line_is_its_class_by_its_keyword_alone(view):
