@@ -168,6 +168,19 @@ class Harness:
             self.controller.send_signal(sig)
             self.controller.wait(timeout=10)
 
+    @staticmethod
+    def reap(p: subprocess.Popen) -> None:
+        """End ``p`` and collect its exit status: a child left unwaited is a ResourceWarning
+        when Python collects its Popen, which pytest (warnings are errors) pins on whichever
+        test is running then."""
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
     def submit(self, script: str, *opts: str) -> str:
         path = self.tmp / f"job-{len(self.jobs)}.sh"
         path.write_text(script)
@@ -238,14 +251,12 @@ class Harness:
         return next(n for n in self.slurm.nodes() if n.name == name)
 
     def close(self) -> None:
-        self.stop_controller()
+        try:
+            self.stop_controller()
+        except subprocess.TimeoutExpired:
+            pass  # reaped below with the rest
         for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            self.reap(p)
         for job in self.jobs:
             subprocess.run(["scancel", job], capture_output=True, timeout=30)
         for n in self.killed_nodes:
