@@ -146,11 +146,8 @@ class StreamFacts:
             if self._weak_said and any(h.matcher in self._all_progress for h in hits):
                 self._weak_said.clear()
             return hits
-        endings = self._ends[0] if self._ends is not None else frozenset()
-        mute = self._mute
-        explained = {
-            h.offset for h in hits if h.matcher not in weak and h.matcher not in endings and h.matcher not in mute
-        }
+        silent = self._mute
+        explained = {h.offset for h in hits if h.matcher not in silent}
         said, progress = self._weak_said, self._all_progress
         out = []
         for h in hits:
@@ -383,8 +380,9 @@ def _tables(scanner: Any, converter: HitConverter, index_map: Sequence[int]) -> 
     The parts of a table of peers (``attrs: {table: ...}``) are no heartbeat: never sampled, and no sign the job went on after an error line
     (engine.core.peer_table). A weak matcher's quiet strings are bytes: a line holding one is no
     error line (_weak_hits). The boundary is the scanner's (engine.core.scanner.matcher_specs):
-    not progress, and no rank-to-host line. Last, the catch-all readers (``attrs: {explains:
-    false}``), whose hit leaves a weak keyword on its line standing (_weak_hits)."""
+    not progress, and no rank-to-host line. Last, the matchers that explain no line for
+    _weak_hits, a weak keyword on their line standing: the weak and ending matchers and the
+    catch-all readers (``attrs: {explains: false}``)."""
     shared = getattr(scanner, "_c", None)
     key = (tuple(index_map), type(scanner))
     per = _TABLES.get(converter)
@@ -406,7 +404,10 @@ def _tables(scanner: Any, converter: HitConverter, index_map: Sequence[int]) -> 
         for i, j in enumerate(index_map)
         if ms[j].emit == "progress" or ms[j].attrs.get("rank_evidence") in ("comm", "addr")
     )
+    ends = ending_tables(ms, index_map)
+    # what explains no line for _weak_hits, in one set: the weak, ending and catch-all matchers
     mute = frozenset(i for i, j in enumerate(index_map) if ms[j].attrs.get("explains") is False)
-    tables = (progress, checkpoints, weak, touchable, quiet, ending_tables(ms, index_map), mute)
+    mute = mute | frozenset(weak) | (ends[0] if ends is not None else frozenset())
+    tables = (progress, checkpoints, weak, touchable, quiet, ends, mute)
     per[key] = (shared, tables)
     return tables

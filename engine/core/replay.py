@@ -213,7 +213,7 @@ class RecoveredStall:
     (the NFS client's "nfs: server fs1 not responding, still trying", Lustre's "... was lost; in
     progress operations using this service will wait for recovery to complete"), its ``server``
     group (or ``import``, a Lustre client's import of the server) naming what they wait on; one
-    whose ``attrs`` say ``recovers: true`` reads the same
+    whose ``attrs`` say ``recovers: <class>`` (``recovers: storage_io_error``) reads the same
     source's notice that the server answers again ("nfs: server fs1 OK", Lustre's "Connection
     restored to ..."), with the same group. A stall and a recovery are the same server's only on
     the same node (the fact's ``node``: a syslog file of several nodes has each node's client
@@ -366,8 +366,8 @@ class LogTail:
                 st.weak = item
             elif item.kind == "log" and item.get("cleanup"):
                 st.cleanup = True
-            elif item.get("recovers") and st.weak is not None and st.weak.get("weak_class") == "storage_io_error":
-                st.weak = None  # the storage answers again ("nfs: server x OK"): its stall's keyword is over
+            elif st.weak is not None and item.get("recovers") == st.weak.get("weak_class"):
+                st.weak = None  # what the keyword said is over ("nfs: server x OK": the storage answers)
             if not trained and takes_ending(item, st.ending):
                 st.ending = item
         st.progress = trained

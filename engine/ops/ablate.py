@@ -16,8 +16,9 @@ What stays switched on (``generic``): a matcher that carries no class of its own
   exit (``attrs.task_exit``), an attempt's edge, a listing row, a peer table, a command's own exit,
   a storage server's notice that it answers again (``attrs.recovers``: the stall's keyword a
   kernel log showed before it no longer decides how that log ends);
-- the catch-all exception reader the log-end rules read (``python_exception_generic``, whose
-  uncaught exception is app_error at priority 10, below every keyword).
+- a catch-all reader (``attrs: {explains: false}``): the exception reader the log-end rules read
+  (``python_exception_generic``, whose uncaught exception is app_error at priority 10, below
+  every keyword).
 
 Every other matcher is disabled, and every rule that can no longer fire is pruned: a condition
 (not an absence) that asks for ``matcher`` equal to, or in a set of, switched-off matchers only.
@@ -36,7 +37,7 @@ from engine.rulebook.compile import CompiledRule, CompiledRulebook
 from engine.rulebook.conditions import AllOf, AnyOf, Cmp
 from engine.rulebook.model import Matcher
 
-__all__ = ["GENERIC_ATTRS", "GENERIC_IDS", "generic", "ablated", "layer", "AblationReport", "ablate_eval"]
+__all__ = ["GENERIC_ATTRS", "generic", "ablated", "layer", "AblationReport", "ablate_eval"]
 
 #: a matcher with one of these attrs carries structure, not a class (see the module's docstring)
 GENERIC_ATTRS = frozenset(
@@ -54,13 +55,13 @@ GENERIC_ATTRS = frozenset(
         "recovers",
     }
 )
-#: matchers the fallback layers read by id: the catch-all exception reader of rules/35-log-end.yaml
-GENERIC_IDS = frozenset({"python_exception_generic"})
 
 
 def generic(m: Matcher) -> bool:
-    """Whether a matcher belongs to the fallback layers (or carries no class at all)."""
-    return m.emit in ("progress", "context") or m.id in GENERIC_IDS or bool(GENERIC_ATTRS & set(m.attrs))
+    """Whether a matcher belongs to the fallback layers (or carries no class at all): a catch-all
+    reader says so itself (``attrs: {explains: false}``, as linefacts reads it: the exception
+    reader of rules/10-matchers-job.yaml that the log-end rules read)."""
+    return m.emit in ("progress", "context") or m.attrs.get("explains") is False or bool(GENERIC_ATTRS & set(m.attrs))
 
 
 def _matcher_sets(tree: Any, out: list[frozenset[str]]) -> None:
