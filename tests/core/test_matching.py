@@ -693,6 +693,15 @@ def test_sigkill_text_in_byte_mode_matches_what_its_utf8_spelling_did():
         (rb"\bstore\b[^\n]{0,40}\Bx", rb"store[^\n]{0,}x"),
         (rb"(x)\b{2}|a\b?", rb"(x)\b{2}|a\b?"),
         (rb"[\b]\\b", rb"[\b]\\b"),  # a class, an escaped backslash
+        # an optional group that leads the copy is dropped: a line holds X?Y where it holds Y
+        (rb"(?:(?:--\w+[ \t]{2,}[^\n]*?))?(?:OOM killed|oom-kill event)", rb"(?:OOM killed|oom-kill event)"),
+        (rb"(?i)(?:ab)??cd", rb"(?i)cd"),
+        (rb"(?:ab)?+cd", rb"(?:ab)?+cd"),  # not optional once: kept
+        (rb"(?:ab)?|cd", rb"(?:ab)?|cd"),  # dropping it would leave an empty alternative
+        (rb"(?:ab)?", rb"(?:ab)?"),  # nothing after it
+        (rb"(?:ab)c?d", rb"(?:ab)c?d"),  # not optional
+        (rb"(?=ab)?cd", rb"(?=ab)?cd"),  # a lookaround
+        (rb"(?:a\)b)?cd|e", rb"cd|e"),  # (an escaped parenthesis closes nothing)
     ],
 )
 def test_relaxed_bounds(src, relaxed):
