@@ -88,7 +88,8 @@ def test_rules_durable_rules_refuses_are_rejected_and_the_process_kept(live):
         -3000:
     ]
     assert RESTART not in out and out.count(READY) == 1 and live.alive()
-    assert live.metric("recover_rulebook_reloads_total", result="rejected") == 1
+    # (counted after its line is logged)
+    wait_for(lambda: live.metric("recover_rulebook_reloads_total", result="rejected") == 1, 10, what="the count")
     assert live.metric("recover_rulebook_reloads_total", result="ok") == 0
     append(log, "NEW 1\n" + evts(3, 6))  # the old rulebook still runs: no `new` matcher
     live.wait_evts(set(range(6)))  # read after the NEW line before them
