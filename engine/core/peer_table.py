@@ -42,6 +42,13 @@ table; this module puts them together, per log file, and judges them:
   k-th figure (``gpu0``, ``gpu1``...). After ``warmup`` lines, a unit whose figure is
   ``table_factor`` x worse than the median of the others' on ``slow_points`` lines in a row
   (with ``table_min_peers`` others) is slow; a figure of 0 (a unit not running) is no figure.
+- ``table: pair`` — one figure measured between two hosts, a row a pair (nccl-tests run on each
+  pair of nodes: "se02gn644,se02gn699  49.36"; groups ``host_a``, ``host_b``, ``value``,
+  ``unit``). A figure with a unit of time is a cost; any other (GB/s, busbw, or none: a figure
+  measured between two hosts is a link's) a rate. A host in at least ``PAIR_MIN`` pairs, every one
+  of them at ``table_factor`` x the cost of the median pair it is not in (``table_min_peers`` such
+  pairs at least), is slow: one slow pair (a link across a switch) names nobody, and a host whose
+  partners are fast with others is the one both of its pairs share.
 
 Rows belong to the table whose title or header came at most ``GAP`` lines before the first of
 them, and each next row to the line after the previous one; any other row is no table's.
@@ -77,6 +84,7 @@ GAP = 3  # lines between a table's title or header and its first row (a column h
 MAX_ROWS = 256
 MAX_COLS = 64
 MIN_EXCESS_S = 0.05
+PAIR_MIN = 2  # pairs a host must be in, all slow, to be the slow one of a pair table
 
 _CELL = re.compile(r"-?\d+(?:\.\d+)?|N/A")  # a figure, or no figure where one is expected (a diagonal)
 _LINE_FIGURE = re.compile(r"\((\d+(?:\.\d+)?)\s*([GT])flop/s\)", re.IGNORECASE)  # gpu-burn's per-GPU figures
@@ -182,6 +190,8 @@ class PeerTables:
             return self._line(job, attempt, (job, attempt, path, str(fact.get("matcher") or "-")), fact)
         if kind == "step":
             return self._step(job, attempt, (job, attempt, path, str(fact.get("matcher") or "-")), fact)
+        if kind == "pair":
+            return self._pair(job, attempt, key, line, fact)
         if kind == "dicttitle":
             self._open[key] = _Table("dict", path, line, metric=str(fact.get("metric") or ""))
             return []
@@ -320,6 +330,43 @@ class PeerTables:
         t.reported = True
         who, ratio, typical = found
         return [_slow(job, attempt, fact, who, ratio, typical, len(costs), f"{t.metric.strip()}: one score per unit")]
+
+    def _pair(self, job: str, attempt: int, key: tuple[str, int, str], line: int, fact: Fact) -> list[Fact]:
+        """A figure measured between two hosts, one pair a row (rows at most ``GAP`` lines apart):
+        the host all of whose ``PAIR_MIN`` or more pairs are slow against the pairs it is not in."""
+        a, b = str(fact.get("host_a") or "")[:64], str(fact.get("host_b") or "")[:64]
+        value, unit = _figure(fact.get("value")), str(fact.get("unit") or "")
+        if not a or not b or a == b or value is None or value <= 0:
+            return []
+        t = self._open.get(key)
+        if t is None or t.kind != "pair" or not 0 < line - t.line <= GAP or len(t.rows) >= MAX_ROWS:
+            t = self._open[key] = _Table("pair", path=key[2], line=line)
+        t.line = line
+        cost = value if _is_time_unit(unit) else 1.0 / value
+        t.rows[f"{a}\t{b}"] = [cost]
+        if t.reported:
+            return []
+        pairs = [(k.split("\t"), float(c[0] or 0.0)) for k, c in t.rows.items()]
+        worst: tuple[str, float, float] | None = None
+        for host in {h for hosts, _ in pairs for h in hosts}:
+            mine = [c for hosts, c in pairs if host in hosts]
+            rest = [c for hosts, c in pairs if host not in hosts]
+            if len(mine) < PAIR_MIN or len(rest) < self.min_peers:
+                continue
+            typical = statistics.median(rest)
+            if typical <= 0 or min(mine) < self.factor * typical:
+                continue
+            if _is_time_unit(unit) and (min(mine) - typical) * (_UNITS[unit.strip().lower()]) < MIN_EXCESS_S:
+                continue
+            if worst is None or min(mine) / typical > worst[1]:
+                worst = (host, min(mine) / typical, typical)
+        if worst is None:
+            return []
+        t.reported = True
+        who, ratio, typical = worst
+        apart = sum(1 for hosts, _ in pairs if who not in hosts)
+        what = f"every pair of hosts it is in, against the {apart} pairs it is not in"
+        return [_slow(job, attempt, fact, who, ratio, typical, len(pairs), what)]
 
     def _minmax(self, job: str, attempt: int, fact: Fact) -> list[Fact]:
         """The best and the worst unit of one measurement on one line: the worst is slow at
