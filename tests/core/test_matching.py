@@ -765,3 +765,58 @@ def test_hyperscan_copy_is_line_bound():
     sc._hs_main.scan(b"xa\nb\n", match_event_handler=lambda *a: reported.append(a[2]), scratch=sc._hs_scratch)
     assert reported == []
     assert [h.line for h in sc.feed(b"a\nb\na bc\n")] == [b"a bc"]
+
+
+@pytest.mark.parametrize(
+    "src,core",
+    [
+        # a host prefix and a value tail dropped: the run from the first anchor to the last is kept
+        (
+            r"(?:[A-Za-z0-9][A-Za-z0-9_-]*):\d+:\d+ \[\d+\] NCCL INFO comm 0x[0-9a-fA-F]+ rank \d+",
+            r"\] NCCL INFO comm 0x[0-9a-fA-F]+ rank ",
+        ),
+        (r"(?m)\d+ Segmentation fault \(core dumped\)", r"(?m) Segmentation fault \(core dumped\)"),
+        (r"x+abcdefgh", r"abcdefgh"),
+        (r"ab\.cd\.ef\d", r"ab\.cd\.ef"),
+        # a phrase keeps its words (of _WORD characters) between its first anchor and its last
+        (r"connect[\t\f\r ]+to[\t\f\r ]+socket[\t\f\r ]+\d+", r"connect[\t\f\r ]+to[\t\f\r ]+socket"),
+        # of the runs between gaps, the one with the most literal characters in its anchors
+        (
+            r"(?i)(?:nccl|gloo)[^\n]*?(?:retries exhausted|exceeded retry count)",
+            r"(?i)(?:retries exhausted|exceeded retry count)",
+        ),
+        (r"\w+ abc [^\n]{0,}? abcdefgh", r" abcdefgh"),
+        (r"\d(?:abcdefgh|(?:ijklmnop|qrstuvwx)\d)\d+", r"(?:abcdefgh|(?:ijklmnop|qrstuvwx)\d)"),
+        # left whole: no strong anchor (_STRONG literal characters, or a group whose every
+        # alternative has one), a shape not read, an anchor that may be skipped
+        (r"\d+:\d+ [a-z]+ ab", r"\d+:\d+ [a-z]+ ab"),
+        (r"abcdefgh", r"abcdefgh"),
+        (r"abcdefg|\d+x", r"abcdefg|\d+x"),  # a top-level alternation (``_split`` left it whole)
+        (r"\d+abc(?i)defghi", r"\d+abc(?i)defghi"),  # a flag group would reach past what is dropped
+        (r"\d+\Qabcdefgh\E", r"\d+\Qabcdefgh\E"),
+        (r"(?=x)\d+abcdefgh", r"(?=x)\d+abcdefgh"),
+        (r"(?:abcdefgh)?\d+xyz", r"(?:abcdefgh)?\d+xyz"),  # optional: no anchor
+        (r"(?:abcdefgh)+\d", r"(?:abcdefgh)+\d"),  # quantified: no anchor
+        (r"(?:abcdefgh|ab)\d+", r"(?:abcdefgh|ab)\d+"),  # an alternative without a strong run
+        (r"(?:abcdefgh|a(?:bcdefgh)?)\d+", r"(?:abcdefgh|a(?:bcdefgh)?)\d+"),
+        (r"(?P<n>abcdefgh)\d", r"(?P<n>abcdefgh)\d"),
+    ],
+)
+def test_core_of_a_copy(src, core):
+    from engine.core.hsdb import _core
+
+    assert _core(src) == core
+
+
+@pytest.mark.skipif(not hyperscan_available(), reason="hyperscan is not built for this platform")
+def test_core_reports_a_superset_and_re2_decides():
+    """The main database keeps a copy's core (``hsdb._core``): it reports a line holding the core
+    alone, which RE2 refuses; every line the truth matches is still a hit."""
+    spec = MatcherSpec("nccl", r"(?:\w+):\d+:\d+ \[\d+\] NCCL INFO comm 0x[0-9a-f]+ rank \d+[^\n]*?Init COMPLETE")
+    sc = Scanner([spec], backend="hyperscan")
+    hit = b"node01:12:34 [0] NCCL INFO comm 0xab12 rank 3 nranks 8 - Init COMPLETE\n"
+    near = b"no host] NCCL INFO comm 0xab12 rank 3 nranks 8 - Init COMPLETE\n"  # the core, not the truth
+    reported = []
+    sc._hs_main.scan(near, match_event_handler=lambda *a: reported.append(a[2]), scratch=sc._hs_scratch)
+    assert reported, "the core should report the line"
+    assert [h.line for h in sc.feed(near + hit + near)] == [hit.rstrip(b"\n")]
