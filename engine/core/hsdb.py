@@ -144,8 +144,7 @@ def _split(hs_src: bytes) -> list[bytes]:
 def _expressions(pairs: list, relax: bool) -> tuple[list[bytes], list[int], list[int]]:
     """(expressions, ids, flags) of ``(spec, flags)`` pairs, each spec's copy split (``_split``)
     and stretched (``_stretch``), HS_FLAG_MULTILINE added where its copy has its line anchors;
-    ``relax``: the copy of each spec not in single-match mode is ``_relaxed`` and each of its
-    parts cut to its ``_core``."""
+    ``relax``: the copy of each spec not in single-match mode is ``_relaxed``."""
     exprs: list[bytes] = []
     ids: list[int] = []
     flags: list[int] = []
@@ -153,11 +152,7 @@ def _expressions(pairs: list, relax: bool) -> tuple[list[bytes], list[int], list
         src = c.hs_src or b""
         if c.hs_multiline:
             f |= hs.HS_FLAG_MULTILINE
-        relaxed = relax and not f & hs.HS_FLAG_SINGLEMATCH
-        parts = _split(_relaxed(src) if relaxed else src)
-        if relaxed:  # (two parts with one core are one expression)
-            parts = list(dict.fromkeys(_core(q.decode("latin-1")).encode("latin-1") for q in parts))
-        for part in parts:
+        for part in _split(_relaxed(src) if relax and not f & hs.HS_FLAG_SINGLEMATCH else src):
             exprs.append(_stretch(part))
             ids.append(c.idx)
             flags.append(f)
@@ -267,115 +262,3 @@ def hyperscan_databases(
                     main = []
     in_main = {c.idx for c, _ in main}
     return (db if main else None), lazy, in_main | set(lazy), in_main, blocked
-
-
-#: a gap that spans the rest of a line: ``[^\n]*``, ``.*`` (no (?s) in a copy), ``[^\n]{0,}``, lazy or not
-_GAP = re.compile(r"(?:\[\^\\n\]|\.)(?:\*|\{0,\})\??$")
-_QUANT = re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})[?+]?")
-#: literal characters in a row that make an element strong (hyperscan keys its search on them)
-_STRONG = 6
-#: literal characters in a row that make a word: an anchor of what ``_core`` keeps
-_WORD = 3
-
-
-def _elements(p: str) -> list[tuple[str, bool]] | None:
-    """The top-level elements of ``p`` (no top-level ``|``, no inline flag group), each an atom
-    with its quantifier, and whether it is one literal character matched once; None where the
-    pattern has a shape this does not read (a top-level alternation, ``\\Q``, a bare flag group,
-    a lookaround)."""
-    out: list[tuple[str, bool]] = []
-    i, n = 0, len(p)
-    while i < n:
-        c, lit = p[i], False
-        if c == "\\":
-            if p.startswith("\\Q", i):
-                return None
-            j = (p.find("}", i) + 1 or n) if p.startswith("\\x{", i) else i + 2
-            lit = i + 1 < n and not p[i + 1].isalnum()
-        elif c == "[":
-            j = patterns._class_end(p, i)
-        elif c == "(":
-            if p.startswith(("(?=", "(?!", "(?<=", "(?<!"), i) or _BARE_FLAGS.match(p, i):
-                return None
-            depth, j = 0, n
-            for k, g in _grouping(p[i:]):
-                depth += (g == "(") - (g == ")")
-                if depth == 0:
-                    j = i + k + 1
-                    break
-        elif c in "|)":
-            return None
-        else:
-            j, lit = i + 1, c not in ".^$*+?{"
-        m = _QUANT.match(p, j)
-        if m is not None:
-            j, lit = m.end(), False
-        out.append((p[i:j], lit))
-        i = j
-    return out
-
-
-def _strong_group(e: str) -> bool:
-    """Whether ``e`` is a group matched once (no quantifier) whose every alternative has a strong
-    element of its own (``_anchors``)."""
-    if not (e.startswith("(") and e.endswith(")")) or e.startswith("(?P<"):
-        return False
-    inner = e[e.index(":") + 1 : -1] if e.startswith("(?") else e[1:-1]
-    for alt in _alternatives(inner):
-        els = _elements(alt)
-        if els is None or not any(strong for _, _, strong in _anchors(els)):
-            return False
-    return True
-
-
-def _anchors(els: list[tuple[str, bool]]) -> list[tuple[int, int, bool]]:
-    """The anchors of a run of elements: (first, last) element of each run of at least _WORD
-    literal characters and of each strong group, and whether it is strong (_STRONG characters
-    or more, or a strong group)."""
-    out: list[tuple[int, int, bool]] = []
-    k, n = 0, len(els)
-    while k < n:
-        if els[k][1]:
-            j = k
-            while j + 1 < n and els[j + 1][1]:
-                j += 1
-            if j + 1 - k >= _WORD:
-                out.append((k, j, j + 1 - k >= _STRONG))
-            k = j + 1
-            continue
-        if _strong_group(els[k][0]):
-            out.append((k, k, True))
-        k += 1
-    return out
-
-
-def _core(part: str) -> str:
-    """The part of a copy (one alternative, ``_split``'s) that hyperscan's main database needs: a
-    line that holds a match of a concatenation holds one of any run of its elements, so the
-    elements before the first anchor (a word of _WORD literal characters or a strong group,
-    ``_anchors``) and after the last are dropped, and of the runs between gaps
-    (``[^\\n]*?``) only the one with the most literal characters in its anchors is kept, where
-    it has a strong one. A superset again, which RE2 still decides; what is dropped is what
-    costs hyperscan's compiler most (host and time prefixes, value tails, an alternation on
-    either side of a gap). Left whole where no run has a strong anchor."""
-    lead = _FLAG_GROUPS.match(part).end()  # type: ignore[union-attr]
-    els = _elements(part[lead:])
-    if els is None:
-        return part
-    segments: list[list[tuple[str, bool]]] = [[]]
-    for e, lit in els:
-        if not lit and _GAP.match(e):
-            segments.append([])
-        else:
-            segments[-1].append((e, lit))
-    best: tuple[int, str] = (0, "")
-    for seg in segments:
-        anchors = _anchors(seg)
-        if not any(strong for _, _, strong in anchors):
-            continue
-        score = sum(_STRONG if b == a and not seg[a][1] else b + 1 - a for a, b, _ in anchors)
-        if score >= best[0]:
-            best = (score, "".join(e for e, _ in seg[anchors[0][0] : anchors[-1][1] + 1]))
-    if not best[1]:
-        return part
-    return part[:lead] + best[1]
