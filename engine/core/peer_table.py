@@ -48,7 +48,8 @@ table; this module puts them together, per log file, and judges them:
   measured between two hosts is a link's) a rate. A host in at least ``PAIR_MIN`` pairs, every one
   of them at ``table_factor`` x the cost of the median pair it is not in (``table_min_peers`` such
   pairs at least), is slow: one slow pair (a link across a switch) names nobody, and a host whose
-  partners are fast with others is the one both of its pairs share.
+  partners are fast with others is the one both of its pairs share. Two hosts at the same ratio
+  (the slow pair they share is the cheapest of each) go to the one printed first.
 
 Rows belong to the table whose title or header came at most ``GAP`` lines before the first of
 them, and each next row to the line after the previous one; any other row is no table's.
@@ -69,6 +70,7 @@ table per file.
 
 from __future__ import annotations
 
+import bisect
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -151,7 +153,7 @@ def outlier(
 
 @dataclass
 class _Table:
-    kind: str  # matrix | header | dict
+    kind: str  # matrix | header | dict | pair
     path: str
     line: int  # the line of the title/header, then of the last row
     rate: bool = False  # matrix: its figures are rates
@@ -159,6 +161,8 @@ class _Table:
     ncols: int = 0  # header: the figures a row has
     rows: dict[str, list[float | None]] = field(default_factory=dict)  # None: a cell printed N/A
     metric: str = ""  # dict: what its rows' figures are (the title)
+    hosts: dict[str, dict[str, float]] = field(default_factory=dict)  # pair: host -> its pairs' costs
+    ordered: list[float] = field(default_factory=list)  # pair: every pair's cost, in order
     reported: bool = False
 
 
@@ -333,7 +337,9 @@ class PeerTables:
 
     def _pair(self, job: str, attempt: int, key: tuple[str, int, str], line: int, fact: Fact) -> list[Fact]:
         """A figure measured between two hosts, one pair a row (rows at most ``GAP`` lines apart):
-        the host all of whose ``PAIR_MIN`` or more pairs are slow against the pairs it is not in."""
+        the host all of whose ``PAIR_MIN`` or more pairs are slow against the pairs it is not in.
+        Kept as it grows (each host's pairs, every figure in order), so a row costs one pass over
+        the hosts, not over every pair for every host."""
         a, b = str(fact.get("host_a") or "")[:64], str(fact.get("host_b") or "")[:64]
         value, unit = _figure(fact.get("value")), str(fact.get("unit") or "")
         if not a or not b or a == b or value is None or value <= 0:
@@ -343,30 +349,51 @@ class PeerTables:
             t = self._open[key] = _Table("pair", path=key[2], line=line)
         t.line = line
         cost = value if _is_time_unit(unit) else 1.0 / value
-        t.rows[f"{a}\t{b}"] = [cost]
+        pair_key = f"{a}\t{b}"
+        before = t.hosts.get(a, {}).get(pair_key)
+        if before is not None:  # the same pair printed again: its new figure replaces the old
+            t.ordered.pop(bisect.bisect_left(t.ordered, before))
+        t.rows[pair_key] = [cost]
+        bisect.insort(t.ordered, cost)
+        t.hosts.setdefault(a, {})[pair_key] = cost
+        t.hosts.setdefault(b, {})[pair_key] = cost
         if t.reported:
             return []
-        pairs = [(k.split("\t"), float(c[0] or 0.0)) for k, c in t.rows.items()]
-        worst: tuple[str, float, float] | None = None
-        for host in {h for hosts, _ in pairs for h in hosts}:
-            mine = [c for hosts, c in pairs if host in hosts]
-            rest = [c for hosts, c in pairs if host not in hosts]
-            if len(mine) < PAIR_MIN or len(rest) < self.min_peers:
-                continue
-            typical = statistics.median(rest)
-            if typical <= 0 or min(mine) < self.factor * typical:
-                continue
-            if _is_time_unit(unit) and (min(mine) - typical) * (_UNITS[unit.strip().lower()]) < MIN_EXCESS_S:
-                continue
-            if worst is None or min(mine) / typical > worst[1]:
-                worst = (host, min(mine) / typical, typical)
+        worst = self._slow_host(t, unit)
         if worst is None:
             return []
         t.reported = True
         who, ratio, typical = worst
-        apart = sum(1 for hosts, _ in pairs if who not in hosts)
+        apart = len(t.rows) - len(t.hosts[who])
         what = f"every pair of hosts it is in, against the {apart} pairs it is not in"
-        return [_slow(job, attempt, fact, who, ratio, typical, len(pairs), what)]
+        return [_slow(job, attempt, fact, who, ratio, typical, len(t.rows), what)]
+
+    def _slow_host(self, t: _Table, unit: str) -> tuple[str, float, float] | None:
+        """The host of a pair table whose cheapest pair costs ``factor`` x the median of the pairs
+        it is not in, the worst such host. The pairs a host is not in are the table without its
+        own, so the k-th cheapest of them costs at least the k-th cheapest of the table: a host
+        whose cheapest pair is under ``factor`` x that bound is passed over without the median."""
+        n = len(t.ordered)
+        scale = _UNITS.get(unit.strip().lower())
+        worst: tuple[str, float, float] | None = None
+        for host, pairs in t.hosts.items():
+            rest_n = n - len(pairs)
+            if len(pairs) < PAIR_MIN or rest_n < self.min_peers:
+                continue
+            cheapest = min(pairs.values())
+            if cheapest < self.factor * t.ordered[(rest_n - 1) // 2]:
+                continue
+            rest = list(t.ordered)
+            for c in pairs.values():
+                rest.pop(bisect.bisect_left(rest, c))
+            typical = statistics.median(rest)
+            if typical <= 0 or cheapest < self.factor * typical:
+                continue
+            if scale is not None and (cheapest - typical) * scale < MIN_EXCESS_S:
+                continue
+            if worst is None or cheapest / typical > worst[1]:
+                worst = (host, cheapest / typical, typical)
+        return worst
 
     def _minmax(self, job: str, attempt: int, fact: Fact) -> list[Fact]:
         """The best and the worst unit of one measurement on one line: the worst is slow at
