@@ -162,7 +162,7 @@ class _Table:
     rows: dict[str, list[float | None]] = field(default_factory=dict)  # None: a cell printed N/A
     metric: str = ""  # dict: what its rows' figures are (the title)
     hosts: dict[str, dict[str, float]] = field(default_factory=dict)  # pair: host -> its pairs' costs
-    ordered: list[float] = field(default_factory=list)  # pair: every pair's cost, in order
+    ordered: list[float] = field(default_factory=list)  # pair: every pair's cost, in order (one a pair)
     reported: bool = False
 
 
@@ -345,7 +345,7 @@ class PeerTables:
         if not a or not b or a == b or value is None or value <= 0:
             return []
         t = self._open.get(key)
-        if t is None or t.kind != "pair" or not 0 < line - t.line <= GAP or len(t.rows) >= MAX_ROWS:
+        if t is None or t.kind != "pair" or not 0 < line - t.line <= GAP or len(t.ordered) >= MAX_ROWS:
             t = self._open[key] = _Table("pair", path=key[2], line=line)
         t.line = line
         cost = value if _is_time_unit(unit) else 1.0 / value
@@ -353,7 +353,6 @@ class PeerTables:
         before = t.hosts.get(a, {}).get(pair_key)
         if before is not None:  # the same pair printed again: its new figure replaces the old
             t.ordered.pop(bisect.bisect_left(t.ordered, before))
-        t.rows[pair_key] = [cost]
         bisect.insort(t.ordered, cost)
         t.hosts.setdefault(a, {})[pair_key] = cost
         t.hosts.setdefault(b, {})[pair_key] = cost
@@ -364,9 +363,9 @@ class PeerTables:
             return []
         t.reported = True
         who, ratio, typical = worst
-        apart = len(t.rows) - len(t.hosts[who])
+        apart = len(t.ordered) - len(t.hosts[who])
         what = f"every pair of hosts it is in, against the {apart} pairs it is not in"
-        return [_slow(job, attempt, fact, who, ratio, typical, len(t.rows), what)]
+        return [_slow(job, attempt, fact, who, ratio, typical, len(t.ordered), what)]
 
     def _slow_host(self, t: _Table, unit: str) -> tuple[str, float, float] | None:
         """The host of a pair table whose cheapest pair costs ``factor`` x the median of the pairs
