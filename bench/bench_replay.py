@@ -91,12 +91,16 @@ def matcher_samples(compiled) -> dict[str, dict]:
         if fact.kind == "log" and fact.get("matcher") not in out:
             out[str(fact.get("matcher"))] = {k: v for k, v in fact.attrs.items() if k not in _CONTEXT}
 
-    # the rulebook's own tests, then the corpus: each a few lines, replayed alone
+    # the rulebook's own tests, then the corpus: each a few lines, replayed alone, until every
+    # log matcher has its line (the rest could only give a later line: the first is kept)
+    wanted = {m.id for m in compiled.matchers if m.emit == "log"}
     streams = [(i.file, i.source, i.lines) for t in compiled.book.tests for i in t.inputs]
     for case in cases:
         name = "kern.log" if case.stream == "kernel" else f"slurm-{CASE_JOB}.out"
         streams.append((name, STREAM_SOURCES[case.stream], case.text))
     for name, source, text in streams:
+        if wanted <= out.keys():
+            break
         data = text.encode("utf-8")
         store = Store(":memory:")
         try:
