@@ -521,7 +521,7 @@ class Controller:
         if self.sched is not None:
             self.sched.start_worker()
         if self.spool_in is not None:  # paced from now on (see ingest.SPOOL_INTERVAL)
-            self.spool_in.pace(self.cfg.spool_interval, self.clock)
+            self.spool_in.pace(self.cfg.spool_interval, self.clock, self.follower.wake)
         logger.info(
             "%s%s follow=%s spool=%s scheduler=%s db=%s",
             READY,

@@ -381,12 +381,14 @@ class SpoolIngest:
         self.watch: SpoolWatch | None = None  # inotify on a local spool folder, under run() (pace)
         self.reopen()
 
-    def pace(self, interval: float, clock: Clock) -> None:
-        """The running controller: a look at most every ``interval`` s, and inotify on a local
-        spool folder saying which nodes' files to look at (``sources.spool_watch``)."""
+    def pace(self, interval: float, clock: Clock, wake: threading.Event | None = None) -> None:
+        """The running controller: a look at every node at most every ``interval`` s, and
+        inotify on a local spool folder saying which nodes' files to look at
+        (``sources.spool_watch``): a look at only those is made as soon as they are written,
+        and sets ``wake`` (the loop's) so that it is."""
         self.interval, self.clock = interval, clock
         if self.watch is None:
-            self.watch = SpoolWatch(self.path, clock)
+            self.watch = SpoolWatch(self.path, clock, on_change=wake.set if wake is not None else None)
             if not self.watch.start():
                 self.watch = None
 
@@ -432,8 +434,8 @@ class SpoolIngest:
         every ``interval`` seconds)."""
         if self.interval > 0:
             now = self.clock.monotonic()
-            if now - self._looked < self.interval:
-                return
+            if now - self._looked < self.interval and not (self.watch is not None and self.watch.pending()):
+                return  # (a look that inotify names the files of costs their stats only: made at once)
             self._looked = now
         reader = self.reader
         try:

@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import threading
+from collections.abc import Callable
 
 from engine.clock import SYSTEM, Clock
 from engine.sources import inotify
@@ -63,10 +64,19 @@ def local_fs(path: str) -> bool:
 class SpoolWatch:
     """inotify on the spool folder; ``take()`` says which file names changed since the last take."""
 
-    def __init__(self, path: str, clock: Clock = SYSTEM, sweep_s: float = SWEEP_S):
+    def __init__(
+        self,
+        path: str,
+        clock: Clock = SYSTEM,
+        sweep_s: float = SWEEP_S,
+        on_change: Callable[[], None] | None = None,
+    ):
         self.path = os.path.abspath(path)
         self.clock = clock
         self.sweep_s = sweep_s
+        #: called (on inotify's thread) after each batch of events: the controller's loop wakes
+        #: on it, so an agent's Xid is read at once, not at the next tick
+        self.on_change = on_change
         self._lock = threading.Lock()
         self._changed: set[str] = set()
         self._lost = True
@@ -114,6 +124,15 @@ class SpoolWatch:
         names = [os.path.basename(p) for p in paths]
         with self._lock:
             self._changed.update(names)
+        if self.on_change is not None and names:
+            self.on_change()
+
+    def pending(self) -> bool:
+        """Whether events named files since the last take() while the watch holds: a look now
+        stats only those (cheap), so it need not wait for the paced look at every node."""
+        with self._lock:
+            named, lost = bool(self._changed), self._lost
+        return named and not lost and self._watch is not None and self._watch.alive
 
     def lost(self) -> None:
         """Events were lost: the next take() answers None."""
