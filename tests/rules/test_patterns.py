@@ -347,6 +347,8 @@ CORPUS: list[tuple[str, dict[str, dict]]] = [
         {"cuda_no_gpu_available": {}},
     ),
     ("No GPUs were found available on this machine. Exiting with EX_TEMPFAIL (75)", {"cuda_no_gpu_available": {}}),
+    ("  what():  #owl: no CUDA capable devices found!", {"cuda_no_gpu_available": {}}),
+    ("cudaGetDeviceCount: no CUDA-capable devices were found", {"cuda_no_gpu_available": {}}),
     ("Failed to initialize NVML: Unknown Error", {"nvidia_smi_no_driver": {}}),
     (
         "nvidia-container-cli: initialization error: nvml error: driver not loaded: unknown",
