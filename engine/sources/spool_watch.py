@@ -132,7 +132,11 @@ class SpoolWatch:
         stats only those (cheap), so it need not wait for the paced look at every node."""
         with self._lock:
             named, lost = bool(self._changed), self._lost
-        return named and not lost and self._watch is not None and self._watch.alive
+        return named and not lost and self._watching()
+
+    def _watching(self) -> bool:
+        """Whether the watch on the folder holds (scheduled, its folder not gone)."""
+        return self._watch is not None and self._watch.alive
 
     def lost(self) -> None:
         """Events were lost: the next take() answers None."""
@@ -145,12 +149,12 @@ class SpoolWatch:
         if self._ino is None:
             return None
         now = self.clock.monotonic()
-        if (self._watch is None or not self._watch.alive) and now - self._tried >= self.sweep_s:
+        if not self._watching() and now - self._tried >= self.sweep_s:
             self._schedule()  # the folder came back, or the watch limit has room again
         with self._lock:
             names, self._changed = self._changed, set()
             lost, self._lost = self._lost, False
-        if lost or self._watch is None or not self._watch.alive or now - self._swept >= self.sweep_s:
+        if lost or not self._watching() or now - self._swept >= self.sweep_s:
             self._swept = now
             return None
         return names
