@@ -35,7 +35,8 @@ class HitConverter:
         cluster: ClusterContext | None = None,
         clock: "Callable[[], float] | None" = None,
     ):
-        self.matchers = list(matchers)
+        # (a rulebook's own tuple is kept as it is: what readers derive from it is keyed on it)
+        self.matchers = matchers if isinstance(matchers, tuple) else tuple(matchers)
         self.cluster = cluster or ClusterContext()
         self.clock = clock  # live: facts are stamped on arrival; the line's own time is kept as logged_at
         self.on_context: Callable[[float, str, int | None, frozenset], None] | None = None

@@ -7,6 +7,7 @@ and cluster's job context in ``context``, the typing of groups in ``groups``, hi
 
 from __future__ import annotations
 
+import operator
 import weakref
 from typing import Any, Sequence
 
@@ -383,14 +384,32 @@ def _tables(scanner: Any, converter: HitConverter, index_map: Sequence[int]) -> 
     not progress, and no rank-to-host line. Last, the matchers that explain no line for
     _weak_hits, a weak keyword on their line standing: the weak and ending matchers and the
     catch-all readers (``attrs: {explains: false}``)."""
-    shared = getattr(scanner, "_c", None)
+    ms = converter.matchers
     key = (tuple(index_map), type(scanner))
+    derived = getattr(scanner, "derived", None)
+    if isinstance(derived, dict):
+        # a Scanner: per template (its clones share it), for the same matchers (each a converter
+        # of its own: a rule test or a corpus case replays with a new one, ~3 ms a table)
+        got = derived.get(key)
+        if got is not None and (got[0] is ms or (len(got[0]) == len(ms) and all(map(operator.is_, got[0], ms)))):
+            return got[1]
+        tables = _derive(scanner, converter, index_map)
+        derived[key] = (ms, tables)
+        return tables
+    shared = getattr(scanner, "_c", None)
     per = _TABLES.get(converter)
     if per is None:
         per = _TABLES[converter] = {}
     got = per.get(key)
     if got is not None and shared is not None and got[0] is shared:
         return got[1]
+    tables = _derive(scanner, converter, index_map)
+    per[key] = (shared, tables)
+    return tables
+
+
+def _derive(scanner: Any, converter: HitConverter, index_map: Sequence[int]) -> tuple:
+    """The tables of ``_tables``, made afresh."""
     ms = converter.matchers
     progress = frozenset(i for i, j in enumerate(index_map) if ms[j].emit == "progress" and "table" not in ms[j].attrs)
     names = getattr(scanner, "group_names", None)
@@ -408,6 +427,4 @@ def _tables(scanner: Any, converter: HitConverter, index_map: Sequence[int]) -> 
     # what explains no line for _weak_hits, in one set: the weak, ending and catch-all matchers
     mute = frozenset(i for i, j in enumerate(index_map) if ms[j].attrs.get("explains") is False)
     mute = mute | frozenset(weak) | (ends[0] if ends is not None else frozenset())
-    tables = (progress, checkpoints, weak, touchable, quiet, ends, mute)
-    per[key] = (shared, tables)
-    return tables
+    return (progress, checkpoints, weak, touchable, quiet, ends, mute)

@@ -497,8 +497,7 @@ def replay_inputs(
     cluster = ClusterContext()
     if job is not None and nodes:
         cluster.assign(job, attempt, nodes, 0.0)
-    matchers = list(compiled.matchers)
-    converter = HitConverter(matchers, cluster)
+    converter = HitConverter(compiled.matchers, cluster)
     collected: list[tuple[float, int, int, Any]] = []
     handled_out: set[int] = set()  # positions of failures the program handled (HandledFailure)
     stalls_over: set[int] = set()  # positions of stall notices their source reported over

@@ -10,6 +10,7 @@ moves when the engine is told it does (``Engine.advance``).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,13 +33,25 @@ def _latest(matched: dict[str, dict]) -> float:
     return max(float(m.get("at", 0.0)) for m in matched.values())
 
 
+#: per rulebook, the ids of its absence rules (an engine is made per rule test and corpus case:
+#: walking every rule's conditions cost ~1 ms each time)
+_ABSENT: "weakref.WeakKeyDictionary[CompiledRulebook, frozenset[int]]" = weakref.WeakKeyDictionary()
+
+
+def _absent_rules(compiled: CompiledRulebook) -> frozenset[int]:
+    got = _ABSENT.get(compiled)
+    if got is None:
+        got = _ABSENT[compiled] = frozenset(
+            id(cr) for cr in compiled.rules if any(c.absent_for is not None for c in cr.rule.conditions)
+        )
+    return got
+
+
 class Timers:
     def __init__(self, compiled: CompiledRulebook):
         self.delayed: list[tuple[float, CompiledRule, dict[str, dict]]] = []
         self.watches: list[Watch] = []
-        self._absent_rules = {
-            id(cr) for cr in compiled.rules if any(c.absent_for is not None for c in cr.rule.conditions)
-        }
+        self._absent_rules = _absent_rules(compiled)
 
     def hold(self, cr: CompiledRule, matched: dict[str, dict]) -> bool:
         """Keep a firing of an absence or ``for:`` rule for later; False: it fires now."""

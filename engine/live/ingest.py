@@ -138,7 +138,7 @@ class FileIngest:
     def use(self, compiled: CompiledRulebook) -> None:
         """The matchers of this rulebook from now on (each file's scanner is replaced when the
         follower rewinds it)."""
-        self.converter = HitConverter(list(compiled.matchers), self.cluster, clock=lambda: engine_time(self.clock))
+        self.converter = HitConverter(compiled.matchers, self.cluster, clock=lambda: engine_time(self.clock))
         self.converter.scheduler = self.scheduled  # only the scheduler says which job runs where
         self.zone = log_zone(compiled.policy.log_timezone)  # stamps without a zone: the rulebook's one rule
         self.compiled = compiled

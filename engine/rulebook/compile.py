@@ -19,6 +19,7 @@ from engine.rulebook.model import (
     DECISIONS,
     Diagnostic,
     FaultClass,
+    Matcher,
     Rule,
     Rulebook,
     frozen,
@@ -138,8 +139,10 @@ class CompiledRulebook:
     def fault_classes(self) -> Mapping[str, FaultClass]:
         return self.book.fault_classes
 
-    @property
-    def matchers(self):
+    @functools.cached_property
+    def matchers(self) -> tuple[Matcher, ...]:
+        """The enabled matchers, in rulebook order: one tuple per rulebook (the readers of a
+        stream key what they derive from them on its identity, engine.core.linefacts)."""
         return tuple(m for m in self.book.matchers if m.enabled)
 
     def rule(self, rule_id: str) -> CompiledRule | None:

@@ -93,7 +93,7 @@ class KernelLineFacts:
         # collapse. No progress sampling: a line fed on its own is the last of its chunk, never
         # left out, and lines scanned together (``scan``) must give what they give one by one
         self.stream = StreamFacts(
-            scanner, HitConverter(list(compiled.matchers)), ctx, index_map, collapse=False, sample=False
+            scanner, HitConverter(compiled.matchers), ctx, index_map, collapse=False, sample=False
         )
 
     def feed(self, line: str | bytes, at: float, origin: str, fact_id: str | None = None) -> list[Fact]:
