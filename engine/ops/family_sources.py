@@ -8,7 +8,10 @@ no source.
 
 A matcher's sources are those of the **positive** tests (``expect`` not empty) whose input lines it
 hits, as the rule-test runner records the hits (the real pipeline, so a matcher that only sees
-kernel lines is not credited with a job log's words). A family is the fault class a matcher's
+kernel lines is not credited with a job log's words). A weak keyword (``attrs.weak``) is also
+credited with the positive tests of its own class whose lines it reads with the specific matchers
+off: in the pipeline a specific matcher's reading of the same line drops the keyword's hit, so
+its family's real lines would credit only the specific matcher. A family is the fault class a matcher's
 positive tests expect most often: the wording family the issue speaks of ("a NCCL/c10d network
 failure"); ``--group prefix`` (the id's first word) and ``--group file`` are there for a second look.
 
@@ -27,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from engine.ops.ablate import ablated
 from engine.ops.corpus_eval import source_key
 from engine.ops.ruletest import EVIDENCE_EMITS, run_one
 from engine.core.rete import ReteNetwork
@@ -123,13 +127,16 @@ def _file_texts(compiled: CompiledRulebook, extra: Iterable[str | Path]) -> dict
 
 
 def measure(compiled: CompiledRulebook, site_paths: Iterable[str | Path] = ()) -> SourcesReport:
-    """Runs every positive embedded test and credits the matchers its lines hit with its sources."""
+    """Runs every positive embedded test and credits the matchers its lines hit with its sources;
+    a weak keyword also with those of its own class's positive tests whose lines it reads when the
+    specific matchers are off (``_credit_weak``)."""
     rows = {
         m.id: MatcherSources(m.id, m.mark.file) for m in compiled.matchers if m.enabled and m.emit in EVIDENCE_EMITS
     }
     report = SourcesReport(rows)
     text_of = _file_texts(compiled, site_paths)
     network = ReteNetwork(compiled)
+    positive: list[tuple[RuleTest, set[str], set[str]]] = []
     for test in compiled.book.tests:
         if not test.expect:
             continue
@@ -139,6 +146,7 @@ def measure(compiled: CompiledRulebook, site_paths: Iterable[str | Path] = ()) -
         seen: set[str] = set()
         run_one(compiled, test, network, seen)
         classes = {str(e["fault_class"]) for e in test.expect if "fault_class" in e}
+        positive.append((test, sources, classes))
         for mid in seen:
             row = rows.get(mid)
             if row is None:
@@ -146,7 +154,34 @@ def measure(compiled: CompiledRulebook, site_paths: Iterable[str | Path] = ()) -
             row.sources |= sources
             row.constructed += not sources
             row.classes.update(classes)
+    _credit_weak(compiled, rows, positive)
     return report
+
+
+def _credit_weak(
+    compiled: CompiledRulebook, rows: dict[str, MatcherSources], positive: list[tuple[RuleTest, set[str], set[str]]]
+) -> None:
+    """A weak keyword's hit on a line that a specific matcher also reads is dropped (specific
+    evidence outranks it), so in the pipeline its family's real lines credit the specific matcher
+    alone. The keyword is the fallback for the wordings no specific matcher knows: its test lines
+    are those it reads with the specific matchers off (``engine.ops.ablate.ablated``, as the
+    fallback is scored). Credited there: a weak matcher on a positive test of its own class only."""
+    weak = {m.id: str(m.attrs.get("weak_class")) for m in compiled.matchers if m.attrs.get("weak") is True}
+    mine = [(t, src, cls) for t, src, cls in positive if cls & set(weak.values())]
+    if not mine:
+        return
+    off = ablated(compiled)
+    network = ReteNetwork(off)
+    for test, sources, classes in mine:
+        seen: set[str] = set()
+        run_one(off, test, network, seen)
+        for mid in seen:
+            row = rows.get(mid)
+            if row is None or weak.get(mid) not in classes:
+                continue
+            row.sources |= sources
+            row.constructed += not sources
+            row.classes.update(classes)
 
 
 def read_debt(path: str | Path) -> set[str]:

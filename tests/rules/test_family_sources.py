@@ -86,3 +86,44 @@ def test_a_new_matcher_with_one_source_breaks_the_ratchet(tmp_path):
     report = measure(require_rulebook([site], defaults=False, tests=True), [site])
     assert report.rows["site_new_wording"].sources == {"example-org/fabric-tool", "discuss.example.org", "third/repo"}
     assert "site_new_wording" not in ratchet(report, read_debt(DEBT))[0]
+
+
+SITE_WEAK = """
+fault_classes:
+  nccl_network_error: {override: {keywords: append}, keywords: [FABRIC-GONE]}
+matchers:
+  - {id: site_fabric_rank, source: [job], pattern: 'FABRIC-GONE rank (?P<rank>\\d+)'}
+rules:
+  - id: site.fabric_rank
+    description: the specific wording is a fabric failure
+    when: [{as: l, kind: log, where: {matcher: site_fabric_rank}}]
+    then: {fault: {fault_class: nccl_network_error, reason: "the fabric went away"}}
+tests:
+  # https://github.com/one-org/a/issues/1
+  - name: site weak - one
+    input: [{file: slurm-7.out, source: job, lines: "FABRIC-GONE rank 3\\n"}]
+    expect: [{fault_class: nccl_network_error}]
+  # https://github.com/two-org/b/issues/2
+  - name: site weak - two
+    input: [{file: slurm-8.out, source: job, lines: "step 9\\nFABRIC-GONE rank 4\\n"}]
+    expect: [{fault_class: nccl_network_error}]
+  # https://github.com/three-org/c/issues/3
+  - name: site weak - three
+    input: [{file: slurm-9.out, source: job, lines: "FABRIC-GONE rank 5 during allreduce\\n"}]
+    expect: [{fault_class: nccl_network_error}]
+  # https://github.com/other-class/d/issues/4 (a test of another class: no credit for the keyword)
+  - name: site weak - another class
+    input: [{file: slurm-10.out, source: job, lines: "FABRIC-GONE rank 6\\n"}]
+    expect: [{fault_class: host_oom}]
+"""
+
+
+def test_a_weak_keyword_is_credited_with_its_class_lines_it_reads_with_the_specific_matchers_off(tmp_path):
+    """In the pipeline the specific matcher's reading of the line drops the keyword's hit, so the
+    keyword would have no source at all; with the specific matchers off (as the fallback is
+    scored) it reads them, and the tests of its own class credit it (not the other class's)."""
+    site = tmp_path / "site.yaml"
+    site.write_text(SITE_WEAK)
+    report = measure(require_rulebook([site], defaults=False, tests=True), [site])
+    assert report.rows["site_fabric_rank"].sources == {"one-org/a", "two-org/b", "three-org/c", "other-class/d"}
+    assert report.rows["weak.nccl_network_error"].sources == {"one-org/a", "two-org/b", "three-org/c"}
