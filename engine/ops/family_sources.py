@@ -11,7 +11,9 @@ hits, as the rule-test runner records the hits (the real pipeline, so a matcher 
 kernel lines is not credited with a job log's words). A weak keyword (``attrs.weak``) is also
 credited with the positive tests of its own class whose lines it reads with the specific matchers
 off: in the pipeline a specific matcher's reading of the same line drops the keyword's hit, so
-its family's real lines would credit only the specific matcher. A family is the fault class a matcher's
+its family's real lines would credit only the specific matcher. A guard (``GUARD_ATTRS``: a
+notice that a program recovered, retried or cleaned up) is credited with the sources of the
+negative tests (``expect: []``) whose lines it reads: benign output opening nothing is its job. A family is the fault class a matcher's
 positive tests expect most often: the wording family the issue speaks of ("a NCCL/c10d network
 failure"); ``--group prefix`` (the id's first word) and ``--group file`` are there for a second look.
 
@@ -43,6 +45,9 @@ __all__ = ["MatcherSources", "SourcesReport", "measure", "sources_of_test", "rea
 
 #: the number of distinct sources a matcher (and a family) must reach
 ENOUGH = 3
+#: a matcher with one of these attrs guards against a false alarm (engine.ops.ablate's
+#: GENERIC_ATTRS says what each is): its sources are its negative tests' (``_credit_guards``)
+GUARD_ATTRS = frozenset({"handled", "cleanup", "own_exit", "recovers"})
 GROUPS = ("class", "prefix", "file")
 NO_FAMILY = "(no positive test)"
 _URL = re.compile(r"https?://[^\s<>\"'`]+")
@@ -137,8 +142,10 @@ def measure(compiled: CompiledRulebook, site_paths: Iterable[str | Path] = ()) -
     text_of = _file_texts(compiled, site_paths)
     network = ReteNetwork(compiled)
     positive: list[tuple[RuleTest, set[str], set[str]]] = []
+    guards = {m.id for m in compiled.matchers if GUARD_ATTRS & set(m.attrs)}
     for test in compiled.book.tests:
         if not test.expect:
+            _credit_guards(compiled, rows, guards, test, sources_of_test(test, text_of), network)
             continue
         report.positive_tests += 1
         sources = sources_of_test(test, text_of)
@@ -156,6 +163,28 @@ def measure(compiled: CompiledRulebook, site_paths: Iterable[str | Path] = ()) -
             row.classes.update(classes)
     _credit_weak(compiled, rows, positive)
     return report
+
+
+def _credit_guards(
+    compiled: CompiledRulebook,
+    rows: dict[str, MatcherSources],
+    guards: set[str],
+    test: RuleTest,
+    sources: set[str],
+    network: ReteNetwork,
+) -> None:
+    """A guard (``GUARD_ATTRS``: a program's own notice that it recovered, retried, cleaned up
+    or ended its own process) exists so that benign output opens nothing: its family's lines are
+    those of the negative tests (``expect: []``) it reads, which credit it; no other matcher is
+    credited by a negative test (a detector hitting one would be a false alarm, not a source)."""
+    if not guards or not sources:
+        return
+    seen: set[str] = set()
+    run_one(compiled, test, network, seen)
+    for mid in seen & guards:
+        row = rows.get(mid)
+        if row is not None:
+            row.sources |= sources
 
 
 def _credit_weak(

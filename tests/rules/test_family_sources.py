@@ -127,3 +127,36 @@ def test_a_weak_keyword_is_credited_with_its_class_lines_it_reads_with_the_speci
     report = measure(require_rulebook([site], defaults=False, tests=True), [site])
     assert report.rows["site_fabric_rank"].sources == {"one-org/a", "two-org/b", "three-org/c", "other-class/d"}
     assert report.rows["weak.nccl_network_error"].sources == {"one-org/a", "two-org/b", "three-org/c"}
+
+
+SITE_GUARD = """
+matchers:
+  - {id: site_fabric_lost, source: [job], pattern: 'FABRIC-LOST rank (?P<rank>\\d+)'}
+  - {id: site_fabric_back, source: [job], pattern: 'FABRIC-BACK after \\d+ retries', attrs: {handled: true}}
+rules:
+  - id: site.fabric_lost
+    description: the fabric went away
+    when: [{as: l, kind: log, where: {matcher: site_fabric_lost}}]
+    then: {fault: {fault_class: nccl_network_error, reason: "the fabric went away"}}
+tests:
+  # https://github.com/one-org/a/issues/1
+  - name: site guard - one
+    input: [{file: slurm-7.out, source: job, lines: "FABRIC-BACK after 3 retries\\n"}]
+    expect: []
+  # https://github.com/two-org/b/issues/2
+  - name: site guard - two
+    input: [{file: slurm-8.out, source: job, lines: "FABRIC-BACK after 1 retries\\nstep 9\\n"}]
+    expect: []
+  # https://github.com/three-org/c/issues/3 (the detector's word in a negative test credits only the guard)
+  - name: site guard - three
+    input: [{file: slurm-9.out, source: job, lines: "FABRIC-LOST rank 2\\nFABRIC-BACK after 2 retries\\nstep 10\\n"}]
+    expect: []
+"""
+
+
+def test_a_guard_is_credited_with_the_negative_tests_it_reads_and_a_detector_is_not(tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text(SITE_GUARD)
+    report = measure(require_rulebook([site], defaults=False, tests=True), [site])
+    assert report.rows["site_fabric_back"].sources == {"one-org/a", "two-org/b", "three-org/c"}
+    assert report.rows["site_fabric_lost"].sources == set()
