@@ -65,6 +65,13 @@ tests:
 """
 
 
+def measure_site(tmp_path, text: str):
+    """The measure of a site file alone (the shipped fault classes and policy come with it)."""
+    site = tmp_path / "site.yaml"
+    site.write_text(text)
+    return measure(require_rulebook([site], defaults=False, tests=True), [site])
+
+
 def test_a_new_matcher_with_one_source_breaks_the_ratchet(tmp_path):
     site = tmp_path / "site.yaml"
     site.write_text(SITE)
@@ -88,17 +95,11 @@ def test_a_new_matcher_with_one_source_breaks_the_ratchet(tmp_path):
     assert "site_new_wording" not in ratchet(report, read_debt(DEBT))[0]
 
 
-SITE_WEAK = """
-fault_classes:
-  nccl_network_error: {override: {keywords: append}, keywords: [FABRIC-GONE]}
-matchers:
-  - {id: site_fabric_rank, source: [job], pattern: 'FABRIC-GONE rank (?P<rank>\\d+)'}
-rules:
-  - id: site.fabric_rank
-    description: the specific wording is a fabric failure
-    when: [{as: l, kind: log, where: {matcher: site_fabric_rank}}]
-    then: {fault: {fault_class: nccl_network_error, reason: "the fabric went away"}}
-tests:
+# SITE's matcher and rule, its words also a keyword of the class
+SITE_WEAK = (
+    "\nfault_classes:\n  nccl_network_error: {override: {keywords: append}, keywords: [FABRIC-GONE]}"
+    + SITE.split("tests:")[0]
+    + """tests:
   # https://github.com/one-org/a/issues/1
   - name: site weak - one
     input: [{file: slurm-7.out, source: job, lines: "FABRIC-GONE rank 3\\n"}]
@@ -116,16 +117,15 @@ tests:
     input: [{file: slurm-10.out, source: job, lines: "FABRIC-GONE rank 6\\n"}]
     expect: [{fault_class: host_oom}]
 """
+)
 
 
 def test_a_weak_keyword_is_credited_with_its_class_lines_it_reads_with_the_specific_matchers_off(tmp_path):
     """In the pipeline the specific matcher's reading of the line drops the keyword's hit, so the
     keyword would have no source at all; with the specific matchers off (as the fallback is
     scored) it reads them, and the tests of its own class credit it (not the other class's)."""
-    site = tmp_path / "site.yaml"
-    site.write_text(SITE_WEAK)
-    report = measure(require_rulebook([site], defaults=False, tests=True), [site])
-    assert report.rows["site_fabric_rank"].sources == {"one-org/a", "two-org/b", "three-org/c", "other-class/d"}
+    report = measure_site(tmp_path, SITE_WEAK)
+    assert report.rows["site_new_wording"].sources == {"one-org/a", "two-org/b", "three-org/c", "other-class/d"}
     assert report.rows["weak.nccl_network_error"].sources == {"one-org/a", "two-org/b", "three-org/c"}
 
 
@@ -140,23 +140,16 @@ rules:
     then: {fault: {fault_class: nccl_network_error, reason: "the fabric went away"}}
 tests:
   # https://github.com/one-org/a/issues/1
-  - name: site guard - one
-    input: [{file: slurm-7.out, source: job, lines: "FABRIC-BACK after 3 retries\\n"}]
-    expect: []
+  - {name: site guard - one, expect: [], input: [{file: a.out, source: job, lines: "FABRIC-BACK after 3 retries\\n"}]}
   # https://github.com/two-org/b/issues/2
-  - name: site guard - two
-    input: [{file: slurm-8.out, source: job, lines: "FABRIC-BACK after 1 retries\\nstep 9\\n"}]
-    expect: []
+  - {name: site guard - two, expect: [], input: [{file: b.out, source: job, lines: "FABRIC-BACK after 1 retries\\nstep 9\\n"}]}
   # https://github.com/three-org/c/issues/3 (the detector's word in a negative test credits only the guard)
-  - name: site guard - three
-    input: [{file: slurm-9.out, source: job, lines: "FABRIC-LOST rank 2\\nFABRIC-BACK after 2 retries\\nstep 10\\n"}]
-    expect: []
+  - {name: site guard - three, expect: [], input: [{file: c.out, source: job,
+     lines: "FABRIC-LOST rank 2\\nFABRIC-BACK after 2 retries\\nstep 10\\n"}]}
 """
 
 
 def test_a_guard_is_credited_with_the_negative_tests_it_reads_and_a_detector_is_not(tmp_path):
-    site = tmp_path / "site.yaml"
-    site.write_text(SITE_GUARD)
-    report = measure(require_rulebook([site], defaults=False, tests=True), [site])
+    report = measure_site(tmp_path, SITE_GUARD)
     assert report.rows["site_fabric_back"].sources == {"one-org/a", "two-org/b", "three-org/c"}
     assert report.rows["site_fabric_lost"].sources == set()
