@@ -7,8 +7,6 @@ and cluster's job context in ``context``, the typing of groups in ``groups``, hi
 
 from __future__ import annotations
 
-import operator
-import weakref
 from typing import Any, Sequence
 
 # the names this module has always offered, for its importers (the rules inspector, sources)
@@ -369,11 +367,6 @@ def _longest_keyword(hits: list[Any], weak: Any) -> list[Any]:
     return [h for h in hits if id(h) not in drop]
 
 
-#: per converter (a rulebook's), what ``StreamFacts`` derives from its matchers for one scanner
-#: template and index map: ~0.3 ms a stream, paid once (10,000 followed logs open 10,000 streams)
-_TABLES: "weakref.WeakKeyDictionary[HitConverter, dict[tuple, tuple]]" = weakref.WeakKeyDictionary()
-
-
 def _tables(scanner: Any, converter: HitConverter, index_map: Sequence[int]) -> tuple:
     """(progress matchers but tables of peers, those with a checkpoint group, weak matchers with
     their quiet strings, touchable progress matchers -> _touch_spec, matchers that are no boundary
@@ -385,27 +378,16 @@ def _tables(scanner: Any, converter: HitConverter, index_map: Sequence[int]) -> 
     _weak_hits, a weak keyword on their line standing: the weak and ending matchers and the
     catch-all readers (``attrs: {explains: false}``)."""
     ms = converter.matchers
-    key = (tuple(index_map), type(scanner))
-    derived = getattr(scanner, "derived", None)
-    if isinstance(derived, dict):
-        # a Scanner: per template (its clones share it), for the same matchers (each a converter
-        # of its own: a rule test or a corpus case replays with a new one, ~3 ms a table)
-        got = derived.get(key)
-        if got is not None and (got[0] is ms or (len(got[0]) == len(ms) and all(map(operator.is_, got[0], ms)))):
-            return got[1]
-        tables = _derive(scanner, converter, index_map)
-        derived[key] = (ms, tables)
-        return tables
-    shared = getattr(scanner, "_c", None)
-    per = _TABLES.get(converter)
-    if per is None:
-        per = _TABLES[converter] = {}
-    got = per.get(key)
-    if got is not None and shared is not None and got[0] is shared:
-        return got[1]
-    tables = _derive(scanner, converter, index_map)
-    per[key] = (shared, tables)
-    return tables
+    derived = getattr(scanner, "derived", None)  # a Scanner's: per template, shared by its clones
+    if not isinstance(derived, dict):
+        return _derive(scanner, converter, index_map)
+    # keyed on the rulebook's matchers tuple (each rule test or corpus case replays with a
+    # converter of its own; a table costs ~3 ms)
+    key = tuple(index_map)
+    got = derived.get(key)
+    if got is None or got[0] is not ms:
+        got = derived[key] = (ms, _derive(scanner, converter, index_map))
+    return got[1]
 
 
 def _derive(scanner: Any, converter: HitConverter, index_map: Sequence[int]) -> tuple:
