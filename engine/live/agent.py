@@ -14,7 +14,8 @@ Start position: a first start (no saved state) reads the kernel log from where i
 agent was *launched* (``launch_positions``, taken before anything slow: the rulebook, NVML, asking
 the scheduler), not from where it ends once the agent is ready, so an Xid logged while it starts is read.
 
-Reload: SIGHUP, or a change in the rulebook's files (checked every ``reload_check_s``), loads the
+Reload: SIGHUP, or a change in the rulebook's files (checked every ``reload_check_s``, taken when
+the same at two looks in a row, so a save caught mid-write waits for its end), loads the
 rulebook again, as the controller does. A rulebook that does not load is reported and the running
 one kept. The agent holds no durable_rules ruleset (only the kernel matchers' scanner and the
 NVML thresholds), so a new one is swapped in place between two reads: the kernel-log position is

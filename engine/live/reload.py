@@ -116,13 +116,22 @@ class RulebookWatch:
         self.metrics = metrics
         self._load = load
         self._stamps = rulebook_stamps(self.rules, self.defaults)
+        self._seen: dict[str, object] | None = None  # the changed files' stamps at the last look
 
     def changed(self) -> bool:
-        return rulebook_stamps(self.rules, self.defaults) != self._stamps
+        """True once the files differ from those last loaded and did not change since the last
+        look: a file caught mid-write (an editor's truncate then write, a copy still running) is
+        taken when it settles, once, not half-written and then again."""
+        now = rulebook_stamps(self.rules, self.defaults)
+        if now == self._stamps:
+            self._seen = None
+            return False
+        settled, self._seen = now == self._seen, now
+        return settled
 
     def load(self) -> CompiledRulebook | None:
         """The rulebook as its files are now, or None when it is rejected (said in the log)."""
-        self._stamps = rulebook_stamps(self.rules, self.defaults)
+        self._stamps, self._seen = rulebook_stamps(self.rules, self.defaults), None
         try:
             result = self._load()
         except Exception as exc:  # a loader bug must not stop the service either

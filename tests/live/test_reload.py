@@ -41,15 +41,42 @@ def test_an_edited_added_or_removed_rule_file_is_a_change(tmp_path):
     watch = RulebookWatch([str(folder), str(single)], False, Metrics(), load=lambda: valid)
     assert not watch.changed()
     (folder / "20-more.yml").write_text("rules: []\n")
-    assert watch.changed()
+    assert not watch.changed()  # seen once: it may still be being written
+    assert watch.changed()  # the same at the next look: settled
     watch.load()
     assert not watch.changed()
     (folder / "notes.txt").write_text("not a rule file\n")
-    assert not watch.changed()
+    assert not watch.changed() and not watch.changed()
     single.write_text("lists: {a: [1]}\n")
-    assert watch.changed()
+    assert not watch.changed() and watch.changed()
     single.unlink()
     assert rulebook_stamps([str(single)], False) == {str(single): -1.0}
+
+
+def test_a_file_still_being_written_is_taken_once_when_it_settles(tmp_path):
+    """An editor's save truncates then writes; a copy grows for a while. A look that falls between
+    two writes must not load the half-written file (and then the whole one a second time)."""
+    rules = tmp_path / "site.yaml"
+    rules.write_text("rules: []\n")
+    loads = []
+    watch = RulebookWatch(
+        [str(rules)],
+        False,
+        Metrics(),
+        load=lambda: loads.append(rules.read_text()) or Result(ok=True, errors=[], compiled=object()),
+    )
+    rules.write_text("")  # truncated: the save has begun
+    assert not watch.changed()
+    with open(rules, "a") as fh:  # the first half, then the rest, each seen by a look
+        fh.write("rules:\n")
+        fh.flush()
+        assert not watch.changed()
+        fh.write("  []  # whole\n")
+    assert not watch.changed()
+    assert watch.changed()  # unchanged since the last look: settled
+    watch.load()
+    assert loads == ["rules:\n  []  # whole\n"]
+    assert not watch.changed() and not watch.changed()  # taken once
 
 
 def test_the_shipped_files_are_watched_with_the_defaults(tmp_path):
@@ -83,7 +110,7 @@ def test_a_valid_rulebook_is_handed_over_and_counted_once_accepted(tmp_path):
     rules.write_text("rules: []\n")
     watch = RulebookWatch([str(rules)], False, metrics, load=lambda: Result(ok=True, errors=[], compiled=compiled))
     rules.write_text("rules: [] # edited\n")
-    assert watch.changed()
+    assert not watch.changed() and watch.changed()
     assert watch.load() is compiled
     assert not watch.changed()  # the files as loaded are the new reference
     assert reloads(metrics, "ok") == 0  # the controller says when the engine took it
