@@ -477,7 +477,10 @@ def test_100_rulebook_reloads_keep_memory_flat(tmp_path, monkeypatch):
     import engine.live.controller as controller_module
 
     loads = [load_rulebook(defaults=True, overlays=[("site.yaml", SITE)]) for _ in range(2)]
-    ctl = make(tmp_path)
+    # a lease that outlives the reloads: nothing renews it between them (the fake clock stands
+    # still), and on a loaded machine 100 compiles took longer than the default 15 s, so the
+    # database fenced the last commit (CI's run of 2a921f6)
+    ctl = make(tmp_path, lease_s=3600.0)
     calls = []
 
     def load(*a, **kw):
