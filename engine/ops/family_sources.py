@@ -13,8 +13,8 @@ credited with the positive tests of its own class whose lines it reads with the 
 off: in the pipeline a specific matcher's reading of the same line drops the keyword's hit, so
 its family's real lines would credit only the specific matcher. A guard (``GUARD_ATTRS``: a
 notice that a program recovered, retried or cleaned up) is credited with the sources of the
-negative tests (``expect: []``) whose lines it reads: benign output opening nothing is its job. A family is the fault class a matcher's
-positive tests expect most often: the wording family the issue speaks of ("a NCCL/c10d network
+negative tests (``expect: []``) whose lines it reads: benign output opening nothing is its job.
+A family is the fault class a matcher's positive tests expect most often: the wording family the issue speaks of ("a NCCL/c10d network
 failure"); ``--group prefix`` (the id's first word) and ``--group file`` are there for a second look.
 
 Usage::
@@ -154,15 +154,19 @@ def measure(compiled: CompiledRulebook, site_paths: Iterable[str | Path] = ()) -
         run_one(compiled, test, network, seen)
         classes = {str(e["fault_class"]) for e in test.expect if "fault_class" in e}
         positive.append((test, sources, classes))
-        for mid in seen:
-            row = rows.get(mid)
-            if row is None:
-                continue
+        _credit(rows, seen, sources, classes)
+    _credit_weak(compiled, rows, positive)
+    return report
+
+
+def _credit(rows: dict[str, MatcherSources], mids: Iterable[str], sources: set[str], classes: set[str]) -> None:
+    """Credit the matchers ``mids`` with one positive test: its sources, or one constructed test."""
+    for mid in mids:
+        row = rows.get(mid)
+        if row is not None:
             row.sources |= sources
             row.constructed += not sources
             row.classes.update(classes)
-    _credit_weak(compiled, rows, positive)
-    return report
 
 
 def _credit_guards(
@@ -204,13 +208,7 @@ def _credit_weak(
     for test, sources, classes in mine:
         seen: set[str] = set()
         run_one(off, test, network, seen)
-        for mid in seen:
-            row = rows.get(mid)
-            if row is None or weak.get(mid) not in classes:
-                continue
-            row.sources |= sources
-            row.constructed += not sources
-            row.classes.update(classes)
+        _credit(rows, (mid for mid in seen if weak.get(mid) in classes), sources, classes)
 
 
 def read_debt(path: str | Path) -> set[str]:
