@@ -66,7 +66,9 @@ class MatcherSources:
             return self.id.split("_", 1)[0] if not self.id.startswith("weak.") else "weak"
         if group == "file":
             return self.file
-        return self.classes.most_common(1)[0][0] if self.classes else NO_FAMILY
+        # the class most often expected; a tie goes to the first by name (Counter's own order
+        # follows set iteration, which the hash seed changes from run to run)
+        return min(self.classes, key=lambda c: (-self.classes[c], c)) if self.classes else NO_FAMILY
 
 
 @dataclass

@@ -153,3 +153,17 @@ def test_a_guard_is_credited_with_the_negative_tests_it_reads_and_a_detector_is_
     report = measure_site(tmp_path, SITE_GUARD)
     assert report.rows["site_fabric_back"].sources == {"one-org/a", "two-org/b", "three-org/c"}
     assert report.rows["site_fabric_lost"].sources == set()
+
+
+def test_a_family_tie_goes_to_the_first_class_by_name_whatever_the_order_seen():
+    from collections import Counter
+
+    from engine.ops.family_sources import MatcherSources
+
+    for seen in (["unknown", "app_error"], ["app_error", "unknown"]):
+        row = MatcherSources("le_x", "rules/x.yaml", classes=Counter(seen + ["unknown", "app_error", "cuda_oom"]))
+        assert row.family("class") == "app_error"
+    assert (
+        MatcherSources("le_y", "rules/y.yaml", classes=Counter(["cuda_oom", "app_error", "cuda_oom"])).family("class")
+        == "cuda_oom"
+    )
